@@ -1,0 +1,72 @@
+// Codec configuration and the up-front support check (CODEC-SPEC §4.1, §8.1).
+#pragma once
+
+#include <string>
+
+#include "sjkv/balance.h"
+#include "sjkv/layout.h"
+#include "sjkv/staging.h"
+
+namespace sjkv {
+
+enum class SinkType : uint32_t { f16 = 0, inherit = 1 };
+
+struct CodecConfig {
+  uint32_t head_dim = 128;
+  uint32_t group = 128;
+  uint32_t bits_k = 4;
+  uint32_t bits_v = 4;
+  Body body = Body::automatic;
+  uint32_t iters = 16;
+  BalanceMode balance = BalanceMode::final_scales;
+  StagingType staging = StagingType::tq6_0;
+  SinkType sink_type = SinkType::f16;
+  uint32_t sink = 128;
+  uint32_t tail = 4096;
+  uint32_t tail_max = 8192;  // 0 = fixed tail
+  uint32_t flush_chunk = 0;
+  // Hadamard block: 0 picks the default, min(head_dim, 256) (at D = 512 each half gets its
+  // own 256-point rotation); set it to head_dim for one transform over the whole head.
+  uint32_t rotation_block = 0;
+
+  Body resolved_body() const { return resolve_body(body, bits_k, bits_v); }
+  uint32_t rotation() const { return rotation_block ? rotation_block : (head_dim < 256 ? head_dim : 256); }
+  RecordLayout layout() const { return make_layout(head_dim, group, bits_k, bits_v, resolved_body()); }
+  // e.g. "sj:4/4:D=128:G=128:staging=tq6_0:sink=128:tail=4096/8192:rot=128:iters=16"
+  std::string name() const;
+};
+
+// KVarN-faithful sealing as the note describes it: 8 passes keeping the best scales, each
+// group sealed as soon as it fills (tail 0, fixed), 128-token fp16 sink.
+CodecConfig kvarn_config(uint32_t head_dim, uint32_t bits_k, uint32_t bits_v, uint32_t exact_tail = 0);
+
+// Why a configuration cannot be served. `none` means it can.
+enum class Unsupported : uint32_t {
+  none = 0,
+  head_dim_not_pow2,
+  head_dim_too_small,         // D < 32
+  group_invalid,              // G == 0 or G % 16 != 0
+  bits_out_of_range,          // bits outside 2..4
+  body_invalid,
+  trellis_bits,               // trellis needs bits in {2,3} and bits_v <= bits_k
+  trellis_group,              // trellis needs G == 128
+  trellis_head_dim,           // trellis needs D % 128 == 0
+  trellis_not_built,          // trellis bodies are not part of this build yet
+  staging_block,              // D not a multiple of the staging block (128 tq6_0, 32 q8_0)
+  rotation_block,             // rotation block not a power of two >= 32 dividing D
+  sink_invalid,               // sink == 0 or sink % 64 != 0
+  tail_not_group_aligned,     // tail % G != 0
+  tail_max_invalid,           // tail_max != 0 and (tail_max < tail or tail_max % 128 != 0)
+  iters_out_of_range,         // iters > 64
+};
+
+const char* describe(Unsupported u);
+
+// Record geometry only (§4.1 layout validation).
+Unsupported can_implement_record(uint32_t head_dim, uint32_t group, uint32_t bits_k, uint32_t bits_v, Body body);
+// Full cache configuration (layer init validation of §8.1 plus sjkv's extensions).
+Unsupported can_implement(const CodecConfig& c);
+
+const char* staging_name(StagingType t);
+
+}  // namespace sjkv

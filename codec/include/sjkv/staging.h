@@ -1,0 +1,184 @@
+// Staging rows (CODEC-SPEC §3): one head's D rotated values of K or V at one position.
+//   tq6_0 (code 0): D/128 blocks of 98 bytes (norm fp16, 64 B low nibbles, 32 B high pairs)
+//   f16   (code 1): D halves
+//   q8_0  (code 2, sjkv extension, not in format version 1 of the reference): D/32 blocks of
+//         34 bytes, fp16 d = amax/127 then 32 int8 codes, as llama.cpp's q8_0 block.
+#pragma once
+
+#include "sjkv/fp16.h"
+#include "sjkv/tq6_tables.h"
+
+#include <cmath>
+
+namespace sjkv {
+
+enum class StagingType : uint32_t { tq6_0 = 0, f16 = 1, q8_0 = 2 };
+
+constexpr uint32_t kTq6BlockValues = 128;
+constexpr uint32_t kTq6BlockBytes = 98;
+constexpr uint32_t kQ8BlockValues = 32;
+constexpr uint32_t kQ8BlockBytes = 34;
+
+SJKV_HD inline uint32_t staging_block_values(StagingType t) {
+  return t == StagingType::tq6_0 ? kTq6BlockValues : t == StagingType::q8_0 ? kQ8BlockValues : 1u;
+}
+
+SJKV_HD inline uint32_t staging_row_bytes(StagingType t, uint32_t d) {
+  switch (t) {
+    case StagingType::tq6_0: return (d / kTq6BlockValues) * kTq6BlockBytes;
+    case StagingType::q8_0: return (d / kQ8BlockValues) * kQ8BlockBytes;
+    case StagingType::f16: return 2u * d;
+  }
+  return 0;
+}
+
+namespace tables {
+static constexpr uint32_t kTq6CentroidBits[64] = {SJKV_TQ6_CENTROID_BITS};
+static constexpr uint32_t kTq6MidpointBits[63] = {SJKV_TQ6_MIDPOINT_BITS};
+#if defined(__CUDACC__)
+static __constant__ const uint32_t kTq6CentroidBitsDev[64] = {SJKV_TQ6_CENTROID_BITS};
+static __constant__ const uint32_t kTq6MidpointBitsDev[63] = {SJKV_TQ6_MIDPOINT_BITS};
+#endif
+}  // namespace tables
+
+SJKV_HD inline float tq6_centroid(uint32_t k) {
+#if defined(__CUDA_ARCH__)
+  return f32_from_bits(tables::kTq6CentroidBitsDev[k]);
+#else
+  return f32_from_bits(tables::kTq6CentroidBits[k]);
+#endif
+}
+
+SJKV_HD inline float tq6_midpoint(uint32_t k) {
+#if defined(__CUDA_ARCH__)
+  return f32_from_bits(tables::kTq6MidpointBitsDev[k]);
+#else
+  return f32_from_bits(tables::kTq6MidpointBits[k]);
+#endif
+}
+
+// First m with v < T[m], else 63: the count of midpoints <= v. A value on a midpoint takes
+// the upper code; NaN compares false everywhere and lands on 63, as the spec says.
+SJKV_HD inline uint32_t tq6_code(float v) {
+  uint32_t lo = 0, hi = 63;
+  while (lo < hi) {
+    const uint32_t mid = (lo + hi) >> 1;
+    if (v < tq6_midpoint(mid)) hi = mid; else lo = mid + 1;
+  }
+  return lo;
+}
+
+// Encode 128 values into one 98-byte block. Returns false when the stored norm would not be
+// finite (the block's energy overflows fp16), so the caller can refuse the row.
+SJKV_HD inline bool tq6_encode_block(const float* x, uint8_t* out) {
+  float norm_sq = 0.0f;
+  for (uint32_t i = 0; i < kTq6BlockValues; ++i) norm_sq = op::fadd(norm_sq, op::fmul(x[i], x[i]));
+  const float norm = op::sqrt32(norm_sq);
+  const bool live = norm > f32_from_bits(0x2edbe6ffu);  // 1e-10
+  const float inv = live ? op::fdiv(1.0f, norm) : 0.0f;
+  uint8_t* qs = out + 2;
+  uint8_t* qh = out + 66;
+  for (uint32_t i = 0; i < 96; ++i) out[2 + i] = 0;
+  float rn_sq = 0.0f;
+  for (uint32_t i = 0; i < kTq6BlockValues; ++i) {
+    const float v = live ? op::fmul(x[i], inv) : 0.0f;
+    const uint32_t code = tq6_code(v);
+    const float c = tq6_centroid(code);
+    rn_sq = op::fadd(rn_sq, op::fmul(c, c));
+    qs[i >> 1] = static_cast<uint8_t>(qs[i >> 1] | ((code & 15u) << (4 * (i & 1))));
+    qh[i >> 2] = static_cast<uint8_t>(qh[i >> 2] | ((code >> 4) << (2 * (i & 3))));
+  }
+  const float rn = op::sqrt32(rn_sq);
+  const uint16_t h = f32_to_f16(rn > f32_from_bits(0x2edbe6ffu) ? op::fdiv(norm, rn) : norm);
+  out[0] = static_cast<uint8_t>(h & 0xff);
+  out[1] = static_cast<uint8_t>(h >> 8);
+  return (h & 0x7c00u) != 0x7c00u;
+}
+
+SJKV_HD inline uint32_t tq6_block_code(const uint8_t* blk, uint32_t i) {
+  const uint32_t lo = (blk[2 + (i >> 1)] >> (4 * (i & 1))) & 15u;
+  const uint32_t hi = (blk[66 + (i >> 2)] >> (2 * (i & 3))) & 3u;
+  return lo | (hi << 4);
+}
+
+SJKV_HD inline void tq6_decode_block(const uint8_t* blk, float* out) {
+  const float n = f16_to_f32(static_cast<uint16_t>(blk[0] | (blk[1] << 8)));
+  for (uint32_t i = 0; i < kTq6BlockValues; ++i) out[i] = op::fmul(tq6_centroid(tq6_block_code(blk, i)), n);
+}
+
+// q8_0 (sjkv extension): d = amax/127 in binary32, stored as fp16; q = roundf(x/d) with ties
+// away from zero, as llama.cpp's reference quantizer; decode F(d)*q.
+SJKV_HD inline bool q8_encode_block(const float* x, uint8_t* out) {
+  float amax = 0.0f;
+  for (uint32_t i = 0; i < kQ8BlockValues; ++i) {
+    const float a = x[i] < 0.0f ? -x[i] : x[i];
+    amax = op::maxS(amax, a);
+  }
+  const float d = op::fdiv(amax, 127.0f);
+  const float id = d != 0.0f ? op::fdiv(1.0f, d) : 0.0f;
+  const uint16_t h = f32_to_f16(d);
+  out[0] = static_cast<uint8_t>(h & 0xff);
+  out[1] = static_cast<uint8_t>(h >> 8);
+  for (uint32_t i = 0; i < kQ8BlockValues; ++i) {
+    float q = roundf(op::fmul(x[i], id));
+    q = op::minS(op::maxS(q, -127.0f), 127.0f);
+    out[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(q));
+  }
+  return (h & 0x7c00u) != 0x7c00u;
+}
+
+SJKV_HD inline void q8_decode_block(const uint8_t* blk, float* out) {
+  const float d = f16_to_f32(static_cast<uint16_t>(blk[0] | (blk[1] << 8)));
+  for (uint32_t i = 0; i < kQ8BlockValues; ++i)
+    out[i] = op::fmul(d, static_cast<float>(static_cast<int8_t>(blk[2 + i])));
+}
+
+// One staging row. Returns false when a value or block scale is not finite in fp16; the
+// row is still fully written so a caller that ignores the flag never reads stale bytes.
+SJKV_HD inline bool staging_encode_row(StagingType t, const float* x, uint32_t d, uint8_t* out) {
+  bool ok = true;
+  switch (t) {
+    case StagingType::tq6_0:
+      for (uint32_t b = 0; b < d / kTq6BlockValues; ++b)
+        ok = tq6_encode_block(x + b * kTq6BlockValues, out + b * kTq6BlockBytes) && ok;
+      break;
+    case StagingType::q8_0:
+      for (uint32_t b = 0; b < d / kQ8BlockValues; ++b)
+        ok = q8_encode_block(x + b * kQ8BlockValues, out + b * kQ8BlockBytes) && ok;
+      break;
+    case StagingType::f16:
+      for (uint32_t i = 0; i < d; ++i) {
+        const uint16_t h = f32_to_f16(x[i]);
+        out[2 * i] = static_cast<uint8_t>(h & 0xff);
+        out[2 * i + 1] = static_cast<uint8_t>(h >> 8);
+        ok = ok && (h & 0x7c00u) != 0x7c00u;
+      }
+      break;
+  }
+  return ok;
+}
+
+SJKV_HD inline void staging_decode_row(StagingType t, const uint8_t* in, uint32_t d, float* out) {
+  switch (t) {
+    case StagingType::tq6_0:
+      for (uint32_t b = 0; b < d / kTq6BlockValues; ++b)
+        tq6_decode_block(in + b * kTq6BlockBytes, out + b * kTq6BlockValues);
+      break;
+    case StagingType::q8_0:
+      for (uint32_t b = 0; b < d / kQ8BlockValues; ++b)
+        q8_decode_block(in + b * kQ8BlockBytes, out + b * kQ8BlockValues);
+      break;
+    case StagingType::f16:
+      for (uint32_t i = 0; i < d; ++i) out[i] = f16_to_f32(static_cast<uint16_t>(in[2 * i] | (in[2 * i + 1] << 8)));
+      break;
+  }
+}
+
+// The seal input of a staged row (CODEC-SPEC §5.1): decode, then round every value to fp16.
+SJKV_HD inline void staging_seal_input(StagingType t, const uint8_t* in, uint32_t d, float* scratch,
+                                       uint16_t* out) {
+  staging_decode_row(t, in, d, scratch);
+  for (uint32_t i = 0; i < d; ++i) out[i] = f32_to_f16(scratch[i]);
+}
+
+}  // namespace sjkv

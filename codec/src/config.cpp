@@ -1,0 +1,113 @@
+#include "sjkv/config.h"
+
+#include <string>
+
+#include "sjkv/hadamard.h"
+#include "sjkv/status.h"
+
+namespace sjkv {
+
+const char* staging_name(StagingType t) {
+  switch (t) {
+    case StagingType::tq6_0: return "tq6_0";
+    case StagingType::f16: return "f16";
+    case StagingType::q8_0: return "q8_0";
+  }
+  return "?";
+}
+
+std::string CodecConfig::name() const {
+  const bool kvarn = balance == BalanceMode::best_of;
+  std::string s = kvarn ? "kvarn:" : "sj:";
+  s += std::to_string(bits_k) + "/" + std::to_string(bits_v);
+  if (resolved_body() == Body::trellis) s += "t";
+  s += ":D=" + std::to_string(head_dim) + ":G=" + std::to_string(group);
+  s += std::string(":staging=") + staging_name(staging);
+  s += ":sink=" + std::to_string(sink) + (sink_type == SinkType::inherit ? "(inherit)" : "");
+  s += ":tail=" + std::to_string(tail) + "/" + std::to_string(tail_max);
+  s += ":rot=" + std::to_string(rotation());
+  s += ":iters=" + std::to_string(iters) + (kvarn ? "(best)" : "");
+  return s;
+}
+
+CodecConfig kvarn_config(uint32_t head_dim, uint32_t bits_k, uint32_t bits_v, uint32_t exact_tail) {
+  CodecConfig c;
+  c.head_dim = head_dim;
+  c.bits_k = bits_k;
+  c.bits_v = bits_v;
+  c.body = Body::scalar;
+  c.iters = 8;
+  c.balance = BalanceMode::best_of;
+  c.staging = StagingType::f16;  // KVarN keeps unsealed rows in 16 bits
+  c.sink = 128;
+  c.tail = exact_tail;
+  c.tail_max = 0;
+  return c;
+}
+
+const char* describe(Unsupported u) {
+  switch (u) {
+    case Unsupported::none: return "supported";
+    case Unsupported::head_dim_not_pow2: return "head_dim must be a power of two";
+    case Unsupported::head_dim_too_small: return "head_dim must be at least 32";
+    case Unsupported::group_invalid: return "group must be a positive multiple of 16";
+    case Unsupported::bits_out_of_range: return "bits_k and bits_v must be 2, 3 or 4";
+    case Unsupported::body_invalid: return "body must be scalar, trellis or auto";
+    case Unsupported::trellis_bits: return "trellis bodies need bits in {2,3} with bits_v <= bits_k";
+    case Unsupported::trellis_group: return "trellis bodies need group 128";
+    case Unsupported::trellis_head_dim: return "trellis bodies need head_dim a multiple of 128";
+    case Unsupported::trellis_not_built: return "trellis bodies are not available in this build (use body=scalar)";
+    case Unsupported::staging_block: return "head_dim must be a multiple of the staging block (128 for tq6_0, 32 for q8_0)";
+    case Unsupported::rotation_block: return "rotation block must be a power of two >= 32 that divides head_dim";
+    case Unsupported::sink_invalid: return "sink must be a positive multiple of 64";
+    case Unsupported::tail_not_group_aligned: return "tail must be a multiple of the group";
+    case Unsupported::tail_max_invalid: return "tail_max must be 0 or a multiple of 128 that is >= tail";
+    case Unsupported::iters_out_of_range: return "balancing iterations must be at most 64";
+  }
+  return "unknown reason";
+}
+
+Unsupported can_implement_record(uint32_t d, uint32_t g, uint32_t bits_k, uint32_t bits_v, Body body) {
+  if (!is_pow2(d)) return Unsupported::head_dim_not_pow2;
+  if (d < 32) return Unsupported::head_dim_too_small;
+  if (g == 0 || g % 16 != 0) return Unsupported::group_invalid;
+  if (bits_k < 2 || bits_k > 4 || bits_v < 2 || bits_v > 4) return Unsupported::bits_out_of_range;
+  const Body b = resolve_body(body, bits_k, bits_v);
+  if (b != Body::scalar && b != Body::trellis) return Unsupported::body_invalid;
+  if (b == Body::trellis) {
+    if (bits_k == 4 || bits_v == 4 || bits_v > bits_k) return Unsupported::trellis_bits;
+    if (g != 128) return Unsupported::trellis_group;
+    if (d % 128 != 0) return Unsupported::trellis_head_dim;
+    return Unsupported::trellis_not_built;
+  }
+  return Unsupported::none;
+}
+
+Unsupported can_implement(const CodecConfig& c) {
+  const Unsupported rec = can_implement_record(c.head_dim, c.group, c.bits_k, c.bits_v, c.body);
+  if (rec != Unsupported::none) return rec;
+  if (c.head_dim % staging_block_values(c.staging) != 0) return Unsupported::staging_block;
+  const uint32_t rot = c.rotation();
+  if (!is_pow2(rot) || rot < 32 || rot > c.head_dim || c.head_dim % rot != 0) return Unsupported::rotation_block;
+  if (c.sink == 0 || c.sink % 64 != 0) return Unsupported::sink_invalid;
+  if (c.tail % c.group != 0) return Unsupported::tail_not_group_aligned;
+  if (c.tail_max != 0 && (c.tail_max < c.tail || c.tail_max % 128 != 0)) return Unsupported::tail_max_invalid;
+  if (c.iters > 64) return Unsupported::iters_out_of_range;
+  return Unsupported::none;
+}
+
+std::string Status::message() const {
+  const char* side_name = side == Side::k ? "K" : "V";
+  std::string where = std::string(side_name) + " token " + std::to_string(token) + " channel " + std::to_string(channel);
+  std::string m;
+  switch (code) {
+    case ErrorCode::ok: return "ok";
+    case ErrorCode::non_finite_input: m = "NaN or infinity in input at " + where; break;
+    case ErrorCode::fp16_overflow: m = "value or block scale overflows fp16 at " + where; break;
+    case ErrorCode::unsupported: m = "unsupported configuration"; break;
+  }
+  if (!detail.empty()) m += " (" + detail + ")";
+  return m;
+}
+
+}  // namespace sjkv

@@ -1,0 +1,24 @@
+// Internal: the per-ISA copies of the vectorised sealer.
+#pragma once
+
+#include "sjkv/seal.h"
+
+namespace sjkv {
+
+// Nibble index (8*lane + nibble) inside a 16x16 fragment tile of element (tt, dd), at
+// [tt*16 + dd], for the K or V side (§4.3 (b)).
+const uint8_t* fragment_tile_positions(Side side);
+
+#define SJKV_DECLARE_ISA(ns)                                                                         \
+  namespace ns {                                                                                     \
+  void seal_record_scalar(const RecordLayout& l, const SealOptions& opt, const uint16_t* k_rows,     \
+                          const uint16_t* v_rows, size_t stride, uint8_t* rec, SealWorkspace& ws);   \
+  }
+SJKV_DECLARE_ISA(isa_baseline)
+#if defined(__x86_64__)
+SJKV_DECLARE_ISA(isa_avx2)
+SJKV_DECLARE_ISA(isa_avx512)
+#endif
+#undef SJKV_DECLARE_ISA
+
+}  // namespace sjkv
