@@ -1,0 +1,97 @@
+// Read-only view of one layer's cache regions and the reference attention over them
+// (CODEC-SPEC §8.2, §9.1). Plain pointers so the same code runs on host and device.
+//
+// Layouts (per layer):
+//   sink_f16    [sink][n_head_kv][K: D halves | V: D halves]          (sink_type f16)
+//   sink_staged [sink][n_head_kv][K staging row | V staging row]      (sink_type inherit)
+//   ring        [cap][n_head_kv][K staging row | V staging row]       slot (p - sink) % cap
+//   body        [n_groups][n_head_kv][record]                         group (p - sink) / G
+#pragma once
+
+#include <math.h>
+
+#include "sjkv/layout.h"
+#include "sjkv/record.h"
+#include "sjkv/staging.h"
+
+namespace sjkv {
+
+struct CacheView {
+  RecordLayout layout;
+  uint32_t n_head_kv = 0;
+  uint32_t sink = 0;
+  uint32_t cap = 0;
+  uint32_t sink_inherit = 0;  // 1: sink rows use the staging type
+  StagingType staging = StagingType::tq6_0;
+  const uint16_t* sink_f16 = nullptr;
+  const uint8_t* sink_staged = nullptr;
+  const uint8_t* ring = nullptr;
+  const uint8_t* body = nullptr;
+  uint32_t B = 0;  // sealed end
+  uint32_t N = 0;  // stored end
+
+  SJKV_HD uint32_t head_dim() const { return layout.head_dim; }
+  SJKV_HD uint32_t row_bytes() const { return staging_row_bytes(staging, layout.head_dim); }
+};
+
+// K and V rows of position p, head h, by the row resolution rule of §8.2.
+SJKV_HD inline void resolve_row(const CacheView& v, uint32_t p, uint32_t h, float* k_out, float* v_out) {
+  const uint32_t D = v.layout.head_dim;
+  if (p >= v.sink && p < v.B) {
+    const uint32_t g = (p - v.sink) / v.layout.group, t = (p - v.sink) % v.layout.group;
+    const uint8_t* rec = v.body + (static_cast<size_t>(g) * v.n_head_kv + h) * v.layout.bytes;
+    decode_k_row_scalar(v.layout, rec, t, k_out);
+    decode_v_row_scalar(v.layout, rec, t, v_out);
+    return;
+  }
+  if (p < v.sink && !v.sink_inherit) {
+    const uint16_t* e = v.sink_f16 + (static_cast<size_t>(p) * v.n_head_kv + h) * 2 * D;
+    for (uint32_t d = 0; d < D; ++d) {
+      k_out[d] = f16_to_f32(e[d]);
+      v_out[d] = f16_to_f32(e[D + d]);
+    }
+    return;
+  }
+  const uint32_t rb = v.row_bytes();
+  const uint8_t* e = p < v.sink ? v.sink_staged + (static_cast<size_t>(p) * v.n_head_kv + h) * 2 * rb
+                                : v.ring + (static_cast<size_t>((p - v.sink) % v.cap) * v.n_head_kv + h) * 2 * rb;
+  staging_decode_row(v.staging, e, D, k_out);
+  staging_decode_row(v.staging, e + rb, D, v_out);
+}
+
+SJKV_HD inline float dot_seq(const float* a, const float* b, uint32_t n) {
+  float s = 0.0f;
+  for (uint32_t i = 0; i < n; ++i) s = op::fadd(s, op::fmul(a[i], b[i]));
+  return s;
+}
+
+// One query row against KV head h over positions [0, min(N, qpos+1)), single-pass online
+// softmax in binary32 (§9.1). q and out are D floats in the rotated basis; kbuf and vbuf
+// are D floats of scratch. expf is the platform's: a tolerance reference, not a format.
+SJKV_HD inline void attention_ref(const CacheView& v, const float* q, uint32_t h, uint32_t qpos, float scale,
+                                  float* out, float* kbuf, float* vbuf) {
+  const uint32_t D = v.layout.head_dim;
+  const uint32_t end = v.N < qpos + 1 ? v.N : qpos + 1;
+  float m = -INFINITY, S = 0.0f;
+  for (uint32_t d = 0; d < D; ++d) out[d] = 0.0f;
+  for (uint32_t p = 0; p < end; ++p) {
+    resolve_row(v, p, h, kbuf, vbuf);
+    const float s = op::fmul(dot_seq(q, kbuf, D), scale);
+    float ms, vs;
+    if (s > m) {
+      ms = p == 0 ? 0.0f : expf(op::fsub(m, s));
+      m = s;
+      for (uint32_t d = 0; d < D; ++d) out[d] = op::fmul(out[d], ms);
+      vs = 1.0f;
+    } else {
+      ms = 1.0f;
+      vs = expf(op::fsub(s, m));
+    }
+    for (uint32_t d = 0; d < D; ++d) out[d] = op::fadd(out[d], op::fmul(vbuf[d], vs));
+    S = op::fadd(op::fmul(S, ms), vs);
+  }
+  const float inv = S == 0.0f ? 0.0f : op::fdiv(1.0f, S);
+  for (uint32_t d = 0; d < D; ++d) out[d] = op::fmul(out[d], inv);
+}
+
+}  // namespace sjkv

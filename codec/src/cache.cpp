@@ -1,0 +1,211 @@
+#include "sjkv/cache.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+namespace sjkv {
+
+LayerCache::LayerCache(const CodecConfig& cfg, uint32_t n_head_kv, uint32_t n_ctx, uint32_t cap)
+    : cfg_(cfg), layout_(cfg.layout()), n_head_kv_(n_head_kv), cap_(cap) {
+  const uint32_t D = cfg.head_dim;
+  row_bytes_ = staging_row_bytes(cfg.staging, D);
+  n_groups_ = n_ctx > cfg.sink ? (n_ctx - cfg.sink + cfg.group - 1) / cfg.group : 1;
+  if (cfg.sink_type == SinkType::f16)
+    sink_f16_.assign(static_cast<size_t>(cfg.sink) * n_head_kv * 2 * D, 0);
+  else
+    sink_staged_.assign(static_cast<size_t>(cfg.sink) * n_head_kv * 2 * row_bytes_, 0);
+  ring_.assign(static_cast<size_t>(cap) * n_head_kv * 2 * row_bytes_, 0);
+  body_.assign(static_cast<size_t>(n_groups_) * n_head_kv * layout_.bytes, 0);
+  scratch_row_.assign(static_cast<size_t>(2) * row_bytes_, 0);
+}
+
+Status LayerCache::store(uint32_t p, const float* k, const float* v) {
+  const uint32_t D = cfg_.head_dim;
+  for (uint32_t h = 0; h < n_head_kv_; ++h)
+    for (uint32_t d = 0; d < D; ++d) {
+      const float kx = k[h * D + d], vx = v[h * D + d];
+      if (!std::isfinite(kx)) return Status::at(ErrorCode::non_finite_input, Side::k, p, h * D + d);
+      if (!std::isfinite(vx)) return Status::at(ErrorCode::non_finite_input, Side::v, p, h * D + d);
+    }
+  if (p < cfg_.sink && cfg_.sink_type == SinkType::f16) {
+    for (uint32_t h = 0; h < n_head_kv_; ++h)
+      for (uint32_t d = 0; d < D; ++d) {
+        const uint16_t hk = f32_to_f16(k[h * D + d]), hv = f32_to_f16(v[h * D + d]);
+        if ((hk & 0x7c00u) == 0x7c00u) return Status::at(ErrorCode::fp16_overflow, Side::k, p, h * D + d);
+        if ((hv & 0x7c00u) == 0x7c00u) return Status::at(ErrorCode::fp16_overflow, Side::v, p, h * D + d);
+      }
+    uint16_t* e = sink_f16_.data() + static_cast<size_t>(p) * n_head_kv_ * 2 * D;
+    for (uint32_t h = 0; h < n_head_kv_; ++h)
+      for (uint32_t d = 0; d < D; ++d) {
+        e[h * 2 * D + d] = f32_to_f16(k[h * D + d]);
+        e[h * 2 * D + D + d] = f32_to_f16(v[h * D + d]);
+      }
+    return Status{};
+  }
+  uint8_t* base = p < cfg_.sink ? sink_staged_.data() + static_cast<size_t>(p) * n_head_kv_ * 2 * row_bytes_
+                                : ring_.data() + static_cast<size_t>((p - cfg_.sink) % cap_) * n_head_kv_ * 2 * row_bytes_;
+  // Encode into scratch first so a refused row leaves the slot as it was.
+  for (uint32_t h = 0; h < n_head_kv_; ++h) {
+    uint8_t* s = scratch_row_.data();
+    if (!staging_encode_row(cfg_.staging, k + h * D, D, s))
+      return Status::at(ErrorCode::fp16_overflow, Side::k, p, h * D);
+    if (!staging_encode_row(cfg_.staging, v + h * D, D, s + row_bytes_))
+      return Status::at(ErrorCode::fp16_overflow, Side::v, p, h * D);
+  }
+  for (uint32_t h = 0; h < n_head_kv_; ++h) {
+    uint8_t* e = base + static_cast<size_t>(h) * 2 * row_bytes_;
+    staging_encode_row(cfg_.staging, k + h * D, D, e);
+    staging_encode_row(cfg_.staging, v + h * D, D, e + row_bytes_);
+  }
+  return Status{};
+}
+
+Status LayerCache::seal(uint32_t from, uint32_t to, const SealOptions& opt, SealPath path, int n_threads) {
+  if (to <= from) return Status{};
+  const uint32_t D = cfg_.head_dim, G = cfg_.group;
+  const uint32_t n_grp = (to - from) / G;
+  const size_t n_rec = static_cast<size_t>(n_grp) * n_head_kv_;
+  // Seal inputs: staged rows read back and rounded to fp16, [record][t][D] for K and V.
+  std::vector<uint16_t> kin(n_rec * G * D), vin(n_rec * G * D);
+  std::vector<const uint16_t*> kp(n_rec), vp(n_rec);
+  std::vector<float> tmp(D);
+  for (uint32_t gi = 0; gi < n_grp; ++gi)
+    for (uint32_t h = 0; h < n_head_kv_; ++h) {
+      const size_t r = static_cast<size_t>(gi) * n_head_kv_ + h;
+      for (uint32_t t = 0; t < G; ++t) {
+        const uint32_t p = from + gi * G + t;
+        const uint8_t* e = ring_.data() + (static_cast<size_t>((p - cfg_.sink) % cap_) * n_head_kv_ + h) * 2 * row_bytes_;
+        staging_seal_input(cfg_.staging, e, D, tmp.data(), kin.data() + (r * G + t) * D);
+        staging_seal_input(cfg_.staging, e + row_bytes_, D, tmp.data(), vin.data() + (r * G + t) * D);
+      }
+      kp[r] = kin.data() + r * G * D;
+      vp[r] = vin.data() + r * G * D;
+    }
+  const uint32_t g0 = (from - cfg_.sink) / G;
+  uint8_t* out = body_.data() + static_cast<size_t>(g0) * n_head_kv_ * layout_.bytes;
+  return seal_records(layout_, opt, n_rec, kp.data(), vp.data(), D, out, path, n_threads);
+}
+
+CacheView LayerCache::view(uint32_t B, uint32_t N) const {
+  CacheView v;
+  v.layout = layout_;
+  v.n_head_kv = n_head_kv_;
+  v.sink = cfg_.sink;
+  v.cap = cap_;
+  v.sink_inherit = cfg_.sink_type == SinkType::inherit ? 1u : 0u;
+  v.staging = cfg_.staging;
+  v.sink_f16 = sink_f16_.empty() ? nullptr : sink_f16_.data();
+  v.sink_staged = sink_staged_.empty() ? nullptr : sink_staged_.data();
+  v.ring = ring_.data();
+  v.body = body_.data();
+  v.B = B;
+  v.N = N;
+  return v;
+}
+
+SequenceCache::SequenceCache(const CodecConfig& cfg, const CacheShape& shape, SealOptions opt, SealPath path,
+                             int n_threads)
+    : cfg_(cfg), shape_(shape), opt_(opt), path_(path), n_threads_(n_threads) {
+  const Unsupported why = can_implement(cfg);
+  if (why != Unsupported::none) {
+    status_.code = ErrorCode::unsupported;
+    status_.detail = describe(why);
+    return;
+  }
+  opt_.iters = cfg.iters;
+  opt_.balance = cfg.balance;
+  policy_.init(cfg.sink, cfg.tail, cfg.tail_max, cfg.group, cfg.flush_chunk);
+  const uint32_t cap = ring_capacity(cfg.tail, cfg.tail_max, cfg.group, shape.n_ubatch);
+  layers_.reserve(shape.n_layers);
+  for (uint32_t l = 0; l < shape.n_layers; ++l) layers_.emplace_back(cfg, shape.n_head_kv, shape.n_ctx, cap);
+}
+
+Status SequenceCache::seal_pending(uint32_t* groups_sealed) {
+  const uint32_t from = policy_.B, to = policy_.B_pending;
+  if (groups_sealed) *groups_sealed = to > from ? (to - from) / cfg_.group : 0;
+  for (auto& layer : layers_) {
+    Status st = layer.seal(from, to, opt_, path_, n_threads_);
+    if (!st.ok()) return st;
+  }
+  if (to > from) ++commits_;
+  policy_.commit();
+  return Status{};
+}
+
+Status SequenceCache::begin_ubatch(uint32_t pos0, uint32_t n_tokens, uint32_t* groups_sealed) {
+  if (!status_.ok()) return status_;
+  if (pos0 > n_) {
+    Status st;
+    st.code = ErrorCode::unsupported;
+    st.detail = "ubatch starts at " + std::to_string(pos0) + " past the stored end " + std::to_string(n_);
+    return st;
+  }
+  policy_.begin_ubatch(pos0, n_tokens);
+  return seal_pending(groups_sealed);
+}
+
+Status SequenceCache::store(uint32_t p, const float* k, const float* v) {
+  if (!status_.ok()) return status_;
+  const size_t per_layer = static_cast<size_t>(shape_.n_head_kv) * cfg_.head_dim;
+  for (uint32_t l = 0; l < shape_.n_layers; ++l) {
+    Status st = layers_[l].store(p, k + l * per_layer, v + l * per_layer);
+    if (!st.ok()) return st;
+  }
+  if (p + 1 > n_) n_ = p + 1;
+  return Status{};
+}
+
+Status SequenceCache::idle(uint32_t keep_recent, uint32_t* groups_sealed) {
+  if (!status_.ok()) return status_;
+  policy_.idle(n_, keep_recent);
+  return seal_pending(groups_sealed);
+}
+
+double record_bits_per_value(const RecordLayout& l) {
+  return 8.0 * l.bytes / (2.0 * l.head_dim * l.group);
+}
+
+double staging_bits_per_value(StagingType t, uint32_t head_dim) {
+  return 8.0 * staging_row_bytes(t, head_dim) / head_dim;
+}
+
+namespace {
+uint64_t sink_entry_bytes(const CodecConfig& c) {
+  return c.sink_type == SinkType::f16 ? 4ull * c.head_dim : 2ull * staging_row_bytes(c.staging, c.head_dim);
+}
+}  // namespace
+
+RegionBits occupied_bits(const CodecConfig& c, uint32_t B, uint32_t N) {
+  RegionBits r;
+  const uint64_t vals = 2ull * c.head_dim;  // K and V values of one position
+  const uint32_t n_sink = N < c.sink ? N : c.sink;
+  r.sink_bytes = n_sink * sink_entry_bytes(c);
+  r.sink_values = n_sink * vals;
+  const uint32_t groups = B > c.sink ? (B - c.sink) / c.group : 0;
+  r.body_bytes = static_cast<uint64_t>(groups) * c.layout().bytes;
+  r.body_values = static_cast<uint64_t>(groups) * c.group * vals;
+  const uint32_t ring_from = B > c.sink ? B : c.sink;
+  const uint32_t n_ring = N > ring_from ? N - ring_from : 0;
+  r.ring_bytes = n_ring * 2ull * staging_row_bytes(c.staging, c.head_dim);
+  r.ring_values = n_ring * vals;
+  r.values = static_cast<uint64_t>(N) * vals;
+  return r;
+}
+
+RegionBits allocated_bits(const CodecConfig& c, uint32_t n_ctx, uint32_t cap, uint32_t B, uint32_t N) {
+  RegionBits r = occupied_bits(c, B, N);  // keeps the occupied value counts per region
+  const uint32_t n_groups = n_ctx > c.sink ? (n_ctx - c.sink + c.group - 1) / c.group : 1;
+  r.sink_bytes = c.sink * sink_entry_bytes(c);
+  r.body_bytes = static_cast<uint64_t>(n_groups) * c.layout().bytes;
+  r.ring_bytes = static_cast<uint64_t>(cap) * 2ull * staging_row_bytes(c.staging, c.head_dim);
+  return r;
+}
+
+double note_effective_bits(uint32_t N, uint32_t sink, uint32_t t, double body, double staging) {
+  if (N == 0) return 0.0;
+  const double n_body = static_cast<double>(N) - sink - t;
+  return (n_body * body + t * staging + sink * (staging + 16.0)) / N;
+}
+
+}  // namespace sjkv
