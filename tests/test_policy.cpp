@@ -98,7 +98,8 @@ TEST(PolicyDeterministic, IdleTable) {
   for (const Case& c : cases) {
     JournalPolicy p = small_policy(0);
     p.B = p.B_prev = p.B_pending = c.B;  // state set directly (B is group aligned)
-    EXPECT_EQ(p.idle(c.end, c.keep), c.want) << "B " << c.B << " end " << c.end << " keep " << c.keep;
+    EXPECT_EQ(p.idle(c.end, c.keep), c.want)
+        << "B " << c.B << " end " << c.end << " keep " << c.keep;
     EXPECT_EQ(p.B, c.B) << "idle must not move B before commit";
     EXPECT_EQ(p.B_pending, c.want);
   }
@@ -135,6 +136,23 @@ TEST(PolicyDeterministic, FlushChunkDrainThroughIdle) {
   EXPECT_EQ(p.draining, 0u);
   EXPECT_EQ(p.B, 640u);
   EXPECT_EQ(p.B_prev, 384u);
+}
+
+// A keep margin reaching into the sink clamps to the sink itself, which is not below the full
+// target when that is the sink too: the idle step counts as unclamped and settles the drain.
+TEST(PolicyDeterministic, IdleMarginInsideSinkSettlesDrain) {
+  JournalPolicy p;
+  p.init(kSink, 128, 128, kG, 1);
+  EXPECT_EQ(p.begin_ubatch(700, 1), 256u);  // chunk-limited seal
+  p.commit();
+  ASSERT_EQ(p.draining, 1u);
+  uint32_t d = 99;
+  ASSERT_EQ(p.truncate(300, &d), 300u);  // tail cut keeps the drain owed
+  ASSERT_EQ(p.draining, 1u);
+  // full = floor(300 - 128) = 128 = sink; keep_from = 50 lies in the sink, so lim = 128.
+  EXPECT_EQ(p.idle(300, 250), 256u);
+  EXPECT_EQ(p.draining, 0u);
+  EXPECT_EQ(p.B_pending, 256u);
 }
 
 TEST(PolicyDeterministic, FlushChunkDrainThroughDecode) {
@@ -420,6 +438,11 @@ std::string run_trial(XorShift64& rng, uint32_t tail, uint32_t tail_max, uint32_
       return "ring_capacity " + std::to_string(cap);
   }
   uint32_t pos = 0;
+  // Truncations are spaced by positions of progress (about 2000), not by steps, so that a
+  // trial dominated by single-token decodes still drifts forward to 40000; at most one cut
+  // per trial may jump back anywhere (down into the sink).
+  uint32_t next_cut = 500 + rng.next() % 3000;
+  bool deep_cut_done = false;
   std::string err;
   auto where = [&](const char* what) {
     std::ostringstream os;
@@ -447,7 +470,8 @@ std::string run_trial(XorShift64& rng, uint32_t tail, uint32_t tail_max, uint32_
         const JournalPolicy saved = p;
         uint32_t d = 99;
         const uint32_t cut = rng.next() % (pos + 1);
-        if (p.truncate(cut, &d) != kNoPos || d != 0) return where("truncate during a seal accepted");
+        if (p.truncate(cut, &d) != kNoPos || d != 0)
+          return where("truncate during a seal accepted");
         if (std::memcmp(&saved, &p, sizeof p) != 0) return where("refused truncate changed state");
         ++st.refused;
       }
@@ -483,14 +507,16 @@ std::string run_trial(XorShift64& rng, uint32_t tail, uint32_t tail_max, uint32_
       }
     }
 
-    if (rng.next() % 389 == 0) {
-      // Prompt-cache reuse: mostly a short look-back (an edited suffix), sometimes anywhere.
+    if (pos >= next_cut) {
+      // Prompt-cache reuse: a look-back of up to 1500 positions (an edited prompt suffix),
+      // once per trial possibly anywhere.
       uint32_t cut;
-      if (rng.next() % 4 != 0) {
+      if (deep_cut_done || rng.next() % 4 != 0) {
         const uint32_t look = pos < 1500 ? pos : 1500;
         cut = pos - rng.next() % (look + 1);
       } else {
         cut = rng.next() % (pos + 1);
+        deep_cut_done = true;
       }
       const uint32_t B0 = p.B, B_prev0 = p.B_prev;
       uint32_t dropped = 99;
@@ -516,6 +542,7 @@ std::string run_trial(XorShift64& rng, uint32_t tail, uint32_t tail_max, uint32_
         if (cut <= kSink && r != cut) return where("sink cut moved the resume point");
       }
       pos = r;
+      next_cut = pos + 500 + rng.next() % 3000;
     }
   }
   return {};
@@ -524,7 +551,8 @@ std::string run_trial(XorShift64& rng, uint32_t tail, uint32_t tail_max, uint32_
 TEST(PolicyFuzz, MatchesModelAndInvariants) {
   // tail 0 passes layer validation (§8.1: tail mod G = 0; tail_max 0 skips the tail_max
   // checks), so (0, 0) is a legal configuration: seal every whole group at once.
-  const uint32_t tails[][2] = {{4096, 8192}, {4096, 0}, {256, 512}, {128, 128}, {0, 0}, {512, 1024}};
+  const uint32_t tails[][2] = {{4096, 8192}, {4096, 0}, {256, 512},
+                               {128, 128},   {0, 0},    {512, 1024}};
   constexpr int kTrials = 40;
   XorShift64 rng{88172645463325252ull};
   FuzzStats total;

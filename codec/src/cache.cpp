@@ -17,48 +17,50 @@ LayerCache::LayerCache(const CodecConfig& cfg, uint32_t n_head_kv, uint32_t n_ct
     sink_staged_.assign(static_cast<size_t>(cfg.sink) * n_head_kv * 2 * row_bytes_, 0);
   ring_.assign(static_cast<size_t>(cap) * n_head_kv * 2 * row_bytes_, 0);
   body_.assign(static_cast<size_t>(n_groups_) * n_head_kv * layout_.bytes, 0);
-  scratch_row_.assign(static_cast<size_t>(2) * row_bytes_, 0);
 }
 
-Status LayerCache::store(uint32_t p, const float* k, const float* v) {
+size_t LayerCache::entry_bytes(uint32_t p) const {
+  const bool f16_sink = p < cfg_.sink && cfg_.sink_type == SinkType::f16;
+  return static_cast<size_t>(n_head_kv_) * 2 * (f16_sink ? 2 * cfg_.head_dim : row_bytes_);
+}
+
+Status LayerCache::encode_entry(uint32_t p, const float* k, const float* v, uint8_t* entry) const {
   const uint32_t D = cfg_.head_dim;
   for (uint32_t h = 0; h < n_head_kv_; ++h)
     for (uint32_t d = 0; d < D; ++d) {
-      const float kx = k[h * D + d], vx = v[h * D + d];
-      if (!std::isfinite(kx)) return Status::at(ErrorCode::non_finite_input, Side::k, p, h * D + d);
-      if (!std::isfinite(vx)) return Status::at(ErrorCode::non_finite_input, Side::v, p, h * D + d);
+      if (!std::isfinite(k[h * D + d])) return Status::at(ErrorCode::non_finite_input, Side::k, p, h * D + d);
+      if (!std::isfinite(v[h * D + d])) return Status::at(ErrorCode::non_finite_input, Side::v, p, h * D + d);
     }
-  if (p < cfg_.sink && cfg_.sink_type == SinkType::f16) {
-    for (uint32_t h = 0; h < n_head_kv_; ++h)
-      for (uint32_t d = 0; d < D; ++d) {
-        const uint16_t hk = f32_to_f16(k[h * D + d]), hv = f32_to_f16(v[h * D + d]);
-        if ((hk & 0x7c00u) == 0x7c00u) return Status::at(ErrorCode::fp16_overflow, Side::k, p, h * D + d);
-        if ((hv & 0x7c00u) == 0x7c00u) return Status::at(ErrorCode::fp16_overflow, Side::v, p, h * D + d);
-      }
-    uint16_t* e = sink_f16_.data() + static_cast<size_t>(p) * n_head_kv_ * 2 * D;
-    for (uint32_t h = 0; h < n_head_kv_; ++h)
-      for (uint32_t d = 0; d < D; ++d) {
-        e[h * 2 * D + d] = f32_to_f16(k[h * D + d]);
-        e[h * 2 * D + D + d] = f32_to_f16(v[h * D + d]);
-      }
-    return Status{};
-  }
-  uint8_t* base = p < cfg_.sink ? sink_staged_.data() + static_cast<size_t>(p) * n_head_kv_ * 2 * row_bytes_
-                                : ring_.data() + static_cast<size_t>((p - cfg_.sink) % cap_) * n_head_kv_ * 2 * row_bytes_;
-  // Encode into scratch first so a refused row leaves the slot as it was.
+  const bool f16_sink = p < cfg_.sink && cfg_.sink_type == SinkType::f16;
+  // [head][K | V], each half an fp16 row (f16 sink) or a staging row
+  const uint32_t half = f16_sink ? 2 * D : row_bytes_;
+  const StagingType t = f16_sink ? StagingType::f16 : cfg_.staging;
   for (uint32_t h = 0; h < n_head_kv_; ++h) {
-    uint8_t* s = scratch_row_.data();
-    if (!staging_encode_row(cfg_.staging, k + h * D, D, s))
-      return Status::at(ErrorCode::fp16_overflow, Side::k, p, h * D);
-    if (!staging_encode_row(cfg_.staging, v + h * D, D, s + row_bytes_))
-      return Status::at(ErrorCode::fp16_overflow, Side::v, p, h * D);
-  }
-  for (uint32_t h = 0; h < n_head_kv_; ++h) {
-    uint8_t* e = base + static_cast<size_t>(h) * 2 * row_bytes_;
-    staging_encode_row(cfg_.staging, k + h * D, D, e);
-    staging_encode_row(cfg_.staging, v + h * D, D, e + row_bytes_);
+    uint8_t* e = entry + static_cast<size_t>(h) * 2 * half;
+    const int32_t bk = staging_encode_row_checked(t, k + h * D, D, e);
+    if (bk >= 0) return Status::at(ErrorCode::fp16_overflow, Side::k, p, h * D + static_cast<uint32_t>(bk));
+    const int32_t bv = staging_encode_row_checked(t, v + h * D, D, e + half);
+    if (bv >= 0) return Status::at(ErrorCode::fp16_overflow, Side::v, p, h * D + static_cast<uint32_t>(bv));
   }
   return Status{};
+}
+
+void LayerCache::write_entry(uint32_t p, const uint8_t* entry) {
+  uint8_t* dst;
+  if (p < cfg_.sink && cfg_.sink_type == SinkType::f16)
+    dst = reinterpret_cast<uint8_t*>(sink_f16_.data()) + static_cast<size_t>(p) * n_head_kv_ * 4 * cfg_.head_dim;
+  else if (p < cfg_.sink)
+    dst = sink_staged_.data() + static_cast<size_t>(p) * n_head_kv_ * 2 * row_bytes_;
+  else
+    dst = ring_.data() + static_cast<size_t>(ring_slot(p, cfg_.sink, cap_)) * n_head_kv_ * 2 * row_bytes_;
+  std::memcpy(dst, entry, entry_bytes(p));
+}
+
+Status LayerCache::store(uint32_t p, const float* k, const float* v) {
+  scratch_entry_.resize(entry_bytes(p));
+  Status st = encode_entry(p, k, v, scratch_entry_.data());
+  if (st.ok()) write_entry(p, scratch_entry_.data());
+  return st;
 }
 
 Status LayerCache::seal(uint32_t from, uint32_t to, const SealOptions& opt, SealPath path, int n_threads) {
@@ -75,7 +77,7 @@ Status LayerCache::seal(uint32_t from, uint32_t to, const SealOptions& opt, Seal
       const size_t r = static_cast<size_t>(gi) * n_head_kv_ + h;
       for (uint32_t t = 0; t < G; ++t) {
         const uint32_t p = from + gi * G + t;
-        const uint8_t* e = ring_.data() + (static_cast<size_t>((p - cfg_.sink) % cap_) * n_head_kv_ + h) * 2 * row_bytes_;
+        const uint8_t* e = ring_.data() + (static_cast<size_t>(ring_slot(p, cfg_.sink, cap_)) * n_head_kv_ + h) * 2 * row_bytes_;
         staging_seal_input(cfg_.staging, e, D, tmp.data(), kin.data() + (r * G + t) * D);
         staging_seal_input(cfg_.staging, e + row_bytes_, D, tmp.data(), vin.data() + (r * G + t) * D);
       }
@@ -148,10 +150,17 @@ Status SequenceCache::begin_ubatch(uint32_t pos0, uint32_t n_tokens, uint32_t* g
 Status SequenceCache::store(uint32_t p, const float* k, const float* v) {
   if (!status_.ok()) return status_;
   const size_t per_layer = static_cast<size_t>(shape_.n_head_kv) * cfg_.head_dim;
+  // Encode every layer before writing any, so a refused position leaves no layer changed.
+  entries_.resize(shape_.n_layers);
   for (uint32_t l = 0; l < shape_.n_layers; ++l) {
-    Status st = layers_[l].store(p, k + l * per_layer, v + l * per_layer);
-    if (!st.ok()) return st;
+    entries_[l].resize(layers_[l].entry_bytes(p));
+    Status st = layers_[l].encode_entry(p, k + l * per_layer, v + l * per_layer, entries_[l].data());
+    if (!st.ok()) {
+      st.detail = "layer " + std::to_string(l) + (st.detail.empty() ? "" : ": " + st.detail);
+      return st;
+    }
   }
+  for (uint32_t l = 0; l < shape_.n_layers; ++l) layers_[l].write_entry(p, entries_[l].data());
   if (p + 1 > n_) n_ = p + 1;
   return Status{};
 }

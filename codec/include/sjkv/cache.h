@@ -27,6 +27,11 @@ class LayerCache {
   // Store position p from rotated rows k, v of [n_head_kv][D] floats. Fails (and stores
   // nothing) on a NaN/Inf value or a row that overflows fp16.
   Status store(uint32_t p, const float* k, const float* v);
+  // The two halves of store(): validate and encode into `entry` (entry_bytes(p) bytes),
+  // then copy it into the sink or ring slot of p.
+  size_t entry_bytes(uint32_t p) const;
+  Status encode_entry(uint32_t p, const float* k, const float* v, uint8_t* entry) const;
+  void write_entry(uint32_t p, const uint8_t* entry);
   // Seal groups [from, to) from the staged rows (positions multiple of G past the sink).
   Status seal(uint32_t from, uint32_t to, const SealOptions& opt, SealPath path, int n_threads);
 
@@ -45,7 +50,7 @@ class LayerCache {
   uint32_t n_head_kv_, cap_, n_groups_, row_bytes_;
   std::vector<uint16_t> sink_f16_;
   std::vector<uint8_t> sink_staged_, ring_, body_;
-  std::vector<uint8_t> scratch_row_;
+  std::vector<uint8_t> scratch_entry_;
 };
 
 class SequenceCache {
@@ -80,6 +85,7 @@ class SequenceCache {
   int n_threads_;
   JournalPolicy policy_{};
   std::vector<LayerCache> layers_;
+  std::vector<std::vector<uint8_t>> entries_;
   uint32_t n_ = 0, commits_ = 0;
   Status status_;
 };

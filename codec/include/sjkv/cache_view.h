@@ -11,6 +11,7 @@
 #include <math.h>
 
 #include "sjkv/layout.h"
+#include "sjkv/policy.h"
 #include "sjkv/record.h"
 #include "sjkv/staging.h"
 
@@ -54,7 +55,7 @@ SJKV_HD inline void resolve_row(const CacheView& v, uint32_t p, uint32_t h, floa
   }
   const uint32_t rb = v.row_bytes();
   const uint8_t* e = p < v.sink ? v.sink_staged + (static_cast<size_t>(p) * v.n_head_kv + h) * 2 * rb
-                                : v.ring + (static_cast<size_t>((p - v.sink) % v.cap) * v.n_head_kv + h) * 2 * rb;
+                                : v.ring + (static_cast<size_t>(ring_slot(p, v.sink, v.cap)) * v.n_head_kv + h) * 2 * rb;
   staging_decode_row(v.staging, e, D, k_out);
   staging_decode_row(v.staging, e + rb, D, v_out);
 }

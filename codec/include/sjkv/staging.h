@@ -6,6 +6,7 @@
 #pragma once
 
 #include "sjkv/fp16.h"
+#include "sjkv/layout.h"
 #include "sjkv/tq6_tables.h"
 
 #include <cmath>
@@ -90,8 +91,7 @@ SJKV_HD inline bool tq6_encode_block(const float* x, uint8_t* out) {
   }
   const float rn = op::sqrt32(rn_sq);
   const uint16_t h = f32_to_f16(rn > f32_from_bits(0x2edbe6ffu) ? op::fdiv(norm, rn) : norm);
-  out[0] = static_cast<uint8_t>(h & 0xff);
-  out[1] = static_cast<uint8_t>(h >> 8);
+  store_u16(out, h);
   return (h & 0x7c00u) != 0x7c00u;
 }
 
@@ -102,7 +102,7 @@ SJKV_HD inline uint32_t tq6_block_code(const uint8_t* blk, uint32_t i) {
 }
 
 SJKV_HD inline void tq6_decode_block(const uint8_t* blk, float* out) {
-  const float n = f16_to_f32(static_cast<uint16_t>(blk[0] | (blk[1] << 8)));
+  const float n = f16_to_f32(load_u16(blk));
   for (uint32_t i = 0; i < kTq6BlockValues; ++i) out[i] = op::fmul(tq6_centroid(tq6_block_code(blk, i)), n);
 }
 
@@ -110,52 +110,73 @@ SJKV_HD inline void tq6_decode_block(const uint8_t* blk, float* out) {
 // away from zero, as llama.cpp's reference quantizer; decode F(d)*q.
 SJKV_HD inline bool q8_encode_block(const float* x, uint8_t* out) {
   float amax = 0.0f;
+  bool finite = true;
   for (uint32_t i = 0; i < kQ8BlockValues; ++i) {
     const float a = x[i] < 0.0f ? -x[i] : x[i];
+    if (!(a <= f32_from_bits(0x7f7fffffu))) {  // NaN or infinity: refuse, keep d finite
+      finite = false;
+      continue;
+    }
     amax = op::maxS(amax, a);
   }
   const float d = op::fdiv(amax, 127.0f);
   const float id = d != 0.0f ? op::fdiv(1.0f, d) : 0.0f;
   const uint16_t h = f32_to_f16(d);
-  out[0] = static_cast<uint8_t>(h & 0xff);
-  out[1] = static_cast<uint8_t>(h >> 8);
+  store_u16(out, h);
+  const float dh = f16_to_f32(h);
+  bool fits = (h & 0x7c00u) != 0x7c00u;
   for (uint32_t i = 0; i < kQ8BlockValues; ++i) {
     float q = roundf(op::fmul(x[i], id));
+    if (q != q) q = 0.0f;  // NaN input: a defined byte, the call already reports failure
     q = op::minS(op::maxS(q, -127.0f), 127.0f);
     out[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(q));
+    // The seal reads fp16(d*q) (§5.1): a block whose read-back overflows fp16 is refused.
+    fits = fits && (f32_to_f16(op::fmul(dh, q)) & 0x7c00u) != 0x7c00u;
   }
-  return (h & 0x7c00u) != 0x7c00u;
+  return finite && fits;
 }
 
 SJKV_HD inline void q8_decode_block(const uint8_t* blk, float* out) {
-  const float d = f16_to_f32(static_cast<uint16_t>(blk[0] | (blk[1] << 8)));
+  const float d = f16_to_f32(load_u16(blk));
   for (uint32_t i = 0; i < kQ8BlockValues; ++i)
     out[i] = op::fmul(d, static_cast<float>(static_cast<int8_t>(blk[2 + i])));
 }
 
-// One staging row. Returns false when a value or block scale is not finite in fp16; the
-// row is still fully written so a caller that ignores the flag never reads stale bytes.
-SJKV_HD inline bool staging_encode_row(StagingType t, const float* x, uint32_t d, uint8_t* out) {
-  bool ok = true;
-  switch (t) {
-    case StagingType::tq6_0:
-      for (uint32_t b = 0; b < d / kTq6BlockValues; ++b)
-        ok = tq6_encode_block(x + b * kTq6BlockValues, out + b * kTq6BlockBytes) && ok;
-      break;
-    case StagingType::q8_0:
-      for (uint32_t b = 0; b < d / kQ8BlockValues; ++b)
-        ok = q8_encode_block(x + b * kQ8BlockValues, out + b * kQ8BlockBytes) && ok;
-      break;
-    case StagingType::f16:
-      for (uint32_t i = 0; i < d; ++i) {
-        const uint16_t h = f32_to_f16(x[i]);
-        out[2 * i] = static_cast<uint8_t>(h & 0xff);
-        out[2 * i + 1] = static_cast<uint8_t>(h >> 8);
-        ok = ok && (h & 0x7c00u) != 0x7c00u;
+// One staging row. Returns -1 when every value is stored finite, else the index of the
+// first refused value: a NaN/infinity, or (for a block whose fp16 scale or read-back
+// overflows) the block's largest magnitude. The row is fully written either way, so a
+// caller that ignores the result never reads stale bytes.
+SJKV_HD inline int32_t staging_encode_row_checked(StagingType t, const float* x, uint32_t d, uint8_t* out) {
+  int32_t bad = -1;
+  const uint32_t bv = staging_block_values(t);
+  for (uint32_t b = 0; b < d / bv; ++b) {
+    const float* xb = x + b * bv;
+    bool ok = true;
+    switch (t) {
+      case StagingType::tq6_0: ok = tq6_encode_block(xb, out + b * kTq6BlockBytes); break;
+      case StagingType::q8_0: ok = q8_encode_block(xb, out + b * kQ8BlockBytes); break;
+      case StagingType::f16: {
+        const uint16_t h = f32_to_f16(xb[0]);
+        store_u16(out + 2 * b, h);
+        ok = (h & 0x7c00u) != 0x7c00u;
+        break;
       }
-      break;
+    }
+    if (ok || bad >= 0) continue;
+    uint32_t worst = 0;  // first non-finite value, else the largest magnitude
+    float wmag = -1.0f;
+    for (uint32_t i = 0; i < bv; ++i) {
+      const float a = xb[i] < 0.0f ? -xb[i] : xb[i];
+      if (!(a <= f32_from_bits(0x7f7fffffu))) { worst = i; break; }
+      if (a > wmag) { wmag = a; worst = i; }
+    }
+    bad = static_cast<int32_t>(b * bv + worst);
   }
-  return ok;
+  return bad;
+}
+
+SJKV_HD inline bool staging_encode_row(StagingType t, const float* x, uint32_t d, uint8_t* out) {
+  return staging_encode_row_checked(t, x, d, out) < 0;
 }
 
 SJKV_HD inline void staging_decode_row(StagingType t, const uint8_t* in, uint32_t d, float* out) {
@@ -169,7 +190,7 @@ SJKV_HD inline void staging_decode_row(StagingType t, const uint8_t* in, uint32_
         q8_decode_block(in + b * kQ8BlockBytes, out + b * kQ8BlockValues);
       break;
     case StagingType::f16:
-      for (uint32_t i = 0; i < d; ++i) out[i] = f16_to_f32(static_cast<uint16_t>(in[2 * i] | (in[2 * i + 1] << 8)));
+      for (uint32_t i = 0; i < d; ++i) out[i] = f16_to_f32(load_u16(in + 2 * i));
       break;
   }
 }
