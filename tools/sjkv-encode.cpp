@@ -41,7 +41,12 @@ int main(int argc, char** argv) {
   d->add_flag("--json", json, "Print JSON instead of a table");
   d->add_flag("-q,--quiet", quiet, "No progress on stderr");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);  // prints help or the error line
+    return rc == 0 ? 0 : 2;      // usage errors exit 2, like every bad input
+  }
 
   if (d->parsed()) {
     demo.path = path == "reference" ? sjkv::SealPath::reference : sjkv::SealPath::fast;

@@ -12,7 +12,7 @@
 namespace sjkv {
 
 struct DemoOptions {
-  std::vector<uint32_t> head_dims{128, 256};
+  std::vector<uint32_t> head_dims{64, 128, 256, 512};
   uint32_t records = 8;  // groups per configuration (one KV head each)
   uint64_t seed = 1;
   int threads = 1;
