@@ -1,5 +1,7 @@
 #include "sjkv/cache.h"
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -162,6 +164,32 @@ Status SequenceCache::store(uint32_t p, const float* k, const float* v) {
   }
   for (uint32_t l = 0; l < shape_.n_layers; ++l) layers_[l].write_entry(p, entries_[l].data());
   if (p + 1 > n_) n_ = p + 1;
+  return Status{};
+}
+
+Status SequenceCache::store_ubatch(uint32_t pos0, uint32_t n, const float* k, const float* v) {
+  if (!status_.ok()) return status_;
+  const uint32_t L = shape_.n_layers;
+  const size_t per_layer = static_cast<size_t>(shape_.n_head_kv) * cfg_.head_dim;
+  const size_t jobs = static_cast<size_t>(n) * L;
+  entries_.resize(jobs);
+  std::vector<Status> errors(jobs);
+  const int threads = n_threads_ > 0 ? n_threads_ : omp_get_max_threads();
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (long long j = 0; j < static_cast<long long>(jobs); ++j) {
+    const uint32_t i = static_cast<uint32_t>(j / L), l = static_cast<uint32_t>(j % L);
+    const size_t off = (static_cast<size_t>(i) * L + l) * per_layer;
+    entries_[j].resize(layers_[l].entry_bytes(pos0 + i));
+    errors[j] = layers_[l].encode_entry(pos0 + i, k + off, v + off, entries_[j].data());
+  }
+  for (size_t j = 0; j < jobs; ++j)
+    if (!errors[j].ok()) {
+      Status st = errors[j];
+      st.detail = "layer " + std::to_string(j % L) + (st.detail.empty() ? "" : ": " + st.detail);
+      return st;
+    }
+  for (size_t j = 0; j < jobs; ++j) layers_[j % L].write_entry(pos0 + static_cast<uint32_t>(j / L), entries_[j].data());
+  if (n && pos0 + n > n_) n_ = pos0 + n;
   return Status{};
 }
 

@@ -65,6 +65,9 @@ class SequenceCache {
   Status begin_ubatch(uint32_t pos0, uint32_t n_tokens, uint32_t* groups_sealed = nullptr);
   // Position p of every layer: rows [n_layers][n_head_kv][D] rotated floats.
   Status store(uint32_t p, const float* k, const float* v);
+  // Positions [pos0, pos0 + n): rows [n][n_layers][n_head_kv][D]. Encodes on the cache's
+  // threads; writes nothing unless every position and layer is accepted.
+  Status store_ubatch(uint32_t pos0, uint32_t n, const float* k, const float* v);
   // Idle step between requests: seal back to the tail, keeping `keep_recent` exact.
   Status idle(uint32_t keep_recent, uint32_t* groups_sealed = nullptr);
 

@@ -59,14 +59,12 @@ SJKV_HD inline float tq6_midpoint(uint32_t k) {
 }
 
 // First m with v < T[m], else 63: the count of midpoints <= v. A value on a midpoint takes
-// the upper code; NaN compares false everywhere and lands on 63, as the spec says.
+// the upper code; NaN compares false everywhere and lands on 63, as the spec says. Branch-free
+// binary search: the probes are T[idx + step - 1] <= T[62], so no padding is needed.
 SJKV_HD inline uint32_t tq6_code(float v) {
-  uint32_t lo = 0, hi = 63;
-  while (lo < hi) {
-    const uint32_t mid = (lo + hi) >> 1;
-    if (v < tq6_midpoint(mid)) hi = mid; else lo = mid + 1;
-  }
-  return lo;
+  uint32_t idx = 0;
+  for (uint32_t step = 32; step > 0; step >>= 1) idx += !(v < tq6_midpoint(idx + step - 1)) ? step : 0u;
+  return idx;
 }
 
 // Encode 128 values into one 98-byte block. Returns false when the stored norm would not be
