@@ -1,14 +1,366 @@
-// sjkv-encode: argument parsing and calls into the codec library, nothing else.
+// sjkv-encode: argument parsing and calls into the libraries, nothing else.
 #include <CLI/CLI.hpp>
 
+#include <cinttypes>
+#include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
+#include "cli_common.h"
+#include "sjkv/cache.h"
 #include "sjkv/demo.h"
+#include "sjkv/io/atomic_file.h"
+#include "sjkv/io/capture_file.h"
+#include "sjkv/io/encode.h"
+#include "sjkv/io/load.h"
+#include "sjkv/io/snapshot_file.h"
+#include "sjkv/plan.h"
+#include "sjkv/policy.h"
+#include "sjkv/gguf.h"
+
+using namespace sjkv;
 
 namespace {
 
-void progress(size_t done, size_t total) {
+constexpr const char* kTool = "sjkv-encode";
+
+struct EncodeArgs {
+  std::string input, output, bits = "4/4", body = "auto", staging = "tq6_0", sink_type = "f16", device = "auto";
+  std::string codebook;
+  uint32_t sink = 128, tail = 4096, tail_max = 8192, ubatch = 512, iters = 16, head_dim = 0;
+  std::vector<uint32_t> layers, layer_ids;
+  uint32_t kv_sections = 0;
+  bool kvarn = false, assume_rotated = false, quiet = false;
+  int threads = 0;
+  bool tail_given = false, tail_max_given = false;
+};
+
+CodecConfig config_from(const EncodeArgs& a) {
+  unsigned bk = 0, bv = 0;
+  char extra = 0;
+  if (std::sscanf(a.bits.c_str(), "%u/%u%c", &bk, &bv, &extra) != 2)
+    throw cli::UsageError("--bits must look like K/V, e.g. 4/4 or 3/2, not '" + a.bits + "'");
+  CodecConfig c;
+  if (a.kvarn) {
+    c = kvarn_config(0, bk, bv, a.tail_given ? a.tail : 0);
+    if (a.tail_max_given) c.tail_max = a.tail_max;
+  } else {
+    c.bits_k = bk;
+    c.bits_v = bv;
+    c.tail = a.tail;
+    c.tail_max = a.tail_max;
+    c.iters = a.iters;
+    c.body = a.body == "scalar" ? Body::scalar : a.body == "trellis" ? Body::trellis : Body::automatic;
+    c.staging = a.staging == "f16" ? StagingType::f16 : a.staging == "q8_0" ? StagingType::q8_0 : StagingType::tq6_0;
+  }
+  c.sink = a.sink;
+  c.sink_type = a.sink_type == "inherit" ? SinkType::inherit : SinkType::f16;
+  return c;
+}
+
+std::string fmt(const char* f, double x) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, x);
+  return b;
+}
+
+std::string hex64(uint64_t x) {
+  char b[20];
+  std::snprintf(b, sizeof b, "%016" PRIx64, x);
+  return b;
+}
+
+std::string json_num(double x) { return std::isfinite(x) ? fmt("%.9g", x) : "null"; }
+
+std::string json_str(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\', o += c;
+    else if (static_cast<unsigned char>(c) < 0x20) o += fmt("\\u%04x", static_cast<unsigned char>(c));
+    else o += c;
+  }
+  return o + "\"";
+}
+
+int run_encode(const EncodeArgs& a) {
+  if (!a.codebook.empty())
+    throw std::invalid_argument("--codebook needs a trellis body, which this build does not have yet");
+  if (a.device == "cuda")
+    throw std::invalid_argument("--device cuda: the CUDA encode path is not part of this build; use --device cpu");
+  ImportOptions io;
+  io.head_dim = a.head_dim;
+  io.layers = a.layers;
+  io.layer_ids = a.layer_ids;
+  io.kv_sections = a.kv_sections;
+  const Capture cap = load_capture_any(a.input, io);
+  EncodeOptions eo;
+  eo.config = config_from(a);
+  eo.config.head_dim = cap.head_dim;
+  eo.n_ubatch = a.ubatch;
+  eo.assume_rotated = a.assume_rotated;
+  eo.threads = a.threads;
+  cli::Progress bar("encoding", a.quiet);
+  eo.progress = bar.callback();
+  Snapshot snap;
+  try {
+    snap = encode_capture(cap, eo);
+  } catch (const std::invalid_argument& e) {
+    throw FileError(a.input, e.what());
+  }
+  bar.finish();
+  write_snapshot(a.output, snap);
+  if (!a.quiet)
+    std::fprintf(stderr, "%s: %s: %u layers, %u tokens, B=%u -> %s (%s, device cpu)\n", kTool, a.input.c_str(),
+                 static_cast<unsigned>(snap.layers.size()), snap.N, snap.B, a.output.c_str(),
+                 snap.config.name().c_str());
+  return cli::kOk;
+}
+
+RegionBits occupied_of(const Snapshot& s) { return occupied_bits(s.config, s.B, s.N); }
+
+RegionBits allocated_of(const Snapshot& s) {
+  const uint32_t cap = ring_capacity(s.config.tail, s.config.tail_max, s.config.group, s.n_ubatch);
+  return allocated_bits(s.config, s.N, cap, s.B, s.N);
+}
+
+int run_inspect(const std::string& path, const std::string& against, const ImportOptions& io, bool json) {
+  const Snapshot s = read_snapshot(path);
+  std::vector<RegionComparison> cmp;
+  if (!against.empty()) {
+    const Capture ref = load_capture_any(against, io);
+    try {
+      cmp = compare_snapshot(s, ref);
+    } catch (const std::invalid_argument& e) {
+      throw FileError(against, e.what());
+    }
+  }
+  const CodecConfig& c = s.config;
+  const RegionBits occ = occupied_of(s), alloc = allocated_of(s);
+  const uint32_t cap = ring_capacity(c.tail, c.tail_max, c.group, s.n_ubatch);
+  const double note = note_effective_bits(s.N, c.sink, s.N > s.B ? s.N - s.B : 0, record_bits_per_value(c.layout()),
+                                          staging_bits_per_value(c.staging, c.head_dim));
+  const uint64_t layers = s.layers.size(), heads = s.kv_heads;
+  std::ostringstream o;
+  auto stats_json = [](const ErrorStats& e) {
+    return "{\"values\": " + std::to_string(e.values) + ", \"mse\": " + json_num(e.mse) + ", \"snr_db\": " +
+           json_num(e.snr_db) + ", \"max_abs\": " + json_num(e.max_abs) + ", \"cosine\": " + json_num(e.cosine) + "}";
+  };
+  if (json) {
+    o << "{\n  \"file\": " << json_str(path) << ",\n  \"config\": " << json_str(c.name()) << ",\n";
+    o << "  \"format_version\": 1, \"bits_k\": " << c.bits_k << ", \"bits_v\": " << c.bits_v << ", \"body\": "
+      << json_str(c.resolved_body() == Body::trellis ? "trellis" : "scalar") << ", \"group\": " << c.group
+      << ", \"sink\": " << c.sink << ", \"sink_type\": " << json_str(c.sink_type == SinkType::f16 ? "f16" : "inherit")
+      << ", \"staging\": " << json_str(staging_name(c.staging)) << ", \"tail\": " << c.tail
+      << ", \"tail_max\": " << c.tail_max << ", \"head_dim\": " << c.head_dim << ", \"kv_heads\": " << s.kv_heads
+      << ", \"layers\": " << layers << ", \"n_ubatch\": " << s.n_ubatch << ",\n";
+    o << "  \"model\": " << json_str(s.model) << ", \"source\": " << json_str(s.source) << ",\n";
+    o << "  \"policy\": {\"N\": " << s.N << ", \"B\": " << s.B << ", \"B_prev\": " << s.B_prev
+      << ", \"draining\": " << s.draining << "}, \"codebook_id\": " << json_str(hex64(s.codebook_id)) << ",\n";
+    auto region_json = [&](const char* name, uint32_t from, uint32_t to, uint64_t ob, uint64_t ab, uint64_t vals) {
+      return std::string("    ") + json_str(name) + ": {\"from\": " + std::to_string(from) + ", \"to\": " +
+             std::to_string(to) + ", \"bytes_per_layer_head\": " + std::to_string(ob) + ", \"bytes_total\": " +
+             std::to_string(ob * layers * heads) + ", \"bits_per_value\": " +
+             json_num(RegionBits::ratio(ob, vals)) + ", \"share_occupied\": " + json_num(RegionBits::ratio(ob, occ.values)) +
+             ", \"allocated_bytes_total\": " + std::to_string(ab * layers * heads) + "}";
+    };
+    o << "  \"regions\": {\n"
+      << region_json("sink", 0, s.n_sink(), occ.sink_bytes, alloc.sink_bytes, occ.sink_values) << ",\n"
+      << region_json("body", c.sink, s.B, occ.body_bytes, alloc.body_bytes, occ.body_values) << ",\n"
+      << region_json("ring", s.ring_from(), s.N, occ.ring_bytes, alloc.ring_bytes, occ.ring_values) << "\n  },\n";
+    o << "  \"bits_per_value\": {\"occupied\": " << json_num(occ.total_bits()) << ", \"allocated\": "
+      << json_num(alloc.total_bits()) << ", \"note_formula\": " << json_num(note) << ", \"ring_capacity\": " << cap
+      << "}";
+    if (!cmp.empty()) {
+      o << ",\n  \"against\": [\n";
+      for (size_t i = 0; i < cmp.size(); ++i)
+        o << "    {\"layer\": " << cmp[i].layer_id << ", \"sink\": " << stats_json(cmp[i].sink) << ", \"body\": "
+          << stats_json(cmp[i].body) << ", \"ring\": " << stats_json(cmp[i].ring) << ", \"all\": "
+          << stats_json(cmp[i].all) << "}" << (i + 1 < cmp.size() ? ",\n" : "\n");
+      o << "  ]";
+    }
+    o << "\n}\n";
+    std::cout << o.str();
+    return cli::kOk;
+  }
+  char line[512];
+  o << "snapshot " << path << "\n";
+  o << "  config      " << c.name() << "\n";
+  o << "  format      record format version 1, body " << (c.resolved_body() == Body::trellis ? "trellis" : "scalar")
+    << ", sink type " << (c.sink_type == SinkType::f16 ? "f16" : "inherit") << ", ubatch " << s.n_ubatch << "\n";
+  o << "  geometry    " << layers << " layers x " << s.kv_heads << " kv heads x head_dim " << c.head_dim << "\n";
+  o << "  model       " << (s.model.empty() ? "-" : s.model) << "   source " << (s.source.empty() ? "-" : s.source) << "\n";
+  std::snprintf(line, sizeof line, "  policy      N=%u B=%u B_prev=%u draining=%u   codebook id %s\n", s.N, s.B,
+                s.B_prev, s.draining, hex64(s.codebook_id).c_str());
+  o << line << "\n";
+  o << "| region | positions | bytes (all layers) | bits/value in region | share of occupied bpv | allocated bytes |\n";
+  o << "|---|---|--:|--:|--:|--:|\n";
+  auto row = [&](const char* name, uint32_t from, uint32_t to, uint64_t ob, uint64_t ab, uint64_t vals) {
+    std::snprintf(line, sizeof line, "| %s | [%u, %u) | %llu | %.4f | %.4f | %llu |\n", name, from, to,
+                  static_cast<unsigned long long>(ob * layers * heads), RegionBits::ratio(ob, vals),
+                  RegionBits::ratio(ob, occ.values), static_cast<unsigned long long>(ab * layers * heads));
+    o << line;
+  };
+  row("sink", 0, s.n_sink(), occ.sink_bytes, alloc.sink_bytes, occ.sink_values);
+  row("body", c.sink, s.B, occ.body_bytes, alloc.body_bytes, occ.body_values);
+  row("ring", s.ring_from(), s.N, occ.ring_bytes, alloc.ring_bytes, occ.ring_values);
+  std::snprintf(line, sizeof line,
+                "\nbits per value: occupied %.4f, allocated %.4f (ring of %u rows, body for %u positions); note's "
+                "formula %.4f\n",
+                occ.total_bits(), alloc.total_bits(), cap, s.N, note);
+  o << line;
+  if (!cmp.empty()) {
+    o << "\nagainst " << against << " (rotated basis, K and V together)\n\n";
+    o << "| layer | region | values | MSE | SNR dB | max abs err | cosine |\n|--:|---|--:|--:|--:|--:|--:|\n";
+    for (const auto& rc : cmp) {
+      const std::pair<const char*, const ErrorStats*> regs[] = {
+          {"sink", &rc.sink}, {"body", &rc.body}, {"ring", &rc.ring}, {"all", &rc.all}};
+      for (const auto& r : regs) {
+        if (!r.second->values) continue;
+        std::snprintf(line, sizeof line, "| %u | %s | %llu | %.4g | %.2f | %.4g | %.6f |\n", rc.layer_id, r.first,
+                      static_cast<unsigned long long>(r.second->values), r.second->mse, r.second->snr_db,
+                      r.second->max_abs, r.second->cosine);
+        o << line;
+      }
+    }
+  }
+  std::cout << o.str();
+  return cli::kOk;
+}
+
+int run_decode(const std::string& in, const std::string& out, bool rotated, bool quiet) {
+  const Snapshot s = read_snapshot(in);
+  const Capture cap = decode_snapshot(s, rotated);
+  write_capture(out, cap);
+  if (!quiet) std::fprintf(stderr, "%s: %s -> %s (%u tokens, %s basis)\n", kTool, in.c_str(), out.c_str(), cap.tokens,
+                           rotated ? "rotated" : "model");
+  return cli::kOk;
+}
+
+int run_dump(const std::string& in, uint32_t layer, const std::string& region, const std::string& out) {
+  const Snapshot s = read_snapshot(in);
+  uint32_t index = static_cast<uint32_t>(s.layers.size());
+  for (uint32_t i = 0; i < s.layers.size(); ++i)
+    if (s.layers[i].layer_id == layer) index = i;
+  if (index == s.layers.size()) {
+    std::string ids;
+    for (const auto& l : s.layers) ids += (ids.empty() ? "" : ", ") + std::to_string(l.layer_id);
+    throw FileError(in, "has no layer " + std::to_string(layer) + " (layers: " + ids + ")");
+  }
+  const Region r = region == "sink" ? Region::sink : region == "body" ? Region::body : Region::ring;
+  const std::vector<uint8_t> bytes = dump_region(s, index, r);
+  AtomicOutput ao(out);
+  {
+    std::ofstream f(ao.temp_path(), std::ios::binary);
+    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    if (!f) throw FileError(out, "cannot write");
+  }
+  ao.commit();
+  return cli::kOk;
+}
+
+struct PlanArgs {
+  uint32_t layers = 0, kv_heads = 0, head_dim = 0, ubatch = 1024;
+  std::string model, budget;
+  std::vector<uint64_t> contexts;
+  bool json = false, note_rule = false, note_12gb = false;
+};
+
+int run_plan(const PlanArgs& a) {
+  CacheGeometry g;
+  std::string what;
+  if (!a.model.empty()) {
+    const GgufFile f = GgufFile::open(a.model);
+    const ModelGeometry mg = geometry_from_gguf(f);
+    g = mg.cache_geometry();
+    what = a.model + " (" + mg.architecture + ", " + std::to_string(g.layers.size()) + " full-attention layers of " +
+           std::to_string(mg.n_layers) + "; " + mg.layer_rule + ")";
+    if (g.layers.empty()) throw FileError(a.model, "has no full-attention layer to plan for");
+  } else {
+    if (!a.layers || !a.kv_heads || !a.head_dim)
+      throw cli::UsageError("plan needs --model FILE.gguf, or --layers, --kv-heads and --head-dim");
+    g = CacheGeometry::uniform(a.layers, a.kv_heads, a.head_dim);
+    what = std::to_string(a.layers) + " layers x " + std::to_string(a.kv_heads) + " kv heads x head_dim " +
+           std::to_string(a.head_dim);
+  }
+  PlanSettings ps;
+  ps.layout.n_ubatch = a.ubatch;
+  if (a.note_12gb) ps.overheads = note_12gb_overheads();
+  std::vector<CacheOption> opts = standard_options(a.note_rule ? SjkvAccounting::note_rule : SjkvAccounting::layout);
+  uint64_t budget = 0;
+  if (!a.budget.empty()) {
+    const auto b = parse_size(a.budget);
+    if (!b) throw cli::UsageError("--budget: cannot read '" + a.budget + "' (examples: 11GiB, 11000MiB, 24GB)");
+    budget = *b;
+  }
+  std::vector<uint64_t> ctx = a.contexts;
+  if (ctx.empty() && a.budget.empty()) ctx.push_back(110592);
+  std::ostringstream o;
+  char line[512];
+  if (a.json) o << "{\n  \"geometry\": " << json_str(what) << ",\n  \"options\": [\n";
+  else o << "geometry: " << what << "\n" << (a.note_12gb ? "overheads: the note's 12 GB setup (7.77 GB fixed + 1 KiB/token)\n" : "")
+         << "GB = GiB = 1024 MiB\n\n";
+  if (!a.json) {
+    o << "| format | bytes/token (body) |";
+    for (uint64_t n : ctx) o << " GiB @" << n << " | bpv @" << n << " |";
+    if (budget) o << " max context in " << a.budget << " |";
+    o << "\n|---|--:|";
+    for (size_t i = 0; i < ctx.size(); ++i) o << "--:|--:|";
+    if (budget) o << "--:|";
+    o << "\n";
+  }
+  bool first = true;
+  for (const CacheOption& opt : opts) {
+    const std::string why = check(g, opt);
+    if (!why.empty()) {
+      if (!a.json) o << "| " << opt.label() << " | n/a: " << why << " |\n";
+      continue;
+    }
+    const double bpt = bytes_per_token(g, opt).value();
+    if (a.json) {
+      o << (first ? "" : ",\n") << "    {\"format\": " << json_str(opt.label()) << ", \"bytes_per_token\": " << json_num(bpt)
+        << ", \"contexts\": [";
+      for (size_t i = 0; i < ctx.size(); ++i) {
+        const uint64_t b = total_bytes(g, opt, ctx[i], ps);
+        o << (i ? ", " : "") << "{\"n_ctx\": " << ctx[i] << ", \"bytes\": " << b << ", \"gib\": " << json_num(to_gib(b))
+          << ", \"bits_per_value\": " << json_num(allocated_bits_per_value(g, opt, ctx[i], ps)) << "}";
+      }
+      o << "]";
+      if (budget) {
+        const Fit f = max_context(g, opt, budget, ps);
+        o << ", \"budget_bytes\": " << budget << ", \"max_context\": " << f.n_ctx << ", \"fits\": " << (f.fits ? "true" : "false");
+      }
+      o << "}";
+      first = false;
+      continue;
+    }
+    std::snprintf(line, sizeof line, "| %s | %.1f |", opt.label().c_str(), bpt);
+    o << line;
+    for (uint64_t n : ctx) {
+      std::snprintf(line, sizeof line, " %.3f | %.3f |", to_gib(total_bytes(g, opt, n, ps)),
+                    allocated_bits_per_value(g, opt, n, ps));
+      o << line;
+    }
+    if (budget) {
+      const Fit f = max_context(g, opt, budget, ps);
+      std::snprintf(line, sizeof line, " %s |", f.fits ? std::to_string(f.n_ctx).c_str() : "does not fit");
+      o << line;
+    }
+    o << "\n";
+  }
+  if (a.json) o << "\n  ]\n}\n";
+  else
+    o << "\nsjkv rows count " << (a.note_rule ? "the note's rule: body bytes/token x (N - 4,224) + 259 MiB"
+                                               : "the layout: fp16 sink + staged sink copy + sealable records + ring of "
+                                                 "ring_capacity(tail, tail_max, 128, ubatch) rows")
+      << ".\n";
+  std::cout << o.str();
+  return cli::kOk;
+}
+
+void progress_demo(size_t done, size_t total) {
+  if (!isatty(STDERR_FILENO)) return;
   std::fprintf(stderr, "\rsealing configurations: %zu/%zu", done, total);
   if (done == total) std::fprintf(stderr, "\n");
 }
@@ -16,46 +368,121 @@ void progress(size_t done, size_t total) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"sjkv-encode: SJ-KVaRN snapshots of captured KV caches"};
+  CLI::App app{"sjkv-encode: SJ-KVaRN snapshots of captured KV caches (exit codes: 0 ok, 1 usage, 2 bad input, "
+               "3 internal error)"};
   app.require_subcommand(1);
 
-  sjkv::DemoOptions demo;
-  bool json = false, quiet = false;
-  std::string path = "fast";
-  auto* d = app.add_subcommand("demo",
-                               "Seal generated K/V tiles in every scalar configuration through the staging path "
-                               "and print record bytes, bits per value, decode error and seal time");
-  d->add_option("--head-dim", demo.head_dims, "Head sizes to run (64, 128, 256, 512)")
-      ->check(CLI::IsMember({64u, 128u, 256u, 512u}))
+  EncodeArgs ea;
+  auto* enc = app.add_subcommand("encode", "Compress a capture, .kvd dump or llama.cpp state file into a snapshot, "
+                                           "replaying it through staging and the journal policy like an engine");
+  enc->add_option("input", ea.input, "Capture (.h5), .kvd tile dump, or llama.cpp state file")->required()->check(CLI::ExistingFile);
+  enc->add_option("-o,--output", ea.output, "Snapshot file to write")->required();
+  enc->add_option("--bits", ea.bits, "K/V bits: 4/4, 4/3, 4/2, 3/4, 3/3, 3/2, 2/4, 2/3, 2/2")
+      ->check(CLI::IsMember({"4/4", "4/3", "4/2", "3/4", "3/3", "3/2", "2/4", "2/3", "2/2"}))
       ->capture_default_str();
-  d->add_option("--records", demo.records, "Groups of 128 tokens sealed per configuration")
-      ->check(CLI::Range(1u, 4096u))
-      ->capture_default_str();
+  enc->add_option("--body", ea.body, "Body: auto (trellis for 3/3, 3/2, 2/2), scalar or trellis")
+      ->check(CLI::IsMember({"auto", "scalar", "trellis"}))->capture_default_str();
+  enc->add_option("--staging", ea.staging, "Staging rows: tq6_0, q8_0 or f16")
+      ->check(CLI::IsMember({"tq6_0", "q8_0", "f16"}))->capture_default_str();
+  enc->add_option("--sink", ea.sink, "Sink positions kept exact")->capture_default_str();
+  enc->add_option("--sink-type", ea.sink_type, "Sink storage: f16 or inherit (staging rows)")
+      ->check(CLI::IsMember({"f16", "inherit"}))->capture_default_str();
+  enc->add_option("--tail", ea.tail, "Exact tail kept after a seal")->capture_default_str()->each([&](const std::string&) { ea.tail_given = true; });
+  enc->add_option("--tail-max", ea.tail_max, "Tail length that triggers a seal (0 = fixed tail)")->capture_default_str()->each([&](const std::string&) { ea.tail_max_given = true; });
+  enc->add_option("--ubatch", ea.ubatch, "Positions per ubatch")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+  enc->add_option("--iters", ea.iters, "Balancing iterations")->check(CLI::Range(0u, 64u))->capture_default_str();
+  enc->add_flag("--kvarn", ea.kvarn, "Paper-faithful KVarN sealing: 8 passes keeping the best scales, f16 staging, "
+                                     "each group sealed as it fills (fixed tail, default 0)");
+  enc->add_option("--codebook", ea.codebook, "Trellis codebook file (trellis bodies only)");
+  enc->add_flag("--assume-rotated", ea.assume_rotated, "The input is already in the rotated basis");
+  enc->add_option("--head-dim", ea.head_dim, "Head size, needed for llama.cpp state files");
+  enc->add_option("--layers", ea.layers, "llama.cpp state files: layers to keep, as positions in the file (default: all)");
+  enc->add_option("--layer-ids", ea.layer_ids, "llama.cpp state files: the model's layer number of each kept layer");
+  enc->add_option("--kv-sections", ea.kv_sections, "llama.cpp state files: cache sections to read (0 = all; Gemma 3 "
+                                                     "writes its full-attention layers first)");
+  enc->add_option("--threads", ea.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024))->capture_default_str();
+  enc->add_option("--device", ea.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
+  enc->add_flag("-q,--quiet", ea.quiet, "No progress or summary on stderr");
+
+  std::string dec_in, dec_out;
+  bool dec_rot = false, dec_quiet = false;
+  auto* dec = app.add_subcommand("decode", "Decode a snapshot back into a capture");
+  dec->add_option("snapshot", dec_in, "Snapshot file")->required()->check(CLI::ExistingFile);
+  dec->add_option("-o,--output", dec_out, "Capture file to write")->required();
+  dec->add_flag("--rotated", dec_rot, "Keep the rotated basis (default: back to the model basis)");
+  dec->add_flag("-q,--quiet", dec_quiet, "No summary on stderr");
+
+  std::string ins_in, ins_against;
+  bool ins_json = false;
+  auto* ins = app.add_subcommand("inspect", "Configuration, regions, bytes and bits per value of a snapshot; with "
+                                            "--against, its error per layer and region");
+  ins->add_option("snapshot", ins_in, "Snapshot file")->required()->check(CLI::ExistingFile);
+  ins->add_option("--against", ins_against, "Reference capture (or .kvd / llama.cpp state)")->check(CLI::ExistingFile);
+  ins->add_flag("--json", ins_json, "JSON output");
+  ImportOptions ins_io;
+  ins->add_option("--head-dim", ins_io.head_dim, "llama.cpp state reference: head size");
+  ins->add_option("--layers", ins_io.layers, "llama.cpp state reference: layers to keep, as positions in the file");
+  ins->add_option("--layer-ids", ins_io.layer_ids, "llama.cpp state reference: the model's layer number of each kept layer");
+  ins->add_option("--kv-sections", ins_io.kv_sections, "llama.cpp state reference: cache sections to read (0 = all)");
+
+  std::string dump_in, dump_region_name, dump_out;
+  uint32_t dump_layer = 0;
+  auto* dmp = app.add_subcommand("dump", "Raw bytes of one region of one layer (body in [group][head] record order)");
+  dmp->add_option("snapshot", dump_in, "Snapshot file")->required()->check(CLI::ExistingFile);
+  dmp->add_option("--layer", dump_layer, "Layer id")->required();
+  dmp->add_option("--region", dump_region_name, "sink, body or ring")->required()->check(CLI::IsMember({"sink", "body", "ring"}));
+  dmp->add_option("-o,--output", dump_out, "File to write")->required();
+
+  PlanArgs pa;
+  auto* pl = app.add_subcommand("plan", "Memory planner: cache bytes of every format for a context, or the largest "
+                                        "context of each in a memory budget");
+  pl->add_option("--model", pa.model, "GGUF model file (geometry from its metadata)")->check(CLI::ExistingFile);
+  pl->add_option("--layers", pa.layers, "Layers with a full-attention cache");
+  pl->add_option("--kv-heads", pa.kv_heads, "KV heads per layer");
+  pl->add_option("--head-dim", pa.head_dim, "Head size");
+  pl->add_option("--context", pa.contexts, "Context length(s) in tokens (default 110592)");
+  pl->add_option("--budget", pa.budget, "Memory budget, e.g. 11GiB or 11000MiB: report the largest context");
+  pl->add_option("--ubatch", pa.ubatch, "Ubatch the ring is sized for")->capture_default_str();
+  pl->add_flag("--note-rule", pa.note_rule, "Count sjkv rows by the note's rule (body x (N - 4224) + 259 MiB)");
+  pl->add_flag("--note-12gb", pa.note_12gb, "Add the note's 12 GB overheads (7.77 GB fixed, 1 KiB per token)");
+  pl->add_flag("--json", pa.json, "JSON output");
+
+  DemoOptions demo;
+  bool demo_json_out = false, demo_quiet = false;
+  std::string demo_path = "fast";
+  auto* d = app.add_subcommand("demo", "Seal generated K/V tiles in every scalar configuration through the staging "
+                                       "path and print record bytes, bits per value, decode error and seal time");
+  d->add_option("--head-dim", demo.head_dims, "Head sizes to run")->check(CLI::IsMember({64u, 128u, 256u, 512u}))->capture_default_str();
+  d->add_option("--records", demo.records, "Groups of 128 tokens sealed per configuration")->check(CLI::Range(1u, 4096u))->capture_default_str();
   d->add_option("--seed", demo.seed, "Seed of the generated tiles")->capture_default_str();
-  d->add_option("--threads", demo.threads, "OpenMP threads for sealing (0 = all cores)")
-      ->check(CLI::Range(0, 1024))
-      ->capture_default_str();
-  d->add_option("--path", path, "Sealer: fast (widest SIMD) or reference (scalar)")
-      ->check(CLI::IsMember({"fast", "reference"}))
-      ->capture_default_str();
-  d->add_flag("--json", json, "Print JSON instead of a table");
-  d->add_flag("-q,--quiet", quiet, "No progress on stderr");
+  d->add_option("--threads", demo.threads, "OpenMP threads for sealing (0 = all cores)")->check(CLI::Range(0, 1024))->capture_default_str();
+  d->add_option("--path", demo_path, "Sealer: fast (widest SIMD) or reference (scalar)")->check(CLI::IsMember({"fast", "reference"}))->capture_default_str();
+  d->add_flag("--json", demo_json_out, "Print JSON instead of a table");
+  d->add_flag("-q,--quiet", demo_quiet, "No progress on stderr");
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);  // prints help or the error line
-    return rc == 0 ? 0 : 2;      // usage errors exit 2, like every bad input
+    const int rc = app.exit(e);
+    return rc == 0 ? cli::kOk : cli::kUsage;
   }
 
+  if (enc->parsed()) return cli::guarded(kTool, [&] { return run_encode(ea); });
+  if (dec->parsed()) return cli::guarded(kTool, [&] { return run_decode(dec_in, dec_out, dec_rot, dec_quiet); });
+  if (ins->parsed()) return cli::guarded(kTool, [&] { return run_inspect(ins_in, ins_against, ins_io, ins_json); });
+  if (dmp->parsed()) return cli::guarded(kTool, [&] { return run_dump(dump_in, dump_layer, dump_region_name, dump_out); });
+  if (pl->parsed()) return cli::guarded(kTool, [&] { return run_plan(pa); });
   if (d->parsed()) {
-    demo.path = path == "reference" ? sjkv::SealPath::reference : sjkv::SealPath::fast;
-    const auto rows = sjkv::run_demo(demo, quiet ? nullptr : progress);
-    std::cout << (json ? sjkv::demo_json(rows) : sjkv::demo_table(rows));
-    if (!json)
-      std::cout << "\nbody bpv: record bits per value (payload + fp16 scales); stage bpv: the staging rows the "
-                   "seal reads;\nrel.rms: decoded rows against the float rows before staging (rotated basis); "
-                   "ms/record: one KV head x 128 tokens.\n";
+    return cli::guarded(kTool, [&] {
+      demo.path = demo_path == "reference" ? SealPath::reference : SealPath::fast;
+      const auto rows = run_demo(demo, demo_quiet ? nullptr : progress_demo);
+      std::cout << (demo_json_out ? demo_json(rows) : demo_table(rows));
+      if (!demo_json_out)
+        std::cout << "\nbody bpv: record bits per value (payload + fp16 scales); stage bpv: the staging rows the "
+                     "seal reads;\nrel.rms: decoded rows against the float rows before staging (rotated basis); "
+                     "ms/record: one KV head x 128 tokens.\n";
+      return cli::kOk;
+    });
   }
-  return 0;
+  return cli::kUsage;
 }

@@ -175,7 +175,8 @@ Status SequenceCache::store_ubatch(uint32_t pos0, uint32_t n, const float* k, co
   entries_.resize(jobs);
   std::vector<Status> errors(jobs);
   const int threads = n_threads_ > 0 ? n_threads_ : omp_get_max_threads();
-#pragma omp parallel for schedule(static) num_threads(threads)
+  // Small ubatches (decode steps) stay on one thread: a parallel region costs more than it saves.
+#pragma omp parallel for schedule(static) num_threads(threads) if (jobs >= 16)
   for (long long j = 0; j < static_cast<long long>(jobs); ++j) {
     const uint32_t i = static_cast<uint32_t>(j / L), l = static_cast<uint32_t>(j % L);
     const size_t off = (static_cast<size_t>(i) * L + l) * per_layer;

@@ -138,7 +138,7 @@ Status seal_records(const RecordLayout& l, const SealOptions& opt, size_t n, con
   const int threads = n_threads > 0 ? n_threads : omp_get_max_threads();
   size_t first_bad = n;
   Status bad;
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(threads) if (n > 1)
   {
     SealWorkspace ws;
 #pragma omp for schedule(dynamic, 1)

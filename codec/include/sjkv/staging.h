@@ -75,18 +75,19 @@ SJKV_HD inline bool tq6_encode_block(const float* x, uint8_t* out) {
   const float norm = op::sqrt32(norm_sq);
   const bool live = norm > f32_from_bits(0x2edbe6ffu);  // 1e-10
   const float inv = live ? op::fdiv(1.0f, norm) : 0.0f;
-  uint8_t* qs = out + 2;
-  uint8_t* qh = out + 66;
-  for (uint32_t i = 0; i < 96; ++i) out[2 + i] = 0;
+  // Codes first, packed after: no read-modify-write chain through the output bytes.
+  uint8_t code[kTq6BlockValues];
   float rn_sq = 0.0f;
   for (uint32_t i = 0; i < kTq6BlockValues; ++i) {
-    const float v = live ? op::fmul(x[i], inv) : 0.0f;
-    const uint32_t code = tq6_code(v);
-    const float c = tq6_centroid(code);
+    code[i] = static_cast<uint8_t>(tq6_code(live ? op::fmul(x[i], inv) : 0.0f));
+    const float c = tq6_centroid(code[i]);
     rn_sq = op::fadd(rn_sq, op::fmul(c, c));
-    qs[i >> 1] = static_cast<uint8_t>(qs[i >> 1] | ((code & 15u) << (4 * (i & 1))));
-    qh[i >> 2] = static_cast<uint8_t>(qh[i >> 2] | ((code >> 4) << (2 * (i & 3))));
   }
+  for (uint32_t i = 0; i < kTq6BlockValues / 2; ++i)
+    out[2 + i] = static_cast<uint8_t>((code[2 * i] & 15u) | ((code[2 * i + 1] & 15u) << 4));
+  for (uint32_t i = 0; i < kTq6BlockValues / 4; ++i)
+    out[66 + i] = static_cast<uint8_t>((code[4 * i] >> 4) | ((code[4 * i + 1] >> 4) << 2) |
+                                       ((code[4 * i + 2] >> 4) << 4) | ((code[4 * i + 3] >> 4) << 6));
   const float rn = op::sqrt32(rn_sq);
   const uint16_t h = f32_to_f16(rn > f32_from_bits(0x2edbe6ffu) ? op::fdiv(norm, rn) : norm);
   store_u16(out, h);

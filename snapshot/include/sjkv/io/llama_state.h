@@ -1,0 +1,60 @@
+// Importer for llama.cpp state files holding an f16 or f32 KV cache:
+//   - sequence state files, written by llama_state_seq_save_file() (magic 'ggsq'),
+//   - full context state files, written by llama_state_save_file() (magic 'ggsn').
+// The byte layout, and which llama.cpp versions write it, is documented at the top of
+// snapshot/src/llama_state.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sjkv/io/capture.h"
+#include "sjkv/io/file_error.h"
+
+namespace sjkv {
+
+struct LlamaStateOptions {
+  // Size of one attention head. The state only stores per-layer row sizes
+  // (kv_heads * head_dim), so this is required (0 = not given); a power of two.
+  uint32_t head_dim = 0;
+
+  // Which layers to keep, as indices in file order: the layers of the first KV cache section
+  // are 0..n0-1, those of the next section follow, and so on. Empty = every layer in the file.
+  // An iSWA model (e.g. Gemma 3) writes its full-attention layers in the first section and its
+  // sliding-window layers in the second; other models do not mark SWA layers in the file at all,
+  // so pass the full-attention layers here.
+  std::vector<uint32_t> layers;
+
+  // The model's layer index of each kept layer, in the order of `layers` (or of the file when
+  // `layers` is empty); becomes CaptureLayer::layer_id. Empty = the file index.
+  std::vector<uint32_t> layer_ids;
+
+  // KV cache sections to read: 0 = until the end of the file (plain and iSWA caches).
+  // A hybrid model writes its attention cache followed by a recurrent state this reader does
+  // not parse: pass 1 there, and the bytes after the first section are ignored.
+  uint32_t kv_sections = 0;
+
+  // True for models whose cells carry llama.cpp's llama_kv_cell_ext record (M-RoPE / iM-RoPE
+  // models such as Qwen2-VL, Qwen3-VL, Qwen3.5; llama.cpp's has_cell_ext()). The file does not
+  // say, so it must be told.
+  bool cell_ext = false;
+
+  // Full state files ('ggsn') may hold several sequences: keep the cells of this one
+  // (-1 = all cells, which must then hold each position once). Ignored for 'ggsq' files.
+  int32_t seq_id = -1;
+};
+
+// Reads the KV cache of a llama.cpp state file. The result has the kept layers, cells sorted by
+// position, head_dim from the options, kv_heads = row size / head_dim, rotated = false, model =
+// the architecture name of a full state file (empty for a sequence file), source
+// "llama.cpp-seq-state:<file name>" or "llama.cpp-state:<file name>", and token_ids = the file's
+// token list when it has exactly one token per kept cell (empty otherwise).
+// Throws FileError(path, defect) for malformed input, an unsupported version or cache type, a
+// value that is NaN, infinite or outside fp16's range, or options the file contradicts (a layer
+// index past the file's layers, a head_dim that does not divide the row size).
+// Throws std::invalid_argument for options that are wrong on their own (head_dim 0 or not a
+// power of two, repeated layer indices, layer_ids of the wrong length).
+Capture read_llama_state(const std::string& path, const LlamaStateOptions& options);
+
+}  // namespace sjkv

