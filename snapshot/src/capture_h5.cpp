@@ -102,30 +102,9 @@ Capture read_capture(const std::string& path) {
   if (!defect.empty()) r.fail(defect);
 
   // Structure: /layers holds exactly the listed layers, each exactly k and v.
+  r.check_layer_groups(root, ids);
   h5::Hid layers = r.member(root, "layers", "layers", H5I_GROUP);
-  std::unordered_set<std::string> listed;
-  for (uint32_t id : ids) listed.insert(std::to_string(id));
-  for (const std::string& name : r.link_names(layers.get(), "layers", ids.size()))
-    if (!listed.count(name)) r.fail("group layers/" + name + " is not in layer_ids");
-
-  if (r.has_link(root, "token_ids")) {
-    h5::Hid d = r.dataset(root, "token_ids", "token_ids", h5::Elem::integer, {c.tokens}, "[tokens]");
-    h5::Hid t(H5Dget_type(d.get()));
-    std::vector<int64_t> v(c.tokens);
-    if (H5Tget_sign(t.get()) == H5T_SGN_2) {
-      if (c.tokens) r.read(d.get(), H5T_NATIVE_INT64, v.data(), "token_ids");
-    } else {
-      std::vector<uint64_t> u(c.tokens);
-      if (c.tokens) r.read(d.get(), H5T_NATIVE_UINT64, u.data(), "token_ids");
-      for (size_t i = 0; i < u.size(); ++i) v[i] = u[i] > INT64_MAX ? INT64_MAX : static_cast<int64_t>(u[i]);
-    }
-    c.token_ids.resize(c.tokens);
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (v[i] < 0 || v[i] > INT32_MAX)
-        r.fail("token_ids[" + std::to_string(i) + "] = " + std::to_string(v[i]) + " is out of range [0, 2147483647]");
-      c.token_ids[i] = static_cast<int32_t>(v[i]);
-    }
-  }
+  c.token_ids = r.token_ids(root, c.tokens, "[tokens]");
 
   h5::Hid fp16(h5::make_fp16_type());
   if (!fp16.valid()) r.fail("cannot build the fp16 type: " + h5::last_error());

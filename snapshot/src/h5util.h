@@ -15,6 +15,7 @@
 #include <limits>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -579,6 +580,39 @@ struct Reader {
     if (v.u > supported)
       fail(std::string(name) + " " + v.text() + " is newer than this build reads (" + std::to_string(supported) +
            "); a newer sjkv wrote it");
+  }
+
+  // /layers must hold exactly the groups named by layer_ids (both files).
+  void check_layer_groups(hid_t root, const std::vector<uint32_t>& ids) const {
+    Hid layers = member(root, "layers", "layers", H5I_GROUP);
+    std::unordered_set<std::string> listed;
+    for (uint32_t id : ids) listed.insert(std::to_string(id));
+    for (const std::string& name : link_names(layers.get(), "layers", ids.size()))
+      if (!listed.count(name)) fail("group layers/" + name + " is not in layer_ids");
+  }
+
+  // The optional /token_ids dataset of n entries (both files): any integer type, every value
+  // in [0, INT32_MAX]. Empty when absent.
+  std::vector<int32_t> token_ids(hid_t root, uint64_t n, const char* shape) const {
+    std::vector<int32_t> out;
+    if (!has_link(root, "token_ids")) return out;
+    Hid d = dataset(root, "token_ids", "token_ids", Elem::integer, {n}, shape);
+    Hid t(H5Dget_type(d.get()));
+    std::vector<int64_t> v(n);
+    if (H5Tget_sign(t.get()) == H5T_SGN_2) {
+      if (n) read(d.get(), H5T_NATIVE_INT64, v.data(), "token_ids");
+    } else {
+      std::vector<uint64_t> u(n);
+      if (n) read(d.get(), H5T_NATIVE_UINT64, u.data(), "token_ids");
+      for (size_t i = 0; i < u.size(); ++i) v[i] = u[i] > INT64_MAX ? INT64_MAX : static_cast<int64_t>(u[i]);
+    }
+    out.resize(n);
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i] < 0 || v[i] > INT32_MAX)
+        fail("token_ids[" + std::to_string(i) + "] = " + std::to_string(v[i]) + " is out of range [0, 2147483647]");
+      out[i] = static_cast<int32_t>(v[i]);
+    }
+    return out;
   }
 };
 

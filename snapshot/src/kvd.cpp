@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "in_file.h"
+
 namespace sjkv {
 namespace {
 
@@ -29,52 +31,6 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// Checked sequential reads from a regular file whose size is known up front.
-class InFile {
- public:
-  explicit InFile(const std::string& path) : path_(path) {
-    f_ = std::fopen(path.c_str(), "rb");
-    if (!f_) throw FileError(path_, std::string("cannot open: ") + std::strerror(errno));
-    struct stat st {};
-    if (fstat(fileno(f_), &st) != 0) fail(std::string("cannot stat: ") + std::strerror(errno));
-    if (!S_ISREG(st.st_mode)) fail("not a regular file");
-    size_ = static_cast<uint64_t>(st.st_size);
-  }
-  ~InFile() { std::fclose(f_); }
-  InFile(const InFile&) = delete;
-  InFile& operator=(const InFile&) = delete;
-
-  uint64_t size() const { return size_; }
-  uint64_t pos() const { return pos_; }
-  uint64_t remaining() const { return size_ - pos_; }
-
-  [[noreturn]] void fail(const std::string& defect) const { throw FileError(path_, defect); }
-
-  void seek(uint64_t pos) {
-    if (pos > size_ || fseeko(f_, static_cast<off_t>(pos), SEEK_SET) != 0) fail("seek failed");
-    pos_ = pos;
-  }
-  void read(void* dst, uint64_t n) {
-    if (n > remaining()) fail("unexpected end of file");
-    if (n && std::fread(dst, 1, n, f_) != n) {
-      if (std::ferror(f_)) fail(std::string("read error: ") + std::strerror(errno));
-      fail("unexpected end of file (the file shrank while being read)");
-    }
-    pos_ += n;
-  }
-  int32_t i32() {
-    unsigned char b[4];
-    read(b, 4);
-    return static_cast<int32_t>(static_cast<uint32_t>(b[0]) | static_cast<uint32_t>(b[1]) << 8 |
-                                static_cast<uint32_t>(b[2]) << 16 |
-                                static_cast<uint32_t>(b[3]) << 24);
-  }
-
- private:
-  std::string path_;
-  FILE* f_ = nullptr;
-  uint64_t size_ = 0, pos_ = 0;
-};
 
 struct BlockInfo {
   uint64_t data_offset;  // file offset of K[0][0]

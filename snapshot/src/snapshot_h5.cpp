@@ -449,31 +449,11 @@ Snapshot read_snapshot(const std::string& path, EmbeddedCodebooks* codebooks_out
   for (size_t i = 0; i < ids.size(); ++i) s.layers[i].layer_id = ids[i];
   defect = list_defect(s);
   if (!defect.empty()) r.fail(defect);
+  r.check_layer_groups(root, ids);
   h5::Hid layers = r.member(root, "layers", "layers", H5I_GROUP);
-  std::unordered_set<std::string> listed;
-  for (uint32_t id : ids) listed.insert(std::to_string(id));
-  for (const std::string& name : r.link_names(layers.get(), "layers", ids.size()))
-    if (!listed.count(name)) r.fail("group layers/" + name + " is not in layer_ids");
 
   // Steps 9-10: datasets and content.
-  if (r.has_link(root, "token_ids")) {
-    h5::Hid d = r.dataset(root, "token_ids", "token_ids", h5::Elem::integer, {s.N}, "[N]");
-    h5::Hid t(H5Dget_type(d.get()));
-    std::vector<int64_t> v(s.N);
-    if (H5Tget_sign(t.get()) == H5T_SGN_2) {
-      if (s.N) r.read(d.get(), H5T_NATIVE_INT64, v.data(), "token_ids");
-    } else {
-      std::vector<uint64_t> uv(s.N);
-      if (s.N) r.read(d.get(), H5T_NATIVE_UINT64, uv.data(), "token_ids");
-      for (size_t i = 0; i < uv.size(); ++i) v[i] = uv[i] > INT64_MAX ? INT64_MAX : static_cast<int64_t>(uv[i]);
-    }
-    s.token_ids.resize(s.N);
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (v[i] < 0 || v[i] > INT32_MAX)
-        r.fail("token_ids[" + u(i) + "] = " + std::to_string(v[i]) + " is out of range [0, 2147483647]");
-      s.token_ids[i] = static_cast<int32_t>(v[i]);
-    }
-  }
+  s.token_ids = r.token_ids(root, s.N, "[N]");
 
   const bool f16_sink = c.sink_type == SinkType::f16;
   const std::unordered_set<std::string> allowed =
