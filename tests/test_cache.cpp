@@ -706,8 +706,8 @@ TEST(CacheConfig, UnsupportedConfigAndUbatchPastTheEnd) {
     bad = make_cfg(128, 4, 4, StagingType::tq6_0, SinkType::f16);
     bad.sink = 100;  // sink % 64 != 0
     EXPECT_EQ(SequenceCache(bad, make_shape(1024)).status().code, ErrorCode::unsupported);
-    bad = make_cfg(128, 3, 2, StagingType::tq6_0, SinkType::f16);
-    bad.body = Body::automatic;  // 3/2 resolves to trellis, not in this build
+    bad = make_cfg(128, 4, 3, StagingType::tq6_0, SinkType::f16);
+    bad.body = Body::trellis;  // trellis needs bits in {2,3}
     EXPECT_EQ(SequenceCache(bad, make_shape(1024)).status().code, ErrorCode::unsupported);
   }
   {

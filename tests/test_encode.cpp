@@ -8,6 +8,7 @@
 
 #include "sjkv/hadamard.h"
 #include "sjkv/io/encode.h"
+#include "sjkv/io/snapshot_file.h"
 #include "sjkv/policy.h"
 #include "sjkv/seal.h"
 #include "sjkv/testgen.h"
@@ -195,8 +196,40 @@ TEST(Encode, RejectsBadValuesAndConfigs) {
     EXPECT_NE(std::string(e.what()).find("200"), std::string::npos) << e.what();  // names the position
   }
   Capture ok = make_capture(1, 1, 128, 10, 6);
-  o.config.bits_k = 3;
-  o.config.bits_v = 2;
-  o.config.body = Body::automatic;  // resolves to trellis, not in this build
+  o.config.bits_k = 4;
+  o.config.bits_v = 3;
+  o.config.body = Body::trellis;  // trellis needs bits in {2,3}
   EXPECT_THROW(encode_capture(ok, o), std::invalid_argument);
+}
+
+TEST(Encode, TrellisSnapshotCarriesItsCodebooksThroughTheFile) {
+  const Capture cap = make_capture(1, 2, 128, 128 + 4 * 128 + 30, 8);
+  EncodeOptions o;
+  o.config.bits_k = 3;
+  o.config.bits_v = 2;  // AUTO resolves to trellis
+  o.config.tail = 128;
+  o.config.tail_max = 256;
+  o.n_ubatch = 64;
+  const Snapshot s = encode_capture(cap, o);
+  ASSERT_EQ(s.config.resolved_body(), Body::trellis);
+  EXPECT_EQ(s.codebook_id, 0x8098c9fada170179ull);  // the reference 3/2 tables' identity
+  EXPECT_EQ(s.codebook_k.size(), 512u);
+  EXPECT_EQ(s.codebook_v.size(), 256u);
+  ASSERT_GT(s.B, s.config.sink);
+  const std::string path = ::testing::TempDir() + "trellis-snapshot.h5";
+  write_snapshot(path, s);
+  const Snapshot r = read_snapshot(path);
+  std::remove(path.c_str());
+  EXPECT_EQ(r.codebook_id, s.codebook_id);
+  EXPECT_EQ(r.codebook_k, s.codebook_k);
+  EXPECT_EQ(r.layers[0].body, s.layers[0].body);
+  const Capture a = decode_snapshot(s, true), b = decode_snapshot(r, true);
+  EXPECT_EQ(a.layers[0].k, b.layers[0].k);
+  // trellis at 3/2 beats scalar 3/2 on the same rows
+  EncodeOptions sc = o;
+  sc.config.body = Body::scalar;
+  const Snapshot t = encode_capture(cap, sc);
+  const double et = rel_rms(cap, decode_snapshot(s, false), s.config.sink, s.B);
+  const double es = rel_rms(cap, decode_snapshot(t, false), t.config.sink, t.B);
+  EXPECT_LT(et, es) << "trellis " << et << " scalar " << es;
 }

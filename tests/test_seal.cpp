@@ -229,7 +229,9 @@ TEST(Config, CanImplementGivesTypedReasons) {
   EXPECT_EQ(can_implement_record(128, 128, 2, 3, Body::trellis), Unsupported::trellis_bits);
   EXPECT_EQ(can_implement_record(128, 64, 3, 3, Body::trellis), Unsupported::trellis_group);
   EXPECT_EQ(can_implement_record(64, 128, 3, 3, Body::trellis), Unsupported::trellis_head_dim);
-  EXPECT_EQ(can_implement_record(128, 128, 3, 2, Body::automatic), Unsupported::trellis_not_built);
+  EXPECT_EQ(can_implement_record(128, 128, 3, 2, Body::automatic), Unsupported::none);  // AUTO -> trellis
+  EXPECT_EQ(can_implement_record(256, 128, 3, 3, Body::trellis), Unsupported::none);
+  EXPECT_EQ(can_implement_record(512, 128, 2, 2, Body::trellis), Unsupported::none);
   EXPECT_EQ(can_implement_record(128, 128, 3, 4, Body::automatic), Unsupported::none);  // AUTO -> scalar
   EXPECT_EQ(can_implement_record(128, 128, 2, 3, Body::automatic), Unsupported::none);
 

@@ -1,5 +1,5 @@
 // The reference codec's test vectors (CODEC-SPEC §10): regenerate the inputs, seal, decode
-// and hash; every scalar line and the tq6_0 line must match byte for byte.
+// and hash; every scalar and trellis line and the tq6_0 line must match byte for byte.
 #include <gtest/gtest.h>
 
 #include <cinttypes>
@@ -26,11 +26,12 @@ struct Hashes {
   uint64_t rec, dec;
 };
 
-Hashes seal_and_hash(uint32_t D, uint32_t bk, uint32_t bv, SealPath path, std::vector<uint8_t>* rec_out = nullptr) {
+Hashes seal_and_hash(uint32_t D, uint32_t bk, uint32_t bv, SealPath path, std::vector<uint8_t>* rec_out = nullptr,
+                     Body body = Body::scalar) {
   std::vector<uint16_t> K(128 * D), V(128 * D);
   std::vector<int32_t> chf(D);
   fill_group(D, 128, 1, K.data(), V.data(), chf.data());
-  const RecordLayout l = make_layout(D, 128, bk, bv, Body::scalar);
+  const RecordLayout l = make_layout(D, 128, bk, bv, body);
   std::vector<uint8_t> rec(l.bytes);
   SealWorkspace ws;
   const Status st = seal_record(l, SealOptions{}, K.data(), V.data(), D, rec.data(), ws, path);
@@ -76,6 +77,38 @@ TEST(Vectors, EveryScalarLineMatchesOnEveryPath) {
     ++checked;
   }
   EXPECT_EQ(checked, 14);
+}
+
+TEST(Vectors, EveryTrellisLineMatchesOnEveryPath) {
+  int checked = 0;
+  for (const auto& kv : sjkv_test::read_kv_lines("expected_vectors.txt")) {
+    if (kv.at("kind") != "seal" || kv.at("body") != "1") continue;
+    const uint32_t D = std::stoul(kv.at("D")), bk = std::stoul(kv.at("bk")), bv = std::stoul(kv.at("bv"));
+    const RecordLayout l = make_layout(D, 128, bk, bv, Body::trellis);
+    EXPECT_EQ(std::to_string(l.bytes), kv.at("bytes"));
+    for (SealPath path : {SealPath::reference, SealPath::fast_baseline, SealPath::fast_avx2, SealPath::fast_avx512,
+                          SealPath::fast}) {
+      if (!seal_path_available(path)) continue;
+      const Hashes h = seal_and_hash(D, bk, bv, path, nullptr, Body::trellis);
+      EXPECT_EQ(hex64(h.rec), kv.at("rec")) << "D=" << D << " " << bk << "/" << bv << "t " << seal_path_name(path);
+      EXPECT_EQ(hex64(h.dec), kv.at("dec")) << "D=" << D << " " << bk << "/" << bv << "t " << seal_path_name(path);
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 6);
+}
+
+// AUTO resolves to trellis for 3/3, 3/2 and 2/2 and seals the same bytes as an explicit
+// trellis body.
+TEST(Vectors, AutomaticBodySealsTrellis) {
+  for (auto pr : {std::pair<uint32_t, uint32_t>{3, 3}, {3, 2}, {2, 2}}) {
+    const RecordLayout l = make_layout(128, 128, pr.first, pr.second, resolve_body(Body::automatic, pr.first, pr.second));
+    ASSERT_EQ(l.body, Body::trellis);
+    std::vector<uint8_t> a, b;
+    seal_and_hash(128, pr.first, pr.second, SealPath::fast, &a, l.body);
+    seal_and_hash(128, pr.first, pr.second, SealPath::fast, &b, Body::trellis);
+    EXPECT_EQ(a, b);
+  }
 }
 
 TEST(Vectors, Tq6Line) {

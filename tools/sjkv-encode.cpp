@@ -86,7 +86,8 @@ std::string json_str(const std::string& s) {
 
 int run_encode(const EncodeArgs& a) {
   if (!a.codebook.empty())
-    throw std::invalid_argument("--codebook needs a trellis body, which this build does not have yet");
+    throw cli::UsageError("--codebook: codebook files come with sjkv-train; trellis bodies use the built-in reference "
+                          "tables for now");
   if (a.device == "cuda")
     throw std::invalid_argument("--device cuda: the CUDA encode path is not part of this build; use --device cpu");
   ImportOptions io;

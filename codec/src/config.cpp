@@ -56,7 +56,8 @@ const char* describe(Unsupported u) {
     case Unsupported::trellis_bits: return "trellis bodies need bits in {2,3} with bits_v <= bits_k";
     case Unsupported::trellis_group: return "trellis bodies need group 128";
     case Unsupported::trellis_head_dim: return "trellis bodies need head_dim a multiple of 128";
-    case Unsupported::trellis_not_built: return "trellis bodies are not available in this build (use body=scalar)";
+    case Unsupported::trellis_not_built:  // no longer returned; kept so stored values keep their meaning
+      return "trellis bodies are not available in this build (use body=scalar)";
     case Unsupported::staging_block: return "head_dim must be a multiple of the staging block (128 for tq6_0, 32 for q8_0)";
     case Unsupported::rotation_block: return "rotation block must be a power of two >= 32 that divides head_dim";
     case Unsupported::sink_invalid: return "sink must be a positive multiple of 64";
@@ -78,7 +79,6 @@ Unsupported can_implement_record(uint32_t d, uint32_t g, uint32_t bits_k, uint32
     if (bits_k == 4 || bits_v == 4 || bits_v > bits_k) return Unsupported::trellis_bits;
     if (g != 128) return Unsupported::trellis_group;
     if (d % 128 != 0) return Unsupported::trellis_head_dim;
-    return Unsupported::trellis_not_built;
   }
   return Unsupported::none;
 }

@@ -75,6 +75,37 @@ void SealWorkspace::reserve(uint32_t head_dim, uint32_t group) {
   sums_.assign(static_cast<size_t>(8) * vec, 0.0);
   dvecs_.assign(static_cast<size_t>(2) * vec, 0.0);
   codes_.assign(tile, 0);
+  // trellis records always have G = 128
+  choice_.assign(static_cast<size_t>(kTrellisGroup) * kTrellisStates * 4, 0);
+  cbf_.assign(kTrellisMaxEntries, 0.0f);
+  ty_.assign(static_cast<size_t>(kTrellisGroup) + 2 * kTrellisStates, 0.0f);
+  windows_.assign(tile, 0);
+}
+
+TrellisScratch SealWorkspace::trellis_scratch() {
+  TrellisScratch s;
+  s.y = ty_.data();
+  s.phi = ty_.data() + (ty_.size() - 2 * kTrellisStates);
+  s.choice = choice_.data();
+  s.codes = codes_.data();
+  s.cbf = cbf_.data();
+  return s;
+}
+
+Status check_codebooks(const RecordLayout& l, const TrellisCodebooks& cb) {
+  if (l.body != Body::trellis) return Status{};
+  for (int s = 0; s < 2; ++s) {
+    const Side side = s == 0 ? Side::k : Side::v;
+    const uint32_t bits = s == 0 ? l.bits_k : l.bits_v;
+    const long bad = first_nonfinite_entry(codebook_table(cb, side, bits), bits);
+    if (bad < 0) continue;
+    Status st;
+    st.code = ErrorCode::unsupported;
+    st.side = side;
+    st.detail = std::string(s == 0 ? "K" : "V") + " codebook entry " + std::to_string(bad) + " is not finite";
+    return st;
+  }
+  return Status{};
 }
 
 RecordScratch SealWorkspace::reference_scratch() {
@@ -111,7 +142,8 @@ Status seal_record(const RecordLayout& l, const SealOptions& opt, const uint16_t
     st.detail = describe(why != Unsupported::none ? why : iters);
     return st;
   }
-  Status st = check_finite_rows(Side::k, k_rows, l.group, l.head_dim, row_stride);
+  Status st = check_codebooks(l, opt.codebooks);
+  if (st.ok()) st = check_finite_rows(Side::k, k_rows, l.group, l.head_dim, row_stride);
   if (st.ok()) st = check_finite_rows(Side::v, v_rows, l.group, l.head_dim, row_stride);
   if (!st.ok()) {
     std::memset(out, 0, l.bytes);
@@ -120,6 +152,20 @@ Status seal_record(const RecordLayout& l, const SealOptions& opt, const uint16_t
   ws.reserve(l.head_dim, l.group);
   if (path == SealPath::fast) path = best_fast_path();
   if (!seal_path_available(path)) path = SealPath::reference;
+  if (l.body == Body::trellis) {
+    switch (path) {
+      case SealPath::reference:
+        seal_record_trellis_ref(l, k_rows, v_rows, row_stride, opt.iters, opt.balance, opt.codebooks,
+                                ws.reference_scratch(), ws.trellis_scratch(), out);
+        break;
+#if defined(__x86_64__)
+      case SealPath::fast_avx2: isa_avx2::seal_record_trellis(l, opt, k_rows, v_rows, row_stride, out, ws); break;
+      case SealPath::fast_avx512: isa_avx512::seal_record_trellis(l, opt, k_rows, v_rows, row_stride, out, ws); break;
+#endif
+      default: isa_baseline::seal_record_trellis(l, opt, k_rows, v_rows, row_stride, out, ws); break;
+    }
+    return Status{};
+  }
   switch (path) {
     case SealPath::reference:
       seal_record_scalar_ref(l, k_rows, v_rows, row_stride, opt.iters, opt.balance, ws.reference_scratch(), out);
@@ -157,12 +203,12 @@ Status seal_records(const RecordLayout& l, const SealOptions& opt, size_t n, con
   return first_bad < n ? bad : Status{};
 }
 
-void decode_k_row(const RecordLayout& l, const uint8_t* rec, uint32_t t, float* out) {
-  decode_k_row_scalar(l, rec, t, out);
+void decode_k_row(const RecordLayout& l, const uint8_t* rec, uint32_t t, float* out, const TrellisCodebooks& cb) {
+  decode_k_row_ref(l, rec, t, out, cb);
 }
 
-void decode_v_row(const RecordLayout& l, const uint8_t* rec, uint32_t t, float* out) {
-  decode_v_row_scalar(l, rec, t, out);
+void decode_v_row(const RecordLayout& l, const uint8_t* rec, uint32_t t, float* out, const TrellisCodebooks& cb) {
+  decode_v_row_ref(l, rec, t, out, cb);
 }
 
 }  // namespace sjkv

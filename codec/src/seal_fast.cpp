@@ -1,11 +1,15 @@
-// Vectorised seal of one scalar record. Compiled once per instruction set (SJKV_ISA_NS
-// names the copy); seal.cpp picks one at run time.
+// Vectorised seal of one record, scalar or trellis body. Compiled once per instruction set
+// (SJKV_ISA_NS names the copy); seal.cpp picks one at run time.
 //
 // Same bytes as the reference because nothing is reordered: every reduction keeps its own
 // accumulator and its own order, and the vector lanes run across independent columns, rows
 // or tokens. Each side keeps its tile in both layouts, [R][C] and [C][R], so that both the
 // column pass and the row pass walk their sequences with the lanes on the contiguous axis.
 #include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #include "seal_isa.h"
 #include "sjkv/seal.h"
@@ -161,6 +165,22 @@ void rtn_codes(const float* __restrict X, uint32_t T, uint32_t D, const float* _
   }
 }
 
+// n codes of b bits as one little-endian stream (code k at bit k*b).
+void pack_stream(const uint8_t* __restrict codes, size_t n, uint32_t b, uint8_t* __restrict out) {
+  uint64_t acc = 0;
+  uint32_t nacc = 0;
+  for (size_t k = 0; k < n; ++k) {
+    acc |= static_cast<uint64_t>(codes[k]) << nacc;
+    nacc += b;
+    while (nacc >= 8) {
+      *out++ = static_cast<uint8_t>(acc & 0xff);
+      acc >>= 8;
+      nacc -= 8;
+    }
+  }
+  if (nacc) *out = static_cast<uint8_t>(acc & 0xff);
+}
+
 void pack_codes(const RecordLayout& l, Side side, const uint8_t* codes, uint8_t* payload) {
   const uint32_t D = l.head_dim, G = l.group;
   const bool frag = side == Side::k ? l.k_fragment() : l.v_fragment();
@@ -181,25 +201,18 @@ void pack_codes(const RecordLayout& l, Side side, const uint8_t* codes, uint8_t*
     return;
   }
   // token-major little-endian stream: code k = t*D + d at bit k*b
-  const uint32_t b = side == Side::k ? l.bits_k : l.bits_v;
-  const size_t n = static_cast<size_t>(G) * D;
-  uint64_t acc = 0;
-  uint32_t nacc = 0;
-  uint8_t* out = payload;
-  for (size_t k = 0; k < n; ++k) {
-    acc |= static_cast<uint64_t>(codes[k]) << nacc;
-    nacc += b;
-    while (nacc >= 8) {
-      *out++ = static_cast<uint8_t>(acc & 0xff);
-      acc >>= 8;
-      nacc -= 8;
-    }
-  }
-  if (nacc) *out = static_cast<uint8_t>(acc & 0xff);
+  pack_stream(codes, static_cast<size_t>(G) * D, side == Side::k ? l.bits_k : l.bits_v, payload);
 }
 
-void seal_side(const RecordLayout& l, Side side, const uint16_t* rows, size_t stride, const SealOptions& opt,
-               SealWorkspace& ws, uint8_t* rec) {
+// One side after balancing and the §5.4 row affine (scales and zeros already written).
+struct SideState {
+  Tiles w;       // cur [R][C] and curT [C][R] hold bal; M and MT are free
+  uint32_t R, C, b;
+  float *s_row, *s_col, *lo, *step;
+};
+
+SideState prepare_side(const RecordLayout& l, Side side, const uint16_t* rows, size_t stride, const SealOptions& opt,
+                       SealWorkspace& ws, uint8_t* rec) {
   const uint32_t D = l.head_dim, G = l.group;
   const bool is_k = side == Side::k;
   const uint32_t R = is_k ? D : G, C = is_k ? G : D;
@@ -245,14 +258,247 @@ void seal_side(const RecordLayout& l, Side side, const uint16_t* rows, size_t st
     store_u16(rec + (is_k ? l.k_scale : l.v_scale) + 2 * i, sc);
     store_u16(rec + (is_k ? l.k_zero : l.v_zero) + 2 * i, zp);
   }
+  return SideState{w, R, C, b, s_row, s_col, lo, step};
+}
+
+void write_column_scales(const RecordLayout& l, Side side, const SideState& st, uint8_t* rec) {
+  for (uint32_t c = 0; c < st.C; ++c) {
+    const uint16_t h = f32_to_f16(st.s_col[c]);
+    if (side == Side::k) store_u16(rec + l.k_tok + 2 * c, h); else store_u16(rec + l.v_ch + 2 * v_ch_idx(l, c), h);
+  }
+}
+
+void seal_side(const RecordLayout& l, Side side, const uint16_t* rows, size_t stride, const SealOptions& opt,
+               SealWorkspace& ws, uint8_t* rec) {
+  const bool is_k = side == Side::k;
+  const SideState st = prepare_side(l, side, rows, stride, opt, ws, rec);
   // Codes in [t][d]: K's bal in [t][d] is curT (rows are channels), V's is cur.
   uint8_t* codes = ws.codes();
-  rtn_codes(is_k ? w.curT : w.cur, G, D, lo, step, !is_k, qmax, codes);
+  rtn_codes(is_k ? st.w.curT : st.w.cur, l.group, l.head_dim, st.lo, st.step, !is_k, (1u << st.b) - 1u, codes);
   pack_codes(l, side, codes, rec + (is_k ? l.k_payload : l.v_payload));
-  for (uint32_t c = 0; c < C; ++c) {
-    const uint16_t h = f32_to_f16(s_col[c]);
-    if (is_k) store_u16(rec + l.k_tok + 2 * c, h); else store_u16(rec + l.v_ch + 2 * v_ch_idx(l, c), h);
+  write_column_scales(l, side, st, rec);
+}
+
+// ---- Trellis (§6) ------------------------------------------------------------------------
+//
+// The Viterbi recursion runs with the vector lanes across the 64 states. At step i the
+// windows of branch j of states s..s+W-1 are contiguous (w = s + 64 j), so one vector
+// computes fsub(y, cbf[w]), fmul, fadd(., phi[w >> b]) for W states at once, exactly as
+// trellis::branch_cost does for one. Each state takes its branches j = 0, 1, ... in order
+// with a strict comparison: the mask `cost < best` picks the new j, and the running best is
+// min(cost, best), which is `cost < best ? cost : best` by the instruction's definition.
+// So every state's choice and cost-to-go are the reference's, bit for bit (ties keep the
+// smallest j; a state whose costs are all +inf keeps j = 0).
+
+// Path from start state 0 through the recorded choices ([n][64], any integer type): codes
+// and windows per token.
+template <uint32_t B, class ChoiceT>
+void traceback(const ChoiceT* __restrict choice, uint32_t n, uint8_t* __restrict codes, uint16_t* __restrict wins) {
+  uint32_t s = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t c = static_cast<uint32_t>(choice[static_cast<size_t>(i) * kTrellisStates + s]);
+    const uint32_t w = s + kTrellisStates * c;
+    codes[i] = static_cast<uint8_t>(c);
+    wins[i] = static_cast<uint16_t>(w);
+    s = trellis::next_state(w, B);
   }
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+// GCC 12 warns about the deliberately undefined pass-through operand inside its own
+// _mm512_permutexvar_ps / _mm512_min_ps (a known false positive).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// The 64 costs-to-go stay in four registers. Window chunk w0 = 64 j + 16 m (states 16m ..
+// 16m+15, branch j) reads phi[(w0 >> B) + (l >> B)] for lane l: register (w0 >> B) / 16 at
+// offset (w0 >> B) % 16 + (l >> B), one in-register permute. Choices are bytes [n][64].
+template <uint32_t B>
+void viterbi_channel(const float* __restrict y, uint32_t n, const float* __restrict cbf, void* choice_buf,
+                     uint8_t* __restrict codes, uint16_t* __restrict wins) {
+  constexpr uint32_t NB = 1u << B;
+  uint8_t* __restrict choice = static_cast<uint8_t*>(choice_buf);
+  __m512i idx[8];
+  for (uint32_t k = 0; k < 8; ++k) {
+    alignas(64) int32_t v[16];
+    for (uint32_t l = 0; l < 16; ++l) v[l] = static_cast<int32_t>((B == 3 ? 2 * k : 4 * k) + (l >> B));
+    idx[k] = _mm512_load_si512(v);
+  }
+  const __m512 inf = _mm512_set1_ps(f32_from_bits(0x7f800000u));
+  __m512 phi[4];
+  for (auto& p : phi) p = _mm512_setzero_ps();
+  for (uint32_t i = n; i-- > 0;) {
+    const __m512 yv = _mm512_set1_ps(y[i]);
+    __m512 best[4];
+    __m128i bj[4];
+    for (uint32_t m = 0; m < 4; ++m) {
+      best[m] = inf;
+      bj[m] = _mm_setzero_si128();
+    }
+#pragma GCC unroll 8
+    for (uint32_t j = 0; j < NB; ++j) {
+      const __m128i jv = _mm_set1_epi8(static_cast<char>(j));
+#pragma GCC unroll 4
+      for (uint32_t m = 0; m < 4; ++m) {
+        const uint32_t w0 = kTrellisStates * j + 16 * m, p0 = w0 >> B;
+        const __m512 d = _mm512_sub_ps(yv, _mm512_loadu_ps(cbf + w0));
+        const __m512 ph = _mm512_permutexvar_ps(idx[(p0 % 16) / (B == 3 ? 2 : 4)], phi[p0 / 16]);
+        const __m512 cost = _mm512_add_ps(_mm512_mul_ps(d, d), ph);
+        const __mmask16 lt = _mm512_cmp_ps_mask(cost, best[m], _CMP_LT_OQ);
+        best[m] = _mm512_min_ps(cost, best[m]);
+        bj[m] = _mm_mask_mov_epi8(bj[m], lt, jv);
+      }
+    }
+    uint8_t* ch = choice + static_cast<size_t>(i) * kTrellisStates;
+    for (uint32_t m = 0; m < 4; ++m) {
+      phi[m] = best[m];
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(ch + 16 * m), bj[m]);
+    }
+  }
+  traceback<B>(choice, n, codes, wins);
+}
+#pragma GCC diagnostic pop
+#elif defined(__AVX2__)
+// Costs-to-go through two buffers; choices are int32 [n][64].
+template <uint32_t B>
+void viterbi_channel(const float* __restrict y, uint32_t n, const float* __restrict cbf, void* choice_buf,
+                     uint8_t* __restrict codes, uint16_t* __restrict wins) {
+  constexpr uint32_t NB = 1u << B;
+  int32_t* __restrict choice = static_cast<int32_t*>(choice_buf);
+  alignas(32) float buf[2][kTrellisStates + 8] = {};
+  float* cur = buf[0];  // costs-to-go of step i + 1
+  float* nxt = buf[1];
+  const __m256i idx2 = _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0);  // 2-bit: lane l reads phi[(w0 >> 2) + (l >> 2)]
+  const __m256 inf = _mm256_set1_ps(f32_from_bits(0x7f800000u));
+  for (uint32_t i = n; i-- > 0;) {
+    const __m256 yv = _mm256_set1_ps(y[i]);
+    int32_t* ch = choice + static_cast<size_t>(i) * kTrellisStates;
+    for (uint32_t m = 0; m < 8; ++m) {
+      __m256 best = inf;
+      __m256 bj = _mm256_setzero_ps();
+#pragma GCC unroll 8
+      for (uint32_t j = 0; j < NB; ++j) {
+        const uint32_t w0 = kTrellisStates * j + 8 * m;
+        const __m256 d = _mm256_sub_ps(yv, _mm256_loadu_ps(cbf + w0));
+        // 3-bit: all 8 lanes share phi[w0 >> 3]; 2-bit: lane l reads phi[(w0 >> 2) + (l >> 2)]
+        // (the 8-float load reaches into the buffer's padding; those lanes are not selected).
+        const __m256 ph = B == 3 ? _mm256_broadcast_ss(cur + (w0 >> 3))
+                                 : _mm256_permutevar8x32_ps(_mm256_loadu_ps(cur + (w0 >> 2)), idx2);
+        const __m256 cost = _mm256_add_ps(_mm256_mul_ps(d, d), ph);
+        const __m256 lt = _mm256_cmp_ps(cost, best, _CMP_LT_OQ);
+        best = _mm256_min_ps(cost, best);
+        bj = _mm256_blendv_ps(bj, _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(j))), lt);
+      }
+      _mm256_store_ps(nxt + 8 * m, best);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(ch + 8 * m), _mm256_castps_si256(bj));
+    }
+    float* t = cur;
+    cur = nxt;
+    nxt = t;
+  }
+  traceback<B>(choice, n, codes, wins);
+}
+#elif defined(__SSE2__)
+template <uint32_t B>
+void viterbi_channel(const float* __restrict y, uint32_t n, const float* __restrict cbf, void* choice_buf,
+                     uint8_t* __restrict codes, uint16_t* __restrict wins) {
+  constexpr uint32_t NB = 1u << B;
+  int32_t* __restrict choice = static_cast<int32_t*>(choice_buf);
+  alignas(16) float buf[2][kTrellisStates] = {};
+  float* cur = buf[0];
+  float* nxt = buf[1];
+  const __m128 inf = _mm_set1_ps(f32_from_bits(0x7f800000u));
+  for (uint32_t i = n; i-- > 0;) {
+    const __m128 yv = _mm_set1_ps(y[i]);
+    int32_t* ch = choice + static_cast<size_t>(i) * kTrellisStates;
+    for (uint32_t m = 0; m < 16; ++m) {
+      __m128 best = inf;
+      __m128i bj = _mm_setzero_si128();
+#pragma GCC unroll 8
+      for (uint32_t j = 0; j < NB; ++j) {
+        const uint32_t w0 = kTrellisStates * j + 4 * m;
+        const __m128 d = _mm_sub_ps(yv, _mm_loadu_ps(cbf + w0));
+        const __m128 ph = _mm_set1_ps(cur[w0 >> B]);  // all 4 lanes share one next state
+        const __m128 cost = _mm_add_ps(_mm_mul_ps(d, d), ph);
+        const __m128i lt = _mm_castps_si128(_mm_cmplt_ps(cost, best));
+        best = _mm_min_ps(cost, best);
+        const __m128i jv = _mm_set1_epi32(static_cast<int>(j));
+        bj = _mm_or_si128(_mm_and_si128(lt, jv), _mm_andnot_si128(lt, bj));
+      }
+      _mm_store_ps(nxt + 4 * m, best);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(ch + 4 * m), bj);
+    }
+    float* t = cur;
+    cur = nxt;
+    nxt = t;
+  }
+  traceback<B>(choice, n, codes, wins);
+}
+#else
+// No vector unit we know: the reference recursion, then the windows of its path.
+template <uint32_t B>
+void viterbi_channel(const float* __restrict y, uint32_t n, const float* __restrict cbf, void* choice_buf,
+                     uint8_t* __restrict codes, uint16_t* __restrict wins) {
+  float phi[2 * kTrellisStates];
+  uint8_t* choice = static_cast<uint8_t*>(choice_buf);
+  trellis::viterbi_ref(y, n, B, cbf, phi, choice, codes);
+  traceback<B>(choice, n, codes, wins);
+}
+#endif
+
+void seal_side_trellis(const RecordLayout& l, Side side, const uint16_t* rows, size_t stride, const SealOptions& opt,
+                       SealWorkspace& ws, uint8_t* rec) {
+  const bool is_k = side == Side::k;
+  const SideState st = prepare_side(l, side, rows, stride, opt, ws, rec);
+  const uint32_t D = l.head_dim, G = l.group, b = st.b, R = st.R, C = st.C;
+  const uint16_t* table = codebook_table(opt.codebooks, side, b);
+  float* __restrict cbf = ws.cbf();
+  for (uint32_t w = 0; w < trellis_entries(b); ++w) cbf[w] = f16_to_f32(table[w]);
+
+  // Targets of every channel, [d][t]: K's bal in [d][t] is cur with the affine per d; V's
+  // is curT with the affine per t.
+  float* __restrict Y = st.w.M;
+  const float* bal_dt = is_k ? st.w.cur : st.w.curT;
+  for (uint32_t d = 0; d < D; ++d) {
+    const float* __restrict x = bal_dt + static_cast<size_t>(d) * G;
+    float* __restrict y = Y + static_cast<size_t>(d) * G;
+    if (is_k) {
+      const float lo = st.lo[d], step = st.step[d];
+      for (uint32_t t = 0; t < G; ++t) y[t] = trellis::target(x[t], lo, step);
+    } else {
+      for (uint32_t t = 0; t < G; ++t) y[t] = trellis::target(x[t], st.lo[t], st.step[t]);
+    }
+  }
+  uint8_t* codes = ws.codes();    // [d][t]
+  uint16_t* wins = ws.windows();  // [d][t]
+  for (uint32_t d = 0; d < D; ++d) {
+    const size_t o = static_cast<size_t>(d) * G;
+    if (b == 3) viterbi_channel<3>(Y + o, G, cbf, ws.choice(), codes + o, wins + o);
+    else viterbi_channel<2>(Y + o, G, cbf, ws.choice(), codes + o, wins + o);
+  }
+  // Channel-major stream: code (t, d) at bit (d*G + t)*b, i.e. the [d][t] codes in order.
+  pack_stream(codes, static_cast<size_t>(D) * G, b, rec + (is_k ? l.k_payload : l.v_payload));
+
+  // Refit: decoded entries in the tile's [R][C] order next to bal, then one row at a time.
+  float* __restrict yhat = st.w.MT;
+  for (uint32_t d = 0; d < D; ++d)
+    for (uint32_t t = 0; t < G; ++t) {
+      const float q = cbf[wins[static_cast<size_t>(d) * G + t]];
+      if (is_k) yhat[static_cast<size_t>(d) * G + t] = q; else yhat[static_cast<size_t>(t) * D + d] = q;
+    }
+  for (uint32_t r = 0; r < R; ++r) {
+    const float* x = st.w.cur + static_cast<size_t>(r) * C;
+    const float* q = yhat + static_cast<size_t>(r) * C;
+    trellis::RefitSums sums;
+    for (uint32_t c = 0; c < C; ++c) trellis::refit_add(sums, x[c], q[c]);
+    double a, bz;
+    if (!trellis::refit_solve(sums, C, &a, &bz)) continue;
+    uint16_t sc, zp;
+    trellis::refit_store(st.s_row[r], a, bz, &sc, &zp);
+    const uint32_t i = is_k ? k_ch_idx(l, r) : r;
+    store_u16(rec + (is_k ? l.k_scale : l.v_scale) + 2 * i, sc);
+    store_u16(rec + (is_k ? l.k_zero : l.v_zero) + 2 * i, zp);
+  }
+  write_column_scales(l, side, st, rec);
 }
 
 }  // namespace
@@ -262,6 +508,13 @@ void seal_record_scalar(const RecordLayout& l, const SealOptions& opt, const uin
   std::memset(rec, 0, l.bytes);
   seal_side(l, Side::k, k_rows, stride, opt, ws, rec);
   seal_side(l, Side::v, v_rows, stride, opt, ws, rec);
+}
+
+void seal_record_trellis(const RecordLayout& l, const SealOptions& opt, const uint16_t* k_rows,
+                         const uint16_t* v_rows, size_t stride, uint8_t* rec, SealWorkspace& ws) {
+  std::memset(rec, 0, l.bytes);
+  seal_side_trellis(l, Side::k, k_rows, stride, opt, ws, rec);
+  seal_side_trellis(l, Side::v, v_rows, stride, opt, ws, rec);
 }
 
 }  // namespace SJKV_ISA_NS

@@ -1,4 +1,4 @@
-// Internal: the per-ISA copies of the vectorised sealer.
+// Internal: the per-ISA copies of the vectorised sealer (scalar and trellis bodies).
 #pragma once
 
 #include "sjkv/seal.h"
@@ -13,6 +13,8 @@ const uint8_t* fragment_tile_positions(Side side);
   namespace ns {                                                                                     \
   void seal_record_scalar(const RecordLayout& l, const SealOptions& opt, const uint16_t* k_rows,     \
                           const uint16_t* v_rows, size_t stride, uint8_t* rec, SealWorkspace& ws);   \
+  void seal_record_trellis(const RecordLayout& l, const SealOptions& opt, const uint16_t* k_rows,    \
+                           const uint16_t* v_rows, size_t stride, uint8_t* rec, SealWorkspace& ws);  \
   }
 SJKV_DECLARE_ISA(isa_baseline)
 #if defined(__x86_64__)

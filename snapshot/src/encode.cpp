@@ -9,6 +9,7 @@
 
 #include "sjkv/cache.h"
 #include "sjkv/hadamard.h"
+#include "sjkv/trellis.h"
 
 namespace sjkv {
 
@@ -64,6 +65,7 @@ Snapshot encode_capture(const Capture& cap, const EncodeOptions& opt) {
   SealOptions so;
   so.iters = cfg.iters;
   so.balance = cfg.balance;
+  so.codebooks = opt.codebooks;
   SequenceCache seq(cfg, shape, so, opt.path, threads);
   if (!seq.status().ok()) throw std::invalid_argument(seq.status().message());
 
@@ -92,7 +94,14 @@ Snapshot encode_capture(const Capture& cap, const EncodeOptions& opt) {
   s.B_prev = seq.policy().B_prev;
   s.N = N;
   s.draining = seq.policy().draining;
-  s.codebook_id = 0;
+  if (s.config.resolved_body() == Body::trellis) {
+    const RecordLayout l = s.config.layout();
+    const uint16_t* k = codebook_table(so.codebooks, Side::k, l.bits_k);
+    const uint16_t* v = codebook_table(so.codebooks, Side::v, l.bits_v);
+    s.codebook_k.assign(k, k + (size_t{1} << (6 + l.bits_k)));
+    s.codebook_v.assign(v, v + (size_t{1} << (6 + l.bits_v)));
+    s.codebook_id = codebook_id(l, so.codebooks);
+  }
   s.model = cap.model;
   s.source = cap.source;
   s.token_ids = cap.token_ids;
@@ -142,6 +151,13 @@ Snapshot encode_capture(const Capture& cap, const EncodeOptions& opt) {
 
 namespace {
 
+TrellisCodebooks snapshot_codebooks(const Snapshot& s) {
+  TrellisCodebooks cb;
+  if (!s.codebook_k.empty()) cb.k = s.codebook_k.data();
+  if (!s.codebook_v.empty()) cb.v = s.codebook_v.data();
+  return cb;
+}
+
 // Decoded K and V rows of one position and head of a snapshot layer, rotated basis.
 void decode_position(const Snapshot& s, const SnapshotLayer& sl, uint32_t p, uint32_t h, float* k, float* v) {
   const CodecConfig& c = s.config;
@@ -164,8 +180,9 @@ void decode_position(const Snapshot& s, const SnapshotLayer& sl, uint32_t p, uin
     const RecordLayout l = c.layout();
     const uint32_t g = (p - c.sink) / c.group, t = (p - c.sink) % c.group;
     const uint8_t* rec = &sl.body[(static_cast<size_t>(g) * H + h) * l.bytes];
-    decode_k_row(l, rec, t, k);
-    decode_v_row(l, rec, t, v);
+    const TrellisCodebooks cb = snapshot_codebooks(s);
+    decode_k_row(l, rec, t, k, cb);
+    decode_v_row(l, rec, t, v, cb);
     return;
   }
   const size_t i = static_cast<size_t>(p - s.ring_from()) * H + h;

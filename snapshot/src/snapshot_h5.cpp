@@ -251,7 +251,17 @@ void check_snapshot_consistent(const Snapshot& snap, const EmbeddedCodebooks* co
   if (!d.empty()) throw std::invalid_argument("snapshot: " + d);
 }
 
-void write_snapshot(const std::string& path, const Snapshot& snap, int zstd_level, const EmbeddedCodebooks* codebooks) {
+void write_snapshot(const std::string& path, const Snapshot& snap, int zstd_level, const EmbeddedCodebooks* given) {
+  // Without explicit tables, the ones the snapshot carries are embedded (token axis).
+  EmbeddedCodebooks carried;
+  const EmbeddedCodebooks* codebooks = given;
+  if (!codebooks && !snap.codebook_k.empty()) {
+    carried.bits_k = snap.config.bits_k;
+    carried.bits_v = snap.config.bits_v;
+    carried.k_table = snap.codebook_k;
+    carried.v_table = snap.codebook_v;
+    codebooks = &carried;
+  }
   check_snapshot_consistent(snap, codebooks);
   if (!zstd_level_valid(zstd_level)) throw std::invalid_argument("zstd level " + std::to_string(zstd_level) + " is not valid");
   const std::lock_guard<std::mutex> lock(h5::api_mutex());
@@ -491,6 +501,10 @@ Snapshot read_snapshot(const std::string& path, EmbeddedCodebooks* codebooks_out
     read_u8("ring_v", g.n_ring, g.row_bytes, "[N - max(B, sink), kv_heads, row_bytes]", &l.ring_v);
     defect = layer_defect(s, i);
     if (!defect.empty()) r.fail(defect);
+  }
+  if (has_cb) {
+    s.codebook_k = cb.k_table;
+    s.codebook_v = cb.v_table;
   }
   if (codebooks_out) *codebooks_out = has_cb ? cb : EmbeddedCodebooks{};
   return s;

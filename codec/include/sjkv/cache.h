@@ -74,7 +74,11 @@ class SequenceCache {
   uint32_t n_stored() const { return n_; }
   const JournalPolicy& policy() const { return policy_; }
   const LayerCache& layer(uint32_t l) const { return layers_[l]; }
-  CacheView view(uint32_t l) const { return layers_[l].view(policy_.B, n_); }
+  CacheView view(uint32_t l) const {
+    CacheView v = layers_[l].view(policy_.B, n_);
+    v.codebooks = opt_.codebooks;  // records sealed with run-time tables decode with them
+    return v;
+  }
   const CodecConfig& config() const { return cfg_; }
   const CacheShape& shape() const { return shape_; }
   uint32_t commits() const { return commits_; }

@@ -30,6 +30,9 @@ struct CacheView {
   const uint8_t* body = nullptr;
   uint32_t B = 0;  // sealed end
   uint32_t N = 0;  // stored end
+  // Trellis bodies decode with these tables (default: the built-in reference codebooks;
+  // device views need device pointers or the default).
+  TrellisCodebooks codebooks{};
 
   SJKV_HD uint32_t head_dim() const { return layout.head_dim; }
   SJKV_HD uint32_t row_bytes() const { return staging_row_bytes(staging, layout.head_dim); }
@@ -41,8 +44,8 @@ SJKV_HD inline void resolve_row(const CacheView& v, uint32_t p, uint32_t h, floa
   if (p >= v.sink && p < v.B) {
     const uint32_t g = (p - v.sink) / v.layout.group, t = (p - v.sink) % v.layout.group;
     const uint8_t* rec = v.body + (static_cast<size_t>(g) * v.n_head_kv + h) * v.layout.bytes;
-    decode_k_row_scalar(v.layout, rec, t, k_out);
-    decode_v_row_scalar(v.layout, rec, t, v_out);
+    decode_k_row_ref(v.layout, rec, t, k_out, v.codebooks);
+    decode_v_row_ref(v.layout, rec, t, v_out, v.codebooks);
     return;
   }
   if (p < v.sink && !v.sink_inherit) {

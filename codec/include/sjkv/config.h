@@ -51,7 +51,7 @@ enum class Unsupported : uint32_t {
   trellis_bits,               // trellis needs bits in {2,3} and bits_v <= bits_k
   trellis_group,              // trellis needs G == 128
   trellis_head_dim,           // trellis needs D % 128 == 0
-  trellis_not_built,          // trellis bodies are not part of this build yet
+  trellis_not_built,          // unused since trellis bodies were built; kept for the numbering
   staging_block,              // D not a multiple of the staging block (128 tq6_0, 32 q8_0)
   rotation_block,             // rotation block not a power of two >= 32 dividing D
   sink_invalid,               // sink == 0 or sink % 64 != 0

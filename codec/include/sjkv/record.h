@@ -1,4 +1,4 @@
-// Sealing and decoding one record, reference form (CODEC-SPEC §5, §7). Plain loops in the
+// Sealing and decoding one record, reference form (CODEC-SPEC §5, §6, §7). Plain loops in the
 // spec's order, usable from host and device (one thread per record). The vectorised CPU
 // path (seal.h) must give the same bytes; tests hold it to that.
 #pragma once
@@ -6,6 +6,7 @@
 #include "sjkv/balance.h"
 #include "sjkv/fp16.h"
 #include "sjkv/layout.h"
+#include "sjkv/trellis.h"
 
 namespace sjkv {
 
@@ -17,9 +18,20 @@ struct RecordScratch {
   float* step;  // [max(D,G)]
 };
 
-// One side (K or V) of a scalar record from G fp16 rows of D values (row stride `stride`).
-SJKV_HD inline void seal_side_scalar_ref(const RecordLayout& l, Side side, const uint16_t* rows, size_t stride,
-                                         uint32_t iters, BalanceMode mode, RecordScratch s, uint8_t* rec) {
+// Scratch of the trellis part of one side (reference seal): y[G] targets, phi[128] costs,
+// choice[G*64] branch choices, codes[G] of one channel and cbf[512] decoded table entries.
+struct TrellisScratch {
+  float* y;
+  float* phi;
+  uint8_t* choice;
+  uint8_t* codes;
+  float* cbf;
+};
+
+// Tile of one side from G fp16 rows of D values, balanced (§5.2-5.3), then the per-row
+// affine of §5.4: s.lo / s.step per row and the scale/zero written for every row.
+SJKV_HD inline void seal_side_prepare_ref(const RecordLayout& l, Side side, const uint16_t* rows, size_t stride,
+                                          uint32_t iters, BalanceMode mode, RecordScratch s, uint8_t* rec) {
   const uint32_t D = l.head_dim, G = l.group;
   const bool is_k = side == Side::k;
   const uint32_t R = is_k ? D : G, C = is_k ? G : D;
@@ -30,15 +42,15 @@ SJKV_HD inline void seal_side_scalar_ref(const RecordLayout& l, Side side, const
     }
   balance_tile_ref(s.M, R, C, iters, mode, s.bal);
   const float* cur = s.bal.cur;
-  const uint32_t b = is_k ? l.bits_k : l.bits_v;
-  const uint32_t qmax = (1u << b) - 1u;
-  uint8_t* payload = rec + (is_k ? l.k_payload : l.v_payload);
+  const uint32_t qmax = (1u << (is_k ? l.bits_k : l.bits_v)) - 1u;
   for (uint32_t r = 0; r < R; ++r) {
     const float* row = cur + static_cast<size_t>(r) * C;
     float lo = row[0], hi = row[0];
     for (uint32_t c = 1; c < C; ++c) { lo = op::minS(lo, row[c]); hi = op::maxS(hi, row[c]); }
     const float step = bal::affine_step(lo, hi, qmax);
     const float sr = s.bal.s_row[r];
+    s.lo[r] = lo;
+    s.step[r] = step;
     if (is_k) {
       const uint32_t i = k_ch_idx(l, r);
       store_u16(rec + l.k_scale + 2 * i, f32_to_f16(op::fmul(sr, step)));
@@ -47,16 +59,37 @@ SJKV_HD inline void seal_side_scalar_ref(const RecordLayout& l, Side side, const
       store_u16(rec + l.v_scale + 2 * r, f32_to_f16(op::fmul(sr, step)));
       store_u16(rec + l.v_zero + 2 * r, f32_to_f16(op::fmul(sr, lo)));
     }
-    for (uint32_t c = 0; c < C; ++c) {
-      const uint32_t q = bal::rtn_code(row[c], lo, step, qmax);
-      const uint32_t t = is_k ? c : r, d = is_k ? r : c;
-      put_bits(payload, code_bit(l, side, t, d), b, q);
-    }
   }
+}
+
+// Column scales of §5.4, written last: Ktok[t] (K) or Vch[v_ch_idx(d)] (V).
+SJKV_HD inline void seal_side_columns_ref(const RecordLayout& l, Side side, RecordScratch s, uint8_t* rec) {
+  const bool is_k = side == Side::k;
+  const uint32_t C = is_k ? l.group : l.head_dim;
   for (uint32_t c = 0; c < C; ++c) {
     const uint16_t h = f32_to_f16(s.bal.s_col[c]);
     if (is_k) store_u16(rec + l.k_tok + 2 * c, h); else store_u16(rec + l.v_ch + 2 * v_ch_idx(l, c), h);
   }
+}
+
+// One side (K or V) of a scalar record from G fp16 rows of D values (row stride `stride`).
+SJKV_HD inline void seal_side_scalar_ref(const RecordLayout& l, Side side, const uint16_t* rows, size_t stride,
+                                         uint32_t iters, BalanceMode mode, RecordScratch s, uint8_t* rec) {
+  seal_side_prepare_ref(l, side, rows, stride, iters, mode, s, rec);
+  const bool is_k = side == Side::k;
+  const uint32_t R = is_k ? l.head_dim : l.group, C = is_k ? l.group : l.head_dim;
+  const uint32_t b = is_k ? l.bits_k : l.bits_v;
+  const uint32_t qmax = (1u << b) - 1u;
+  uint8_t* payload = rec + (is_k ? l.k_payload : l.v_payload);
+  for (uint32_t r = 0; r < R; ++r) {
+    const float* row = s.bal.cur + static_cast<size_t>(r) * C;
+    for (uint32_t c = 0; c < C; ++c) {
+      const uint32_t q = bal::rtn_code(row[c], s.lo[r], s.step[r], qmax);
+      const uint32_t t = is_k ? c : r, d = is_k ? r : c;
+      put_bits(payload, code_bit(l, side, t, d), b, q);
+    }
+  }
+  seal_side_columns_ref(l, side, s, rec);
 }
 
 // Whole scalar record: zero-fill, K side, then V side.
@@ -66,6 +99,63 @@ SJKV_HD inline void seal_record_scalar_ref(const RecordLayout& l, const uint16_t
   for (uint32_t i = 0; i < l.bytes; ++i) rec[i] = 0;
   seal_side_scalar_ref(l, Side::k, k_rows, stride, iters, mode, s, rec);
   seal_side_scalar_ref(l, Side::v, v_rows, stride, iters, mode, s, rec);
+}
+
+// One side of a trellis record (§6), in the spec's order of events: row min/max and the
+// initial scale/zero of every row, Viterbi for every channel, refit of every row, column
+// scales. `table` is the side's codebook (2^(6+b) fp16 entries).
+SJKV_HD inline void seal_side_trellis_ref(const RecordLayout& l, Side side, const uint16_t* rows, size_t stride,
+                                          uint32_t iters, BalanceMode mode, const uint16_t* table, RecordScratch s,
+                                          TrellisScratch ts, uint8_t* rec) {
+  seal_side_prepare_ref(l, side, rows, stride, iters, mode, s, rec);
+  const uint32_t D = l.head_dim, G = l.group;
+  const bool is_k = side == Side::k;
+  const uint32_t R = is_k ? D : G, C = is_k ? G : D;
+  const uint32_t b = is_k ? l.bits_k : l.bits_v;
+  const float* cur = s.bal.cur;
+  for (uint32_t w = 0; w < trellis_entries(b); ++w) ts.cbf[w] = f16_to_f32(table[w]);
+  uint8_t* payload = rec + (is_k ? l.k_payload : l.v_payload);
+  for (uint32_t d = 0; d < D; ++d) {
+    for (uint32_t t = 0; t < G; ++t) {
+      const uint32_t r = is_k ? d : t, c = is_k ? t : d;
+      ts.y[t] = trellis::target(cur[static_cast<size_t>(r) * C + c], s.lo[r], s.step[r]);
+    }
+    trellis::viterbi_ref(ts.y, G, b, ts.cbf, ts.phi, ts.choice, ts.codes);
+    for (uint32_t t = 0; t < G; ++t) put_bits(payload, (d * G + t) * b, b, ts.codes[t]);
+  }
+  for (uint32_t r = 0; r < R; ++r) {
+    trellis::RefitSums sums;
+    for (uint32_t c = 0; c < C; ++c) {
+      const uint32_t t = is_k ? c : r, d = is_k ? r : c;
+      trellis::refit_add(sums, cur[static_cast<size_t>(r) * C + c], ts.cbf[trellis::window(payload, d * G * b, b, t)]);
+    }
+    double a, bz;
+    if (!trellis::refit_solve(sums, C, &a, &bz)) continue;
+    uint16_t sc, zp;
+    trellis::refit_store(s.bal.s_row[r], a, bz, &sc, &zp);
+    const uint32_t i = is_k ? k_ch_idx(l, r) : r;
+    store_u16(rec + (is_k ? l.k_scale : l.v_scale) + 2 * i, sc);
+    store_u16(rec + (is_k ? l.k_zero : l.v_zero) + 2 * i, zp);
+  }
+  seal_side_columns_ref(l, side, s, rec);
+}
+
+// Whole trellis record (l.body == trellis, validated layout): zero-fill, K side, V side.
+SJKV_HD inline void seal_record_trellis_ref(const RecordLayout& l, const uint16_t* k_rows, const uint16_t* v_rows,
+                                            size_t stride, uint32_t iters, BalanceMode mode,
+                                            const TrellisCodebooks& cb, RecordScratch s, TrellisScratch ts,
+                                            uint8_t* rec) {
+  for (uint32_t i = 0; i < l.bytes; ++i) rec[i] = 0;
+  seal_side_trellis_ref(l, Side::k, k_rows, stride, iters, mode, codebook_table(cb, Side::k, l.bits_k), s, ts, rec);
+  seal_side_trellis_ref(l, Side::v, v_rows, stride, iters, mode, codebook_table(cb, Side::v, l.bits_v), s, ts, rec);
+}
+
+// Either body, by l.body.
+SJKV_HD inline void seal_record_ref(const RecordLayout& l, const uint16_t* k_rows, const uint16_t* v_rows,
+                                    size_t stride, uint32_t iters, BalanceMode mode, const TrellisCodebooks& cb,
+                                    RecordScratch s, TrellisScratch ts, uint8_t* rec) {
+  if (l.body == Body::trellis) seal_record_trellis_ref(l, k_rows, v_rows, stride, iters, mode, cb, s, ts, rec);
+  else seal_record_scalar_ref(l, k_rows, v_rows, stride, iters, mode, s, rec);
 }
 
 // Code value q(t, d) of a scalar side, as binary32.
@@ -94,6 +184,44 @@ SJKV_HD inline void decode_v_row_scalar(const RecordLayout& l, const uint8_t* re
     const float ch = f16_to_f32(load_u16(rec + l.v_ch + 2 * v_ch_idx(l, d)));
     out[d] = op::fmul(op::fadd(op::fmul(scalar_q(l, rec, Side::v, t, d), sc), zp), ch);
   }
+}
+
+// Trellis K row t: q = F(cbK[w]) (§7), same operation order as the scalar decoder.
+SJKV_HD inline void decode_k_row_trellis(const RecordLayout& l, const uint8_t* rec, uint32_t t, float* out,
+                                         const TrellisCodebooks& cb = TrellisCodebooks{}) {
+  const uint16_t* table = codebook_table(cb, Side::k, l.bits_k);
+  const float tok = f16_to_f32(load_u16(rec + l.k_tok + 2 * t));
+  for (uint32_t d = 0; d < l.head_dim; ++d) {
+    const uint32_t i = k_ch_idx(l, d);
+    const float sc = f16_to_f32(load_u16(rec + l.k_scale + 2 * i));
+    const float zp = f16_to_f32(load_u16(rec + l.k_zero + 2 * i));
+    out[d] = op::fmul(op::fadd(op::fmul(trellis_q(l, rec, Side::k, t, d, table), sc), zp), tok);
+  }
+}
+
+// Trellis V row t: q = F(cbV[w]).
+SJKV_HD inline void decode_v_row_trellis(const RecordLayout& l, const uint8_t* rec, uint32_t t, float* out,
+                                         const TrellisCodebooks& cb = TrellisCodebooks{}) {
+  const uint16_t* table = codebook_table(cb, Side::v, l.bits_v);
+  const float sc = f16_to_f32(load_u16(rec + l.v_scale + 2 * t));
+  const float zp = f16_to_f32(load_u16(rec + l.v_zero + 2 * t));
+  for (uint32_t d = 0; d < l.head_dim; ++d) {
+    const float ch = f16_to_f32(load_u16(rec + l.v_ch + 2 * v_ch_idx(l, d)));
+    out[d] = op::fmul(op::fadd(op::fmul(trellis_q(l, rec, Side::v, t, d, table), sc), zp), ch);
+  }
+}
+
+// Either body, by l.body (host and device).
+SJKV_HD inline void decode_k_row_ref(const RecordLayout& l, const uint8_t* rec, uint32_t t, float* out,
+                                     const TrellisCodebooks& cb = TrellisCodebooks{}) {
+  if (l.body == Body::trellis) decode_k_row_trellis(l, rec, t, out, cb);
+  else decode_k_row_scalar(l, rec, t, out);
+}
+
+SJKV_HD inline void decode_v_row_ref(const RecordLayout& l, const uint8_t* rec, uint32_t t, float* out,
+                                     const TrellisCodebooks& cb = TrellisCodebooks{}) {
+  if (l.body == Body::trellis) decode_v_row_trellis(l, rec, t, out, cb);
+  else decode_v_row_scalar(l, rec, t, out);
 }
 
 }  // namespace sjkv

@@ -11,6 +11,7 @@
 #include "sjkv/io/capture.h"
 #include "sjkv/io/snapshot.h"
 #include "sjkv/seal.h"
+#include "sjkv/trellis.h"
 
 namespace sjkv {
 
@@ -20,6 +21,8 @@ struct EncodeOptions {
   bool assume_rotated = false;  // treat the capture's values as rotated even if not marked so
   int threads = 0;          // 0: all cores
   SealPath path = SealPath::fast;
+  // Trellis tables (null: the built-in reference tables); the snapshot carries a copy.
+  TrellisCodebooks codebooks{};
   // Called after each ubatch with (positions done, total positions).
   std::function<void(uint64_t, uint64_t)> progress;
 };

@@ -28,6 +28,9 @@ struct Snapshot {
   // policy state (CODEC-SPEC §8.4) and stored end N
   uint32_t B = 0, B_prev = 0, N = 0, draining = 0;
   uint64_t codebook_id = 0;  // 0 for scalar bodies
+  // Trellis bodies: the tables the records were sealed with (fp16 bit patterns, K and V),
+  // carried so a snapshot decodes on its own; empty for scalar bodies. File: /codebooks.
+  std::vector<uint16_t> codebook_k, codebook_v;
   std::string model, source;
   std::vector<int32_t> token_ids;
   std::vector<SnapshotLayer> layers;
