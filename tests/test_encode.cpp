@@ -9,6 +9,9 @@
 #include "sjkv/hadamard.h"
 #include "sjkv/io/encode.h"
 #include "sjkv/io/snapshot_file.h"
+#include "sjkv/io/codebook_file.h"
+#include "sjkv/io/file_error.h"
+#include "sjkv/trellis.h"
 #include "sjkv/policy.h"
 #include "sjkv/seal.h"
 #include "sjkv/testgen.h"
@@ -232,4 +235,57 @@ TEST(Encode, TrellisSnapshotCarriesItsCodebooksThroughTheFile) {
   const double et = rel_rms(cap, decode_snapshot(s, false), s.config.sink, s.B);
   const double es = rel_rms(cap, decode_snapshot(t, false), t.config.sink, t.B);
   EXPECT_LT(et, es) << "trellis " << et << " scalar " << es;
+}
+
+TEST(Encode, RawCodebookFilesAreValidatedAndUsed) {
+  const std::string dir = std::string(SJKV_GOLDEN_DIR) + "/../../data/codebooks/";
+  const RawCodebook c3 = read_raw_codebook(dir + "reference-3bit.bin");
+  const RawCodebook c2 = read_raw_codebook(dir + "reference-2bit.bin");
+  EXPECT_EQ(c3.bits, 3u);
+  EXPECT_EQ(c2.bits, 2u);
+  EXPECT_EQ(codebook_id(3, 2, TrellisCodebooks{c3.k.data(), c2.v.data()}), 0x8098c9fada170179ull);
+
+  const std::string tmp = ::testing::TempDir() + "cb-test.bin";
+  auto write = [&](const std::vector<uint16_t>& v) {
+    std::FILE* f = std::fopen(tmp.c_str(), "wb");
+    std::fwrite(v.data(), 2, v.size(), f);
+    std::fclose(f);
+  };
+  std::vector<uint16_t> t(1024, 0x3c00);
+  write(t);  // 2048 bytes: a 3-bit pair
+  EXPECT_EQ(read_raw_codebook(tmp).bits, 3u);
+  write(std::vector<uint16_t>(700, 0x3c00));
+  EXPECT_THROW(read_raw_codebook(tmp), FileError);
+  t[600] = 0x7e00;  // NaN in the V table
+  write(t);
+  try {
+    read_raw_codebook(tmp);
+    FAIL();
+  } catch (const FileError& e) {
+    EXPECT_NE(std::string(e.what()).find("V table entry 88"), std::string::npos) << e.what();
+  }
+  std::remove(tmp.c_str());
+
+  // A run-time table seals differently from the reference and the snapshot carries it.
+  std::vector<uint16_t> scaled_k = c3.k;
+  for (auto& h : scaled_k) h = f32_to_f16(f16_to_f32(h) * 0.5f);
+  const Capture cap = make_capture(1, 1, 128, 128 + 2 * 128, 12);
+  EncodeOptions o;
+  o.config.bits_k = 3;
+  o.config.bits_v = 3;
+  o.config.tail = 0;
+  o.config.tail_max = 0;
+  o.codebooks.k = scaled_k.data();
+  const Snapshot s = encode_capture(cap, o);
+  EXPECT_EQ(s.codebook_k, scaled_k);
+  EXPECT_EQ(s.codebook_v, c3.v);
+  EXPECT_NE(s.codebook_id, 0xd3b4c98ce0f8406cull);
+  // It decodes with the tables it was sealed with: decoding its records with the reference
+  // K table instead is clearly worse.
+  Snapshot wrong = s;
+  wrong.codebook_k.clear();
+  const double e = rel_rms(cap, decode_snapshot(s, false), s.config.sink, s.B);
+  const double e_wrong = rel_rms(cap, decode_snapshot(wrong, false), s.config.sink, s.B);
+  EXPECT_LT(e, e_wrong);
+  EXPECT_GT(e, 0.0);
 }

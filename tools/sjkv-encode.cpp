@@ -13,6 +13,7 @@
 #include "sjkv/demo.h"
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/capture_file.h"
+#include "sjkv/io/codebook_file.h"
 #include "sjkv/io/encode.h"
 #include "sjkv/io/load.h"
 #include "sjkv/io/snapshot_file.h"
@@ -28,7 +29,7 @@ constexpr const char* kTool = "sjkv-encode";
 
 struct EncodeArgs {
   std::string input, output, bits = "4/4", body = "auto", staging = "tq6_0", sink_type = "f16", device = "auto";
-  std::string codebook;
+  std::vector<std::string> codebooks;
   uint32_t sink = 128, tail = 4096, tail_max = 8192, ubatch = 512, iters = 16, head_dim = 0;
   std::vector<uint32_t> layers, layer_ids;
   uint32_t kv_sections = 0;
@@ -85,9 +86,6 @@ std::string json_str(const std::string& s) {
 }
 
 int run_encode(const EncodeArgs& a) {
-  if (!a.codebook.empty())
-    throw cli::UsageError("--codebook: codebook files come with sjkv-train; trellis bodies use the built-in reference "
-                          "tables for now");
   if (a.device == "cuda")
     throw std::invalid_argument("--device cuda: the CUDA encode path is not part of this build; use --device cpu");
   ImportOptions io;
@@ -100,6 +98,26 @@ int run_encode(const EncodeArgs& a) {
   eo.config = config_from(a);
   eo.config.head_dim = cap.head_dim;
   eo.n_ubatch = a.ubatch;
+  // Raw table files, at most one per bit width; each side takes the file of its width.
+  std::vector<RawCodebook> tables;
+  for (const std::string& f : a.codebooks) {
+    tables.push_back(read_raw_codebook(f));
+    for (size_t i = 0; i + 1 < tables.size(); ++i)
+      if (tables[i].bits == tables.back().bits)
+        throw cli::UsageError("--codebook given twice for " + std::to_string(tables.back().bits) + "-bit tables");
+  }
+  if (!tables.empty()) {
+    if (eo.config.resolved_body() != Body::trellis)
+      throw cli::UsageError("--codebook applies to trellis bodies; " + a.bits + " here seals a scalar body");
+    for (size_t i = 0; i < tables.size(); ++i) {
+      const bool used_k = tables[i].bits == eo.config.bits_k, used_v = tables[i].bits == eo.config.bits_v;
+      if (!used_k && !used_v)
+        throw cli::UsageError("--codebook " + a.codebooks[i] + " holds " + std::to_string(tables[i].bits) +
+                              "-bit tables; --bits " + a.bits + " uses none");
+      if (used_k) eo.codebooks.k = tables[i].k.data();
+      if (used_v) eo.codebooks.v = tables[i].v.data();
+    }
+  }
   eo.assume_rotated = a.assume_rotated;
   eo.threads = a.threads;
   cli::Progress bar("encoding", a.quiet);
@@ -394,7 +412,9 @@ int main(int argc, char** argv) {
   enc->add_option("--iters", ea.iters, "Balancing iterations")->check(CLI::Range(0u, 64u))->capture_default_str();
   enc->add_flag("--kvarn", ea.kvarn, "Paper-faithful KVarN sealing: 8 passes keeping the best scales, f16 staging, "
                                      "each group sealed as it fills (fixed tail, default 0)");
-  enc->add_option("--codebook", ea.codebook, "Trellis codebook file (trellis bodies only)");
+  enc->add_option("--codebook", ea.codebooks, "Raw trellis table file (K then V fp16; 1024/2048 bytes for 2/3-bit), "
+                                              "once per bit width; default: the built-in reference tables")
+      ->check(CLI::ExistingFile);
   enc->add_flag("--assume-rotated", ea.assume_rotated, "The input is already in the rotated basis");
   enc->add_option("--head-dim", ea.head_dim, "Head size, needed for llama.cpp state files");
   enc->add_option("--layers", ea.layers, "llama.cpp state files: layers to keep, as positions in the file (default: all)");
