@@ -43,8 +43,14 @@ constexpr uint64_t kMaxExpansion = 1u << 16;
 // Every public read and write holds this lock: with a thread-safe HDF5 (Debian's is) it
 // costs nothing, since HDF5 serializes its calls anyway; with a build that is not, it makes
 // concurrent sjkv calls safe.
+// Every public read and write takes this lock first, so it is also where HDF5 is told not to
+// run its own exit-time teardown: after a corrupt file, that teardown can fail to evict the
+// bad metadata and prints "infinite loop closing library" on exit. Our handles are all
+// closed explicitly and writes are complete before their rename, so nothing is lost.
 inline std::mutex& api_mutex() {
   static std::mutex m;
+  static const bool no_atexit = (H5dont_atexit() >= 0);
+  (void)no_atexit;
   return m;
 }
 
