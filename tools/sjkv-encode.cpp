@@ -162,7 +162,8 @@ int run_inspect(const std::string& path, const std::string& against, const Impor
                                           staging_bits_per_value(c.staging, c.head_dim));
   const uint64_t layers = s.layers.size(), heads = s.kv_heads;
   std::ostringstream o;
-  auto stats_json = [](const ErrorStats& e) {
+  auto stats_json = [](const ErrorStats& e) -> std::string {
+    if (e.values == 0) return "{\"values\": 0, \"mse\": null, \"snr_db\": null, \"max_abs\": null, \"cosine\": null}";
     return "{\"values\": " + std::to_string(e.values) + ", \"mse\": " + json_num(e.mse) + ", \"snr_db\": " +
            json_num(e.snr_db) + ", \"max_abs\": " + json_num(e.max_abs) + ", \"cosine\": " + json_num(e.cosine) + "}";
   };
@@ -394,7 +395,7 @@ int main(int argc, char** argv) {
   EncodeArgs ea;
   auto* enc = app.add_subcommand("encode", "Compress a capture, .kvd dump or llama.cpp state file into a snapshot, "
                                            "replaying it through staging and the journal policy like an engine");
-  enc->add_option("input", ea.input, "Capture (.h5), .kvd tile dump, or llama.cpp state file")->required()->check(CLI::ExistingFile);
+  enc->add_option("input", ea.input, "Capture (.h5), .kvd tile dump, or llama.cpp state file")->required();
   enc->add_option("-o,--output", ea.output, "Snapshot file to write")->required();
   enc->add_option("--bits", ea.bits, "K/V bits: 4/4, 4/3, 4/2, 3/4, 3/3, 3/2, 2/4, 2/3, 2/2")
       ->check(CLI::IsMember({"4/4", "4/3", "4/2", "3/4", "3/3", "3/2", "2/4", "2/3", "2/2"}))
@@ -413,8 +414,7 @@ int main(int argc, char** argv) {
   enc->add_flag("--kvarn", ea.kvarn, "Paper-faithful KVarN sealing: 8 passes keeping the best scales, f16 staging, "
                                      "each group sealed as it fills (fixed tail, default 0)");
   enc->add_option("--codebook", ea.codebooks, "Raw trellis table file (K then V fp16; 1024/2048 bytes for 2/3-bit), "
-                                              "once per bit width; default: the built-in reference tables")
-      ->check(CLI::ExistingFile);
+                                              "once per bit width; default: the built-in reference tables");
   enc->add_flag("--assume-rotated", ea.assume_rotated, "The input is already in the rotated basis");
   enc->add_option("--head-dim", ea.head_dim, "Head size, needed for llama.cpp state files");
   enc->add_option("--layers", ea.layers, "llama.cpp state files: layers to keep, as positions in the file (default: all)");
@@ -428,7 +428,7 @@ int main(int argc, char** argv) {
   std::string dec_in, dec_out;
   bool dec_rot = false, dec_quiet = false;
   auto* dec = app.add_subcommand("decode", "Decode a snapshot back into a capture");
-  dec->add_option("snapshot", dec_in, "Snapshot file")->required()->check(CLI::ExistingFile);
+  dec->add_option("snapshot", dec_in, "Snapshot file")->required();
   dec->add_option("-o,--output", dec_out, "Capture file to write")->required();
   dec->add_flag("--rotated", dec_rot, "Keep the rotated basis (default: back to the model basis)");
   dec->add_flag("-q,--quiet", dec_quiet, "No summary on stderr");
@@ -437,8 +437,8 @@ int main(int argc, char** argv) {
   bool ins_json = false;
   auto* ins = app.add_subcommand("inspect", "Configuration, regions, bytes and bits per value of a snapshot; with "
                                             "--against, its error per layer and region");
-  ins->add_option("snapshot", ins_in, "Snapshot file")->required()->check(CLI::ExistingFile);
-  ins->add_option("--against", ins_against, "Reference capture (or .kvd / llama.cpp state)")->check(CLI::ExistingFile);
+  ins->add_option("snapshot", ins_in, "Snapshot file")->required();
+  ins->add_option("--against", ins_against, "Reference capture (or .kvd / llama.cpp state)");
   ins->add_flag("--json", ins_json, "JSON output");
   ImportOptions ins_io;
   ins->add_option("--head-dim", ins_io.head_dim, "llama.cpp state reference: head size");
@@ -449,7 +449,7 @@ int main(int argc, char** argv) {
   std::string dump_in, dump_region_name, dump_out;
   uint32_t dump_layer = 0;
   auto* dmp = app.add_subcommand("dump", "Raw bytes of one region of one layer (body in [group][head] record order)");
-  dmp->add_option("snapshot", dump_in, "Snapshot file")->required()->check(CLI::ExistingFile);
+  dmp->add_option("snapshot", dump_in, "Snapshot file")->required();
   dmp->add_option("--layer", dump_layer, "Layer id")->required();
   dmp->add_option("--region", dump_region_name, "sink, body or ring")->required()->check(CLI::IsMember({"sink", "body", "ring"}));
   dmp->add_option("-o,--output", dump_out, "File to write")->required();
@@ -457,7 +457,7 @@ int main(int argc, char** argv) {
   PlanArgs pa;
   auto* pl = app.add_subcommand("plan", "Memory planner: cache bytes of every format for a context, or the largest "
                                         "context of each in a memory budget");
-  pl->add_option("--model", pa.model, "GGUF model file (geometry from its metadata)")->check(CLI::ExistingFile);
+  pl->add_option("--model", pa.model, "GGUF model file (geometry from its metadata)");
   pl->add_option("--layers", pa.layers, "Layers with a full-attention cache");
   pl->add_option("--kv-heads", pa.kv_heads, "KV heads per layer");
   pl->add_option("--head-dim", pa.head_dim, "Head size");

@@ -308,7 +308,9 @@ void traceback(const ChoiceT* __restrict choice, uint32_t n, uint8_t* __restrict
 // GCC 12 warns about the deliberately undefined pass-through operand inside its own
 // _mm512_permutexvar_ps / _mm512_min_ps (a known false positive).
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 // The 64 costs-to-go stay in four registers. Window chunk w0 = 64 j + 16 m (states 16m ..
 // 16m+15, branch j) reads phi[(w0 >> B) + (l >> B)] for lane l: register (w0 >> B) / 16 at
 // offset (w0 >> B) % 16 + (l >> B), one in-register permute. Choices are bytes [n][64].

@@ -475,6 +475,12 @@ struct Reader {
 
   // Names of the links of a group (at most max_count + 1 are collected).
   std::vector<std::string> link_names(hid_t group, const std::string& display, size_t max_count) const {
+    // sjkv writes the 1.8+ link format only. libhdf5 1.10 can crash iterating an old-style
+    // (symbol table) group whose local heap is corrupt, so such groups are refused unread.
+    H5G_info_t gi;
+    if (H5Gget_info(group, &gi) < 0) fail("cannot read group " + display + ": " + last_error());
+    if (gi.storage_type == H5G_STORAGE_TYPE_SYMBOL_TABLE)
+      fail("group " + display + " uses the old HDF5 symbol-table format; sjkv files use the HDF5 1.8+ link format");
     struct Acc {
       std::vector<std::string> names;
       size_t max;

@@ -43,7 +43,9 @@ const char* input_kind_name(InputKind k) {
   return "unknown";
 }
 
-Capture load_capture_any(const std::string& path, const ImportOptions& opt) {
+namespace {
+
+Capture load_unchecked(const std::string& path, const ImportOptions& opt) {
   switch (sniff_input(path)) {
     case InputKind::capture: return read_capture(path);
     case InputKind::kvd: return read_kvd(path);
@@ -66,6 +68,20 @@ Capture load_capture_any(const std::string& path, const ImportOptions& opt) {
     case InputKind::unknown: break;
   }
   throw FileError(path, "not a capture, .kvd dump or llama.cpp state file (unrecognised first bytes)");
+}
+
+}  // namespace
+
+Capture load_capture_any(const std::string& path, const ImportOptions& opt) {
+  Capture c = load_unchecked(path, opt);
+  // Every importer's result must be a capture the rest of sjkv accepts (limits on head_dim
+  // and kv_heads, token ids, names), whatever the importer itself allowed.
+  try {
+    c.check_consistent();
+  } catch (const std::invalid_argument& e) {
+    throw FileError(path, e.what());
+  }
+  return c;
 }
 
 }  // namespace sjkv

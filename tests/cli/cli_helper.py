@@ -17,6 +17,8 @@ check, "PASS <name>" or "FAIL <name>: <detail>", which the shell script counts.
   check-sink-dump DUMP KVD SINK       a sink dump equals the fp16 rows of the .kvd input
   check-dump-size JSON REGION FILE    a region dump holds bytes_per_layer_head x kv_heads bytes
   check-plan-json JSON                `plan --json` parses and holds the note's figures
+  flip-ohdr IN OUT    IN with one byte of its first HDF5 object header ("OHDR": the root group
+                      of a file sjkv wrote) flipped, so that its checksum fails
 """
 
 import json
@@ -211,9 +213,15 @@ def check_inspect(path, args):
     staging, sink_type = a["staging"], a.get("sink_type", "f16")
     for k, want in (("bits_k", bk), ("bits_v", bv), ("head_dim", D), ("kv_heads", H), ("layers", L),
                     ("sink", sink), ("tail", tail), ("tail_max", tail_max), ("n_ubatch", ub),
-                    ("group", G), ("staging", staging), ("sink_type", sink_type), ("body", "scalar"),
-                    ("format_version", 1), ("codebook_id", "0" * 16)):
+                    ("group", G), ("staging", staging), ("sink_type", sink_type), ("body", a.get("body", "scalar")),
+                    ("format_version", 1)):
         chk.eq(k, j.get(k), want)
+    cid = j.get("codebook_id")
+    if a.get("body", "scalar") == "scalar":
+        chk.eq("codebook_id", cid, "0" * 16)
+    else:  # trellis: the FNV-1a-64 identity of the tables the records were sealed with
+        chk("codebook_id is 16 hex digits, not 0", isinstance(cid, str) and len(cid) == 16 and
+            all(c in "0123456789abcdef" for c in cid) and cid != "0" * 16, cid)
     B, B_prev, draining = policy(sink, tail, tail_max, G, ub, N)
     pol = j.get("policy", {})
     chk.eq("policy N", pol.get("N"), N)
@@ -273,7 +281,7 @@ def check_against(path, args):
         lid = row.get("layer")
         for reg in ("sink", "body", "ring", "all"):
             s = row.get(reg, {})
-            if "exact" in a and reg in a["exact"].split(","):
+            if "exact" in a and reg in a["exact"].split(",") and s.get("values"):
                 chk.eq("layer %s %s max_abs" % (lid, reg), s.get("max_abs"), 0)
                 chk.eq("layer %s %s mse" % (lid, reg), s.get("mse"), 0)
             key = "min_snr_" + reg
@@ -281,6 +289,9 @@ def check_against(path, args):
                 snr = s.get("snr_db")
                 chk("layer %s %s snr_db >= %s" % (lid, reg, a[key]),
                     snr is None or (isinstance(snr, (int, float)) and snr >= float(a[key])), snr)
+            if not s.get("values"):
+                chk("layer %s %s: an empty region reports null statistics" % (lid, reg),
+                    all(s.get(k) is None for k in ("mse", "snr_db", "max_abs", "cosine")), s)
             if s.get("values"):
                 cos = s.get("cosine")
                 chk("layer %s %s cosine in (0.5, 1]" % (lid, reg),
@@ -355,6 +366,13 @@ def main(argv):
         check_sink_dump(*rest)
     elif cmd == "check-dump-size":
         check_dump_size(*rest)
+    elif cmd == "flip-ohdr":
+        b = bytearray(open(rest[0], "rb").read())
+        i = b.find(b"OHDR")
+        if i < 0:
+            sys.exit("no OHDR in " + rest[0])
+        b[i + 20] ^= 0x55
+        open(rest[1], "wb").write(b)
     elif cmd == "check-plan-json":
         check_plan_json(rest[0])
     else:

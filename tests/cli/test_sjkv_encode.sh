@@ -31,7 +31,7 @@ check() {  # check NAME COMMAND...: passes when COMMAND succeeds
 # Counts the PASS/FAIL lines of a cli_helper.py check; a helper that dies is one failure.
 pycheck() {
   local out rc line
-  out=$("$PY" "$HELPER" "$@" 2>&1)
+  out=$("$PY" -S "$HELPER" "$@" 2>&1)
   rc=$?
   while IFS= read -r line; do
     case $line in
@@ -130,7 +130,7 @@ for sub in encode decode inspect dump plan demo; do
   expect_rc "$sub -h" 0 "$sub" -h
 done
 
-"$PY" "$HELPER" kvd in.kvd --dim 128 --heads 2 --tokens 640 --group 128 --seed 1 || bad "writing in.kvd"
+"$PY" -S "$HELPER" kvd in.kvd --dim 128 --heads 2 --tokens 640 --group 128 --seed 1 || bad "writing in.kvd"
 check "generated in.kvd has 2 x 5 blocks" test "$(stat -c %s in.kvd)" = $((10 * (80 + 2 * 128 * 128 * 2)))
 
 expect_rc "no subcommand" 1
@@ -160,7 +160,8 @@ expect_rc "demo: --head-dim 96" 1 demo --head-dim 96
 expect_rc "demo: --path slow" 1 demo --path slow
 # An input that does not exist: refused before any work (CLI11 checks it: usage), naming it.
 run encode missing.kvd -o x.h5
-if [ "$RC" = 1 ] || [ "$RC" = 2 ]; then ok "encode missing.kvd: exit $RC"; else bad "encode missing.kvd: exit $RC"; fi
+if [ "$RC" = 2 ]; then ok "encode missing.kvd: exit 2"; else bad "encode missing.kvd: exit $RC, expected 2"; fi
+one_line_error "encode missing.kvd" missing.kvd "cannot open"
 check "encode missing.kvd: stderr names the file" grep -qF missing.kvd "$ERR"
 no_output_left "encode missing input" x.h5
 
@@ -169,7 +170,7 @@ no_output_left "encode missing input" x.h5
 D=128
 H=2
 N=640
-# name|encode options|bits_k bits_v sink sink_type staging tail tail_max ubatch
+# name|encode options|bits_k bits_v sink sink_type staging tail tail_max ubatch body
 CONFIGS=(
   "a44|--tail 128 --tail-max 256 --ubatch 64|4 4 128 f16 tq6_0 128 256 64"
   "b42q8|--bits 4/2 --staging q8_0 --tail 256 --tail-max 0 --ubatch 100|4 2 128 f16 q8_0 256 0 100"
@@ -178,10 +179,13 @@ CONFIGS=(
   "e33|--bits 3/3 --body scalar --iters 4 --ubatch 1000|3 3 128 f16 tq6_0 4096 8192 1000"
   "fkvarn|--kvarn --ubatch 128|4 4 128 f16 f16 0 0 128"
   "g24|--bits 2/4 --body scalar --staging q8_0 --sink 192 --tail 128 --tail-max 128 --ubatch 7|2 4 192 f16 q8_0 128 128 7"
+  "h32t|--bits 3/2 --tail 128 --tail-max 256 --ubatch 64|3 2 128 f16 tq6_0 128 256 64 trellis"
+  "i22t|--bits 2/2 --body trellis --staging q8_0 --tail 0 --tail-max 0 --ubatch 96|2 2 128 f16 q8_0 0 0 96 trellis"
+  "j33t|--bits 3/3 --body trellis --staging f16 --sink-type inherit --tail 256 --tail-max 384 --ubatch 640|3 3 128 inherit f16 256 384 640 trellis"
 )
 for spec in "${CONFIGS[@]}"; do
   IFS='|' read -r name opts expect <<<"$spec"
-  read -r bk bv sink sink_type staging tail tail_max ub <<<"$expect"
+  read -r bk bv sink sink_type staging tail tail_max ub body <<<"$expect"
   # shellcheck disable=SC2086
   expect_rc "encode $name" 0 encode in.kvd -o "$name.h5" $opts --threads 2
   [ "$RC" = 0 ] || continue
@@ -190,7 +194,7 @@ for spec in "${CONFIGS[@]}"; do
   json_of "$name.json" inspect "$name.h5" --json
   pycheck check-inspect "$name.json" name="inspect $name" bits_k="$bk" bits_v="$bv" head_dim=$D kv_heads=$H \
     layers=1 sink="$sink" sink_type="$sink_type" staging="$staging" tail="$tail" tail_max="$tail_max" \
-    ubatch="$ub" N=$N expect_model=cli-test-model
+    ubatch="$ub" N=$N expect_model=cli-test-model body="${body:-scalar}"
   expect_rc "inspect $name (text)" 0 inspect "$name.h5"
   check "inspect $name: text shows the policy line" grep -q "policy *N=640 B=" "$OUT"
   check "inspect $name: text shows three regions" test "$(grep -cE '^\| (sink|body|ring) \|' "$OUT")" = 3
@@ -209,11 +213,34 @@ expect_rc "encode a44 on 1 thread" 0 encode in.kvd -o a44-t1.h5 --tail 128 --tai
 check "encode -q prints nothing on stderr" test ! -s "$ERR"
 check "encode is byte-reproducible across thread counts" cmp -s a44.h5 a44-t1.h5
 
+# Trellis: decode round trip, and codebook files (data/codebooks: the built-in reference tables)
+expect_rc "decode h32t --rotated" 0 decode h32t.h5 -o h32t.rot.h5 --rotated -q
+json_of h32t-self.json inspect h32t.h5 --against h32t.rot.h5 --json
+pycheck check-against h32t-self.json name="3/2t against its rotated decode" min_snr_sink=60 min_snr_body=55 min_snr_ring=55
+CB=$HERE/../../data/codebooks
+if [ -f "$CB/reference-3bit.bin" ] && [ -f "$CB/reference-2bit.bin" ]; then
+  expect_rc "encode 3/2t with the reference tables given" 0 encode in.kvd -o h32t-cb.h5 --bits 3/2 --tail 128 \
+    --tail-max 256 --ubatch 64 --threads 2 -q --codebook "$CB/reference-3bit.bin" --codebook "$CB/reference-2bit.bin"
+  check "the reference tables given give the default bytes" cmp -s h32t.h5 h32t-cb.h5
+  head -c 100 in.kvd >cb-short.bin
+  expect_rc "encode --codebook of 100 bytes" 2 encode in.kvd -o cb.h5 --bits 3/2 --codebook cb-short.bin
+  one_line_error "--codebook of 100 bytes" cb-short.bin "100 bytes"
+  no_output_left "--codebook of 100 bytes" cb.h5
+  "$PY" -S -c "import sys; b=bytearray(open(sys.argv[1],'rb').read()); b[10:12]=b'\x00\x7e'; open(sys.argv[2],'wb').write(b)" \
+    "$CB/reference-2bit.bin" cb-nan.bin
+  expect_rc "encode --codebook with a NaN" 2 encode in.kvd -o cb.h5 --bits 3/2 --codebook "$CB/reference-3bit.bin" \
+    --codebook cb-nan.bin
+  one_line_error "--codebook with a NaN" cb-nan.bin "NaN"
+  no_output_left "--codebook with a NaN" cb.h5
+fi
+
 # inspect --against: exact sink, f16 ring exact, error bounds by configuration
 json_of a44-against.json inspect a44.h5 --against in.kvd --json
 pycheck check-against a44-against.json name="a44 --against" exact=sink min_snr_body=15 min_snr_ring=25
 json_of d22-against.json inspect d22.h5 --against in.kvd --json
 pycheck check-against d22-against.json name="d22 --against" exact=sink,ring min_snr_body=5
+json_of h32t-against.json inspect h32t.h5 --against in.kvd --json
+pycheck check-against h32t-against.json name="3/2t --against" exact=sink min_snr_body=8 min_snr_ring=25
 json_of fkvarn-against.json inspect fkvarn.h5 --against in.kvd --json
 pycheck check-against fkvarn-against.json name="kvarn --against" exact=sink min_snr_body=15
 expect_rc "inspect --against (text)" 0 inspect a44.h5 --against in.kvd
@@ -234,12 +261,12 @@ one_line_error "inspect a capture" a44.dec.h5 "expected 'sjkv-snapshot'"
 expect_rc "dump: no such layer" 2 dump a44.h5 --layer 3 --region body -o nolayer.bin
 one_line_error "dump --layer 3" a44.h5 "has no layer 3"
 no_output_left "dump --layer 3" nolayer.bin
-"$PY" "$HELPER" kvd other.kvd --dim 64 --heads 2 --tokens 640 --group 128 --seed 3 || bad "writing other.kvd"
+"$PY" -S "$HELPER" kvd other.kvd --dim 64 --heads 2 --tokens 640 --group 128 --seed 3 || bad "writing other.kvd"
 expect_rc "inspect --against a capture of another head size" 2 inspect a44.h5 --against other.kvd
 one_line_error "inspect --against other.kvd" other.kvd ""
 
 # A llama.cpp sequence state with 3 layers, 2 heads x 64, V transposed f32
-"$PY" "$HELPER" llama seq.bin || bad "writing seq.bin"
+"$PY" -S "$HELPER" llama seq.bin || bad "writing seq.bin"
 expect_rc "encode llama state without --head-dim" 2 encode seq.bin -o ll.h5 -q
 one_line_error "llama state without --head-dim" seq.bin "--head-dim"
 no_output_left "llama state without --head-dim" ll.h5
@@ -270,7 +297,7 @@ fi
 expect_rc "encode llama state with --layers past the file" 2 encode seq.bin -o ll3.h5 --head-dim 64 --layers 3 -q
 one_line_error "llama --layers 3" seq.bin "layer 3 was asked for"
 no_output_left "llama --layers 3" ll3.h5
-"$PY" "$HELPER" llama seq-q8.bin --k-type 8 || bad "writing seq-q8.bin"
+"$PY" -S "$HELPER" llama seq-q8.bin --k-type 8 || bad "writing seq-q8.bin"
 expect_rc "encode llama state with a q8_0 cache" 2 encode seq-q8.bin -o llq.h5 --head-dim 64
 one_line_error "llama q8_0 cache" seq-q8.bin "cache type Q8_0 (ggml type 8) is not read"
 no_output_left "llama q8_0 cache" llq.h5
@@ -290,7 +317,7 @@ expect_rc "plan at 204800 (note rule)" 0 plan --layers 16 --kv-heads 4 --head-di
 check "plan: sjkv 3/2t 2.38 GiB at 204800" grep -qE '^\| sjkv 3/2t \(note rule\) \| 11392\.0 \| 2\.38[0-9] \|' "$OUT"
 json_of plan.json plan --layers 16 --kv-heads 4 --head-dim 256 --context 110592 --context 204800 --budget 11GiB --json
 pycheck check-plan-json plan.json
-expect_rc "plan: a missing model file" 1 plan --model missing.gguf
+expect_rc "plan: a missing model file" 2 plan --model missing.gguf
 expect_rc "plan: a model that is not GGUF" 2 plan --model in.kvd
 one_line_error "plan --model in.kvd" in.kvd ""
 
@@ -337,7 +364,7 @@ done < <(grep -E '^\| `[^`]+\.h5` \|' "$REJECT_DIR/README.md")
 check "found the must-reject fixtures of tests/reject ($n_reject)" test "$n_reject" -ge 10
 
 # Generated bad .kvd files
-"$PY" "$HELPER" bad-kvd badkvd >badkvd.txt || bad "writing bad .kvd files"
+"$PY" -S "$HELPER" bad-kvd badkvd >badkvd.txt || bad "writing bad .kvd files"
 while IFS=$'\t' read -r file frag; do
   expect_rc "encode $file" 2 encode "badkvd/$file" -o "out/$file.h5"
   one_line_error "encode $file" "badkvd/$file" "$frag"
@@ -362,6 +389,15 @@ head -c 200000 seq.bin >trunc-seq.bin
 expect_rc "encode truncated llama state" 2 encode trunc-seq.bin -o out/tl.h5 --head-dim 64
 one_line_error "encode truncated llama state" trunc-seq.bin "runs past the end of the file"
 no_output_left "encode truncated llama state" out/tl.h5
+
+# One flipped byte in the root group's object header: HDF5 refuses its checksum
+"$PY" -S "$HELPER" flip-ohdr a44.dec.h5 flipped-capture.h5 || bad "writing flipped-capture.h5"
+"$PY" -S "$HELPER" flip-ohdr a44.h5 flipped-snapshot.h5 || bad "writing flipped-snapshot.h5"
+expect_rc "encode a capture with a bad checksum" 2 encode flipped-capture.h5 -o out/fc.h5
+one_line_error "encode a capture with a bad checksum" flipped-capture.h5 "checksum"
+no_output_left "encode a capture with a bad checksum" out/fc.h5
+expect_rc "inspect a snapshot with a bad checksum" 2 inspect flipped-snapshot.h5
+one_line_error "inspect a snapshot with a bad checksum" flipped-snapshot.h5 "checksum"
 
 # A failure leaves an existing output untouched
 printf 'keep me' >out/existing.h5

@@ -12,7 +12,7 @@ namespace {
 void read_with(const std::string& path, const sjkv::LlamaStateOptions& opt) {
   try {
     const sjkv::Capture cap = sjkv::read_llama_state(path, opt);
-    cap.check_consistent();
+    sjkv_fuzz::expect_consistent([&] { cap.check_consistent(); });  // what encode needs
   } catch (const sjkv::FileError&) {
   }
 }

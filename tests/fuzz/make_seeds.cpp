@@ -119,11 +119,12 @@ void capture_seeds(const std::string& reject) {
 }
 
 Snapshot encode_seed(const Capture& cap, uint32_t bk, uint32_t bv, StagingType st, SinkType sink_type,
-                     uint32_t sink, uint32_t group, uint32_t tail, uint32_t tail_max, uint32_t ubatch) {
+                     uint32_t sink, uint32_t group, uint32_t tail, uint32_t tail_max, uint32_t ubatch,
+                     Body body = Body::scalar) {
   EncodeOptions eo;
   eo.config.bits_k = bk;
   eo.config.bits_v = bv;
-  eo.config.body = Body::scalar;
+  eo.config.body = body;
   eo.config.staging = st;
   eo.config.sink_type = sink_type;
   eo.config.sink = sink;
@@ -150,57 +151,16 @@ void snapshot_seeds(const std::string& reject) {
   write_snapshot(d + "/valid-tq6-d128.h5",
                  encode_seed(make_capture(128, 1, 80, {6}, false, false), 2, 4, StagingType::tq6_0, SinkType::f16, 64,
                              16, 0, 0, 8));
-  // A trellis 3/2 body (D = 128, G = 128), written by the file layer with embedded tables:
-  // this build cannot seal one, the file layer stores it either way (FORMAT.md 3.1).
-  {
-    Snapshot s;
-    s.config.head_dim = 128;
-    s.config.group = 128;
-    s.config.bits_k = 3;
-    s.config.bits_v = 2;
-    s.config.body = Body::trellis;
-    s.config.staging = StagingType::q8_0;
-    s.config.sink = 64;
-    s.config.tail = 0;
-    s.config.tail_max = 128;
-    s.kv_heads = 1;
-    s.n_ubatch = 16;
-    s.N = 200;
-    s.B = 192;
-    s.B_prev = 64;
-    EmbeddedCodebooks cb;
-    cb.bits_k = 3;
-    cb.bits_v = 2;
-    for (uint32_t i = 0; i < (1u << 9); ++i) cb.k_table.push_back(f32_to_f16(std::sin(0.1f * static_cast<float>(i))));
-    for (uint32_t i = 0; i < (1u << 8); ++i) cb.v_table.push_back(f32_to_f16(std::cos(0.1f * static_cast<float>(i))));
-    s.codebook_id = codebook_id_of(cb.k_table, cb.v_table);
-    const uint32_t D = 128, rb = staging_row_bytes(StagingType::q8_0, D);
-    SnapshotLayer l;
-    l.layer_id = 11;
-    for (uint32_t t = 0; t < 64; ++t)
-      for (uint32_t c = 0; c < D; ++c) {
-        l.sink_k.push_back(f32_to_f16(value(11, t, 0, c, 0)));
-        l.sink_v.push_back(f32_to_f16(value(11, t, 0, c, 1)));
-      }
-    l.body.resize(static_cast<size_t>(s.n_groups()) * s.config.layout().bytes);
-    for (size_t i = 0; i < l.body.size(); ++i) l.body[i] = static_cast<uint8_t>((i * 37) >> 3);
-    std::vector<float> x(D);
-    std::vector<uint8_t> row(rb);
-    for (uint32_t p = s.ring_from(); p < s.N; ++p)
-      for (int kv = 0; kv < 2; ++kv) {
-        for (uint32_t c = 0; c < D; ++c) x[c] = value(11, p, 0, c, kv);
-        staging_encode_row(StagingType::q8_0, x.data(), D, row.data());
-        (kv ? l.ring_v : l.ring_k).insert((kv ? l.ring_v : l.ring_k).end(), row.begin(), row.end());
-      }
-    s.layers.push_back(std::move(l));
-    write_snapshot(d + "/valid-trellis-32.h5", s, 3, &cb);
-  }
+  // A trellis 3/2 body (D = 128, G = 128: what trellis needs), sealed with the built-in
+  // reference tables, which the snapshot carries under /codebooks.
+  write_snapshot(d + "/valid-trellis-32.h5",
+                 encode_seed(make_capture(128, 1, 200, {11}, true, false), 3, 2, StagingType::q8_0, SinkType::f16, 64,
+                             128, 0, 0, 16, Body::trellis));
   const Bytes v = read_bytes(d + "/valid-44-q8-d64.h5");
   write_bytes("snapshot", "invalid-truncated.h5", truncated(v, v.size() / 2));
   write_capture(d + "/invalid-a-capture.h5", make_capture(32, 1, 3, {0}, true, false));
   if (!reject.empty())
-    for (const char* f : {"snapshot-b-prev-above-b.h5", "snapshot-capacity-overflow.h5", "snapshot-codebook-id-mismatch.h5",
-                          "snapshot-nan-in-sink.h5"})
+    for (const char* f : {"snapshot-capacity-overflow.h5", "snapshot-codebook-id-mismatch.h5"})
       write_bytes("snapshot", std::string("reject-") + f, read_bytes(reject + "/" + f));
 }
 

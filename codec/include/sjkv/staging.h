@@ -75,14 +75,23 @@ SJKV_HD inline bool tq6_encode_block(const float* x, uint8_t* out) {
   const float norm = op::sqrt32(norm_sq);
   const bool live = norm > f32_from_bits(0x2edbe6ffu);  // 1e-10
   const float inv = live ? op::fdiv(1.0f, norm) : 0.0f;
-  // Codes first, packed after: no read-modify-write chain through the output bytes.
+  float v[kTq6BlockValues];
+  for (uint32_t i = 0; i < kTq6BlockValues; ++i) v[i] = live ? op::fmul(x[i], inv) : 0.0f;
+  // tq6_code() of every value at once: the count of midpoints m with !(v < T[m]). With the
+  // midpoints ascending this is the first m with v < T[m] (63 if none, NaN too); counting
+  // midpoint by midpoint keeps the inner loop over values, so it vectorises.
   uint8_t code[kTq6BlockValues];
+  for (uint32_t i = 0; i < kTq6BlockValues; ++i) code[i] = 0;
+  for (uint32_t m = 0; m < 63; ++m) {
+    const float t = tq6_midpoint(m);
+    for (uint32_t i = 0; i < kTq6BlockValues; ++i) code[i] = static_cast<uint8_t>(code[i] + (v[i] < t ? 0 : 1));
+  }
   float rn_sq = 0.0f;
   for (uint32_t i = 0; i < kTq6BlockValues; ++i) {
-    code[i] = static_cast<uint8_t>(tq6_code(live ? op::fmul(x[i], inv) : 0.0f));
     const float c = tq6_centroid(code[i]);
     rn_sq = op::fadd(rn_sq, op::fmul(c, c));
   }
+  // Codes first, packed after: no read-modify-write chain through the output bytes.
   for (uint32_t i = 0; i < kTq6BlockValues / 2; ++i)
     out[2 + i] = static_cast<uint8_t>((code[2 * i] & 15u) | ((code[2 * i + 1] & 15u) << 4));
   for (uint32_t i = 0; i < kTq6BlockValues / 4; ++i)
