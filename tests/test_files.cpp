@@ -1032,13 +1032,17 @@ TEST(SnapshotFile, CodebookIdIsSpecFnv) {
 
 TEST(SnapshotFile, AxisChannelTrellisRoundTrips) {
   EmbeddedCodebooks cb;
-  const Snapshot s = make_snapshot(trellis_spec(), &cb);
-  cb.axis = "channel";
+  Snapshot s = make_snapshot(trellis_spec(), &cb);
+  // The axis is part of the configuration; the embedded tables must agree with it.
   const std::string p = scratch("trellis-channel.h5");
+  EXPECT_THROW(write_snapshot(p, s, 3, &(cb.axis = "channel", cb)), std::invalid_argument);
+  s.config.trellis_axis = TrellisAxis::channel;
   write_snapshot(p, s, 3, &cb);
   EmbeddedCodebooks got;
-  (void)read_snapshot(p, &got);
+  const Snapshot r = read_snapshot(p, &got);
   EXPECT_EQ(got.axis, "channel");
+  EXPECT_EQ(r.config.trellis_axis, TrellisAxis::channel);
+  EXPECT_NE(r.config.name().find("axis=channel"), std::string::npos);
 }
 
 TEST(Files, SameContentSameBytes) {

@@ -234,6 +234,10 @@ TEST(Config, CanImplementGivesTypedReasons) {
   EXPECT_EQ(can_implement_record(512, 128, 2, 2, Body::trellis), Unsupported::none);
   EXPECT_EQ(can_implement_record(128, 128, 3, 4, Body::automatic), Unsupported::none);  // AUTO -> scalar
   EXPECT_EQ(can_implement_record(128, 128, 2, 3, Body::automatic), Unsupported::none);
+  // sjkv extensions: 4/4 trellis only when asked for; the channel axis needs a trellis body.
+  EXPECT_EQ(can_implement_record(128, 128, 4, 4, Body::trellis), Unsupported::none);
+  EXPECT_EQ(can_implement_record(128, 128, 3, 2, Body::trellis, TrellisAxis::channel), Unsupported::none);
+  EXPECT_EQ(can_implement_record(128, 128, 4, 4, Body::automatic, TrellisAxis::channel), Unsupported::trellis_axis);
 
   CodecConfig c;
   c.body = Body::scalar;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "golden.h"
+#include "sjkv/cache_view.h"
 #include "sjkv/codebook_tables.h"
 #include "sjkv/hadamard.h"
 #include "sjkv/hash.h"
@@ -226,7 +227,12 @@ TEST(Codebooks, TableFilesMatchPublishedSha256AndTheCompiledTables) {
   EXPECT_EQ(reference_codebook(Side::k, 3)[4], 0x3a53);
   EXPECT_EQ(reference_codebook(Side::v, 2)[0], 0x389b);
   EXPECT_EQ(reference_codebook(Side::v, 2)[4], 0x3282);
-  EXPECT_EQ(reference_codebook(Side::k, 4), nullptr);
+  // 4 bits (sjkv extension): no reference tables; the built-in table is the identity codebook.
+  std::vector<uint16_t> id4(1024);
+  identity_codebook(4, id4.data());
+  for (Side side : {Side::k, Side::v})
+    for (uint32_t w = 0; w < 1024; ++w) ASSERT_EQ(reference_codebook(side, 4)[w], id4[w]) << w;
+  EXPECT_EQ(reference_codebook(Side::k, 5), nullptr);
 }
 
 TEST(Codebooks, IdentityHashesArePublishedValues) {
@@ -645,8 +651,262 @@ TEST(Trellis, ConfigurationsAreSupported) {
       EXPECT_EQ(can_implement(c), Unsupported::none);
       EXPECT_NE(c.name().find("t:D="), std::string::npos) << c.name();
     }
-  EXPECT_EQ(can_implement_record(128, 128, 4, 4, Body::trellis), Unsupported::trellis_bits);
+  // 4/4 trellis (sjkv extension) only when asked for; AUTO keeps 4/4 scalar; 4/3, 4/2 no.
+  EXPECT_EQ(can_implement_record(128, 128, 4, 4, Body::trellis), Unsupported::none);
+  EXPECT_EQ(resolve_body(Body::automatic, 4, 4), Body::scalar);
+  EXPECT_EQ(can_implement_record(128, 128, 4, 3, Body::trellis), Unsupported::trellis_bits);
+  EXPECT_EQ(can_implement_record(128, 128, 4, 2, Body::trellis), Unsupported::trellis_bits);
   EXPECT_EQ(can_implement_record(128, 128, 2, 3, Body::trellis), Unsupported::trellis_bits);
   EXPECT_EQ(can_implement_record(128, 256, 3, 3, Body::trellis), Unsupported::trellis_group);
   EXPECT_EQ(can_implement_record(64, 128, 2, 2, Body::trellis), Unsupported::trellis_head_dim);
+}
+
+// ---- sjkv extensions: channel-axis trellis and 4-bit trellis (docs/CODEC.md) ---------------
+
+namespace {
+
+struct ExtConfig {
+  uint32_t bk, bv;
+  TrellisAxis axis;
+};
+const ExtConfig kExtConfigs[] = {{3, 3, TrellisAxis::channel}, {3, 2, TrellisAxis::channel},
+                                 {2, 2, TrellisAxis::channel}, {4, 4, TrellisAxis::token},
+                                 {4, 4, TrellisAxis::channel}};
+
+std::vector<uint8_t> seal_layout(const Tile& t, const RecordLayout& l, SealPath p, SealOptions o = {}) {
+  std::vector<uint8_t> rec(l.bytes, 0xAB);
+  SealWorkspace ws;
+  const Status st = seal_record(l, o, t.K.data(), t.V.data(), t.D, rec.data(), ws, p);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return rec;
+}
+
+// A 4-bit table that is not the identity: a smooth function of the window plus a little
+// seeded noise, fp16-rounded (every entry finite).
+std::vector<uint16_t> smooth_table4(uint64_t seed) {
+  std::vector<uint16_t> e(1024);
+  XorShift64 rng(seed);
+  for (uint32_t w = 0; w < 1024; ++w) {
+    const float code = static_cast<float>(w >> 6), hist = static_cast<float>(w & 63) / 63.0f;
+    const float noise = static_cast<float>(rng.next() % 1000) / 1000.0f - 0.5f;
+    e[w] = f32_to_f16(code + 0.45f * std::sin(6.2831853f * hist + 0.7f * code) + 0.2f * noise);
+  }
+  return e;
+}
+
+}  // namespace
+
+TEST(TrellisExt, ConfigurationNamesLayoutAndRules) {
+  CodecConfig c;
+  c.bits_k = 3;
+  c.bits_v = 2;
+  const std::string tok = c.name();
+  EXPECT_NE(tok.find("sj:3/2t:D=128"), std::string::npos) << tok;  // token-axis names do not change
+  EXPECT_EQ(tok.find("axis"), std::string::npos);
+  c.trellis_axis = TrellisAxis::channel;
+  EXPECT_NE(c.name().find("sj:3/2t:axis=channel:D=128"), std::string::npos) << c.name();
+  EXPECT_EQ(can_implement(c), Unsupported::none);
+  EXPECT_EQ(c.layout().axis, TrellisAxis::channel);
+  EXPECT_TRUE(c.layout().channel_axis());
+  EXPECT_EQ(c.layout().bytes, make_layout(128, 128, 3, 2, Body::trellis).bytes);
+  // channel axis without a trellis body, or an unknown axis
+  c.bits_k = c.bits_v = 4;
+  EXPECT_EQ(can_implement(c), Unsupported::trellis_axis);
+  c.body = Body::trellis;
+  EXPECT_EQ(can_implement(c), Unsupported::none);
+  EXPECT_NE(c.name().find("sj:4/4t:axis=channel:"), std::string::npos) << c.name();
+  c.trellis_axis = TrellisAxis::token;
+  EXPECT_NE(c.name().find("sj:4/4t:D="), std::string::npos) << c.name();
+  EXPECT_EQ(can_implement_record(128, 128, 3, 3, Body::scalar, TrellisAxis::channel), Unsupported::trellis_axis);
+  EXPECT_EQ(can_implement_record(128, 128, 3, 3, Body::trellis, static_cast<TrellisAxis>(2)), Unsupported::trellis_axis);
+  EXPECT_EQ(can_implement_record(128, 64, 3, 3, Body::trellis, TrellisAxis::channel), Unsupported::trellis_group);
+  EXPECT_EQ(can_implement_record(64, 128, 3, 3, Body::trellis, TrellisAxis::channel), Unsupported::trellis_head_dim);
+  EXPECT_EQ(can_implement_record(512, 128, 4, 4, Body::trellis, TrellisAxis::channel), Unsupported::none);
+  // Scalar layouts always carry the token axis; code positions of both axes.
+  EXPECT_EQ(make_layout(128, 128, 4, 4, Body::scalar, TrellisAxis::channel).axis, TrellisAxis::token);
+  const RecordLayout lc = make_layout(256, 128, 3, 2, Body::trellis, TrellisAxis::channel);
+  const RecordLayout lt = make_layout(256, 128, 3, 2, Body::trellis);
+  EXPECT_EQ(code_bit(lc, Side::k, 5, 7), (5u * 256 + 7) * 3);
+  EXPECT_EQ(code_bit(lc, Side::v, 5, 7), (5u * 256 + 7) * 2);
+  EXPECT_EQ(code_bit(lt, Side::k, 5, 7), (7u * 128 + 5) * 3);
+  EXPECT_EQ(lc.trellis_seqs(), 128u);
+  EXPECT_EQ(lc.trellis_len(), 256u);
+  EXPECT_EQ(lt.trellis_seqs(), 256u);
+  EXPECT_EQ(lt.trellis_len(), 128u);
+  // The codebook identity covers the 1024-entry tables.
+  std::vector<uint16_t> id4(1024);
+  identity_codebook(4, id4.data());
+  const uint64_t h = codebook_id(4, 4);
+  EXPECT_EQ(h, codebook_id(4, 4, TrellisCodebooks{id4.data(), id4.data()}));
+  id4[1023] ^= 1;
+  EXPECT_NE(h, codebook_id(4, 4, TrellisCodebooks{id4.data(), nullptr}));
+  uint64_t manual = kFnvBasis;
+  for (int s = 0; s < 2; ++s)
+    for (uint32_t w = 0; w < 1024; ++w) {
+      const uint16_t e = f32_to_f16(static_cast<float>(w >> 6));
+      const uint8_t le[2] = {static_cast<uint8_t>(e & 0xff), static_cast<uint8_t>(e >> 8)};
+      manual = fnv1a(le, 2, manual);
+    }
+  EXPECT_EQ(h, manual);
+  EXPECT_EQ(codebook_id(make_layout(128, 128, 4, 4, Body::trellis, TrellisAxis::channel)), h);
+}
+
+// The window of a channel-axis code runs along the token row: the decoded q of (t, d) is
+// the table entry of the codes (t, d-2..d) (3-bit) of the same row, zeros before d = 0.
+TEST(TrellisExt, ChannelAxisWindowsRunAlongTheRow) {
+  const Tile t = make_tile(128, 5, 0);
+  const RecordLayout l = make_layout(128, 128, 3, 3, Body::trellis, TrellisAxis::channel);
+  const auto rec = seal_layout(t, l, SealPath::reference);
+  const uint8_t* pk = rec.data() + l.k_payload;
+  for (uint32_t tk : {0u, 1u, 77u, 127u})
+    for (uint32_t d : {0u, 1u, 2u, 3u, 100u, 127u}) {
+      uint32_t w = get_bits(pk, code_bit(l, Side::k, tk, d), 3) << 6;
+      for (uint32_t k = 1; k <= 2; ++k)
+        if (d >= k) w |= get_bits(pk, code_bit(l, Side::k, tk, d - k), 3) << (6 - 3 * k);
+      EXPECT_EQ(trellis::window_at(l, rec.data(), Side::k, tk, d), w) << tk << " " << d;
+    }
+}
+
+// Every fast path gives the reference's bytes for the extension configurations, D = 128
+// and 256, realistic tiles, with the built-in tables and with run-time tables.
+TEST(TrellisExt, FastPathsMatchReference) {
+  const std::vector<uint16_t> s4 = smooth_table4(42);
+  int checked = 0;
+  for (const ExtConfig& e : kExtConfigs)
+    for (uint32_t D : {128u, 256u})
+      for (int kind : {0, 2, 3}) {
+        const Tile t = make_tile(D, 300 + D + kind, kind);
+        const RecordLayout l = make_layout(D, 128, e.bk, e.bv, Body::trellis, e.axis);
+        std::vector<SealOptions> opts(1);
+        if (e.bk == 4 && kind == 3) {
+          opts.emplace_back();
+          opts.back().codebooks = TrellisCodebooks{s4.data(), s4.data()};
+        }
+        for (const SealOptions& o : opts) {
+          const auto ref = seal_layout(t, l, SealPath::reference, o);
+          for (SealPath p : kFastPaths) {
+            if (!seal_path_available(p)) continue;
+            ASSERT_EQ(seal_layout(t, l, p, o), ref) << seal_path_name(p) << " " << e.bk << "/" << e.bv << " axis "
+                                                    << int(e.axis) << " D=" << D << " kind " << kind;
+            ++checked;
+          }
+        }
+      }
+  EXPECT_GT(checked, 30);
+}
+
+TEST(TrellisExt, SameBytesForOneAndTwoThreads) {
+  const uint32_t D = 256;
+  const int n = 6;
+  std::vector<Tile> tiles;
+  for (int i = 0; i < n; ++i) tiles.push_back(make_tile(D, 500 + i, i % 5));
+  std::vector<const uint16_t*> kp, vp;
+  for (auto& t : tiles) {
+    kp.push_back(t.K.data());
+    vp.push_back(t.V.data());
+  }
+  for (const ExtConfig& e : kExtConfigs) {
+    const RecordLayout l = make_layout(D, 128, e.bk, e.bv, Body::trellis, e.axis);
+    std::vector<uint8_t> one(l.bytes * n), two(l.bytes * n);
+    ASSERT_TRUE(seal_records(l, SealOptions{}, n, kp.data(), vp.data(), D, one.data(), SealPath::fast, 1).ok());
+    ASSERT_TRUE(seal_records(l, SealOptions{}, n, kp.data(), vp.data(), D, two.data(), SealPath::fast, 2).ok());
+    EXPECT_EQ(one, two) << e.bk << "/" << e.bv << " axis " << int(e.axis);
+  }
+}
+
+// The channel axis changes the stream (not the column scales) and decodes with an error of
+// the same order as the token axis; printed for the record.
+TEST(TrellisExt, ChannelAxisDecodeError) {
+  for (const auto& p : kPairs)
+    for (uint32_t D : {128u, 256u})
+      for (int kind : {3, 4}) {
+        const Tile t = make_tile(D, 900 + D + kind, kind);
+        const RecordLayout lc = make_layout(D, 128, p[0], p[1], Body::trellis, TrellisAxis::channel);
+        const RecordLayout lt = make_layout(D, 128, p[0], p[1], Body::trellis);
+        const RecordLayout ls = make_layout(D, 128, p[0], p[1], Body::scalar);
+        const auto rc = seal_layout(t, lc, SealPath::fast), rt = seal_layout(t, lt, SealPath::fast);
+        EXPECT_NE(0, std::memcmp(rc.data(), rt.data(), lc.k_scale));
+        EXPECT_EQ(0, std::memcmp(&rc[lc.k_tok], &rt[lt.k_tok], 2 * 128));
+        EXPECT_EQ(0, std::memcmp(&rc[lc.v_ch], &rt[lt.v_ch], 2 * D));
+        const Nmse ec = decode_nmse(t, lc, rc), et = decode_nmse(t, lt, rt);
+        const Nmse es = decode_nmse(t, ls, seal_layout(t, ls, SealPath::fast));
+        std::printf("channel axis %u/%u D=%u kind %d: NMSE K %.5f V %.5f (token axis K %.5f V %.5f, scalar K %.5f V %.5f)\n",
+                    p[0], p[1], D, kind, ec.k, ec.v, et.k, et.v, es.k, es.v);
+        EXPECT_LT(ec.k, 1.5 * es.k) << p[0] << "/" << p[1] << " D=" << D << " kind " << kind;
+        EXPECT_LT(ec.v, 1.5 * es.v) << p[0] << "/" << p[1] << " D=" << D << " kind " << kind;
+        EXPECT_LT(ec.k, 3.0 * et.k);
+        EXPECT_LT(ec.v, 3.0 * et.v);
+      }
+}
+
+// 4-bit trellis with the identity codebook: the codes are the scalar 4-bit RTN codes up to
+// near-ties and the error is the scalar one up to the refit, on both axes; with a smooth
+// random table it still decodes (error bounded, same table needed to decode).
+TEST(TrellisExt, FourBitTrellisDecodes) {
+  const std::vector<uint16_t> s4 = smooth_table4(7);
+  for (TrellisAxis axis : {TrellisAxis::token, TrellisAxis::channel})
+    for (uint32_t D : {128u, 256u})
+      for (int kind : {0, 3}) {
+        const Tile t = make_tile(D, 40 + D + kind, kind);
+        const RecordLayout lt = make_layout(D, 128, 4, 4, Body::trellis, axis);
+        const RecordLayout ls = make_layout(D, 128, 4, 4, Body::scalar);
+        const auto rt = seal_layout(t, lt, SealPath::fast);
+        const auto rs = seal_layout(t, ls, SealPath::fast);
+        size_t same = 0, total = 0;
+        for (Side side : {Side::k, Side::v})
+          for (uint32_t tk = 0; tk < 128; ++tk)
+            for (uint32_t d = 0; d < D; ++d) {
+              const float q = trellis_q(lt, rt.data(), side, tk, d, reference_codebook(side, 4));
+              const uint32_t code = get_bits(rt.data() + (side == Side::k ? lt.k_payload : lt.v_payload),
+                                             code_bit(lt, side, tk, d), 4);
+              ASSERT_EQ(q, static_cast<float>(code));
+              const uint32_t rtn = static_cast<uint32_t>(scalar_q(ls, rs.data(), side, tk, d));
+              ASSERT_LE(code > rtn ? code - rtn : rtn - code, 1u);
+              same += code == rtn;
+              ++total;
+            }
+        EXPECT_GE(static_cast<double>(same), 0.999 * static_cast<double>(total)) << "axis " << int(axis) << " D=" << D;
+        const Nmse et = decode_nmse(t, lt, rt), es = decode_nmse(t, ls, rs);
+        EXPECT_LT(et.k, 1.15 * es.k) << "axis " << int(axis) << " D=" << D << " kind " << kind;
+        EXPECT_LT(et.v, 1.15 * es.v) << "axis " << int(axis) << " D=" << D << " kind " << kind;
+        EXPECT_GT(et.k, 0.75 * es.k) << "axis " << int(axis) << " D=" << D << " kind " << kind;
+        SealOptions o;
+        o.codebooks = TrellisCodebooks{s4.data(), s4.data()};
+        const auto rr = seal_layout(t, lt, SealPath::fast, o);
+        EXPECT_NE(rr, rt);
+        const Nmse er = decode_nmse(t, lt, rr, o.codebooks);
+        const Nmse wrong = decode_nmse(t, lt, rr);
+        std::printf("4/4t axis %d D=%u kind %d: codes equal to RTN %.5f, NMSE K %.6f V %.6f (scalar 4/4 K %.6f V %.6f; "
+                    "smooth table K %.6f V %.6f, decoded with the wrong table K %.6f)\n",
+                    int(axis), D, kind, double(same) / double(total), et.k, et.v, es.k, es.v, er.k, er.v, wrong.k);
+        EXPECT_LT(er.k, 3.0 * es.k);
+        EXPECT_GT(wrong.k, er.k);  // decoding needs the table the record was sealed with
+        EXPECT_LT(er.v, 3.0 * es.v);
+      }
+}
+
+// Row resolution (§8.2) decodes body rows by the layout, so it follows the axis and width.
+TEST(TrellisExt, ResolveRowFollowsTheLayout) {
+  const std::vector<uint16_t> s4 = smooth_table4(3);
+  for (const ExtConfig& e : kExtConfigs) {
+    const Tile t = make_tile(256, 60 + e.bk, 3);
+    const RecordLayout l = make_layout(256, 128, e.bk, e.bv, Body::trellis, e.axis);
+    SealOptions o;
+    if (e.bk == 4) o.codebooks = TrellisCodebooks{s4.data(), s4.data()};
+    const auto rec = seal_layout(t, l, SealPath::fast, o);
+    CacheView v;
+    v.layout = l;
+    v.n_head_kv = 1;
+    v.body = rec.data();
+    v.B = v.N = 128;
+    v.codebooks = o.codebooks;
+    std::vector<float> k(256), vv(256), k2(256), v2(256);
+    for (uint32_t p : {0u, 1u, 64u, 127u}) {
+      resolve_row(v, p, 0, k.data(), vv.data());
+      decode_k_row(l, rec.data(), p, k2.data(), o.codebooks);
+      decode_v_row(l, rec.data(), p, v2.data(), o.codebooks);
+      ASSERT_EQ(0, std::memcmp(k.data(), k2.data(), sizeof(float) * 256));
+      ASSERT_EQ(0, std::memcmp(vv.data(), v2.data(), sizeof(float) * 256));
+    }
+  }
 }

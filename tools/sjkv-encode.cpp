@@ -29,6 +29,7 @@ constexpr const char* kTool = "sjkv-encode";
 
 struct EncodeArgs {
   std::string input, output, bits = "4/4", body = "auto", staging = "tq6_0", sink_type = "f16", device = "auto";
+  std::string axis = "token";
   std::vector<std::string> codebooks;
   uint32_t sink = 128, tail = 4096, tail_max = 8192, ubatch = 512, iters = 16, head_dim = 0;
   std::vector<uint32_t> layers, layer_ids;
@@ -54,6 +55,7 @@ CodecConfig config_from(const EncodeArgs& a) {
     c.tail_max = a.tail_max;
     c.iters = a.iters;
     c.body = a.body == "scalar" ? Body::scalar : a.body == "trellis" ? Body::trellis : Body::automatic;
+    c.trellis_axis = a.axis == "channel" ? TrellisAxis::channel : TrellisAxis::token;
     c.staging = a.staging == "f16" ? StagingType::f16 : a.staging == "q8_0" ? StagingType::q8_0 : StagingType::tq6_0;
   }
   c.sink = a.sink;
@@ -400,8 +402,10 @@ int main(int argc, char** argv) {
   enc->add_option("--bits", ea.bits, "K/V bits: 4/4, 4/3, 4/2, 3/4, 3/3, 3/2, 2/4, 2/3, 2/2")
       ->check(CLI::IsMember({"4/4", "4/3", "4/2", "3/4", "3/3", "3/2", "2/4", "2/3", "2/2"}))
       ->capture_default_str();
-  enc->add_option("--body", ea.body, "Body: auto (trellis for 3/3, 3/2, 2/2), scalar or trellis")
+  enc->add_option("--body", ea.body, "Body: auto (trellis for 3/3, 3/2, 2/2), scalar or trellis (also 4/4t)")
       ->check(CLI::IsMember({"auto", "scalar", "trellis"}))->capture_default_str();
+  enc->add_option("--axis", ea.axis, "Trellis sequence axis: token (the format's) or channel (sjkv extension)")
+      ->check(CLI::IsMember({"token", "channel"}))->capture_default_str();
   enc->add_option("--staging", ea.staging, "Staging rows: tq6_0, q8_0 or f16")
       ->check(CLI::IsMember({"tq6_0", "q8_0", "f16"}))->capture_default_str();
   enc->add_option("--sink", ea.sink, "Sink positions kept exact")->capture_default_str();

@@ -20,7 +20,10 @@ std::string CodecConfig::name() const {
   const bool kvarn = balance == BalanceMode::best_of;
   std::string s = kvarn ? "kvarn:" : "sj:";
   s += std::to_string(bits_k) + "/" + std::to_string(bits_v);
-  if (resolved_body() == Body::trellis) s += "t";
+  if (resolved_body() == Body::trellis) {
+    s += "t";
+    if (trellis_axis == TrellisAxis::channel) s += ":axis=channel";
+  }
   s += ":D=" + std::to_string(head_dim) + ":G=" + std::to_string(group);
   s += std::string(":staging=") + staging_name(staging);
   s += ":sink=" + std::to_string(sink) + (sink_type == SinkType::inherit ? "(inherit)" : "");
@@ -53,7 +56,8 @@ const char* describe(Unsupported u) {
     case Unsupported::group_invalid: return "group must be a positive multiple of 16";
     case Unsupported::bits_out_of_range: return "bits_k and bits_v must be 2, 3 or 4";
     case Unsupported::body_invalid: return "body must be scalar, trellis or auto";
-    case Unsupported::trellis_bits: return "trellis bodies need bits in {2,3} with bits_v <= bits_k";
+    case Unsupported::trellis_bits:
+      return "trellis bodies need bits in {2,3} with bits_v <= bits_k, or 4/4 with body=trellis";
     case Unsupported::trellis_group: return "trellis bodies need group 128";
     case Unsupported::trellis_head_dim: return "trellis bodies need head_dim a multiple of 128";
     case Unsupported::trellis_not_built:  // no longer returned; kept so stored values keep their meaning
@@ -64,19 +68,29 @@ const char* describe(Unsupported u) {
     case Unsupported::tail_not_group_aligned: return "tail must be a multiple of the group";
     case Unsupported::tail_max_invalid: return "tail_max must be 0 or a multiple of 128 that is >= tail";
     case Unsupported::iters_out_of_range: return "balancing iterations must be at most 64";
+    case Unsupported::trellis_axis: return "trellis axis must be token or channel, and the channel axis needs a trellis body";
   }
   return "unknown reason";
 }
 
-Unsupported can_implement_record(uint32_t d, uint32_t g, uint32_t bits_k, uint32_t bits_v, Body body) {
+Unsupported can_implement_record(uint32_t d, uint32_t g, uint32_t bits_k, uint32_t bits_v, Body body, TrellisAxis axis) {
   if (!is_pow2(d)) return Unsupported::head_dim_not_pow2;
   if (d < 32) return Unsupported::head_dim_too_small;
   if (g == 0 || g % 16 != 0) return Unsupported::group_invalid;
   if (bits_k < 2 || bits_k > 4 || bits_v < 2 || bits_v > 4) return Unsupported::bits_out_of_range;
   const Body b = resolve_body(body, bits_k, bits_v);
   if (b != Body::scalar && b != Body::trellis) return Unsupported::body_invalid;
+  if (axis != TrellisAxis::token && axis != TrellisAxis::channel) return Unsupported::trellis_axis;
+  if (axis == TrellisAxis::channel && b != Body::trellis) return Unsupported::trellis_axis;
   if (b == Body::trellis) {
-    if (bits_k == 4 || bits_v == 4 || bits_v > bits_k) return Unsupported::trellis_bits;
+    // {2,3} with bits_v <= bits_k (the format's 3/3, 3/2, 2/2), or the 4-bit trellis 4/4
+    // (L = 10, sjkv extension) only when asked for: AUTO keeps 4/4 scalar; 4/3 and 4/2
+    // stay unsupported.
+    const bool four = bits_k == 4 && bits_v == 4 && body == Body::trellis;
+    if (!four && (bits_k == 4 || bits_v == 4 || bits_v > bits_k)) return Unsupported::trellis_bits;
+    // Both axes: G = 128 (the format's trellis group) and D a multiple of 128, so a
+    // channel-axis sequence (one token row's D channels) is at least 128 codes long, as
+    // long as a token-axis one.
     if (g != 128) return Unsupported::trellis_group;
     if (d % 128 != 0) return Unsupported::trellis_head_dim;
   }
@@ -84,7 +98,7 @@ Unsupported can_implement_record(uint32_t d, uint32_t g, uint32_t bits_k, uint32
 }
 
 Unsupported can_implement(const CodecConfig& c) {
-  const Unsupported rec = can_implement_record(c.head_dim, c.group, c.bits_k, c.bits_v, c.body);
+  const Unsupported rec = can_implement_record(c.head_dim, c.group, c.bits_k, c.bits_v, c.body, c.trellis_axis);
   if (rec != Unsupported::none) return rec;
   if (c.head_dim % staging_block_values(c.staging) != 0) return Unsupported::staging_block;
   const uint32_t rot = c.rotation();

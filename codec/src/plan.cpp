@@ -218,7 +218,10 @@ std::string CacheOption::label() const {
     return a == b ? a : a + "/" + b;
   }
   std::string s = "sjkv " + std::to_string(codec.bits_k) + "/" + std::to_string(codec.bits_v);
-  if (codec.resolved_body() == Body::trellis) s += "t";
+  if (codec.resolved_body() == Body::trellis) {
+    s += "t";
+    if (codec.trellis_axis == TrellisAxis::channel) s += " axis=channel";
+  }
   if (accounting == SjkvAccounting::note_rule) s += " (note rule)";
   return s;
 }

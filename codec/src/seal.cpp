@@ -75,10 +75,10 @@ void SealWorkspace::reserve(uint32_t head_dim, uint32_t group) {
   sums_.assign(static_cast<size_t>(8) * vec, 0.0);
   dvecs_.assign(static_cast<size_t>(2) * vec, 0.0);
   codes_.assign(tile, 0);
-  // trellis records always have G = 128
-  choice_.assign(static_cast<size_t>(kTrellisGroup) * kTrellisStates * 4, 0);
+  // trellis sequences run along G (token axis) or D (channel axis): at most max(D, G) codes
+  choice_.assign(static_cast<size_t>(vec) * kTrellisStates * 4, 0);
   cbf_.assign(kTrellisMaxEntries, 0.0f);
-  ty_.assign(static_cast<size_t>(kTrellisGroup) + 2 * kTrellisStates, 0.0f);
+  ty_.assign(static_cast<size_t>(vec) + 2 * kTrellisStates, 0.0f);
   windows_.assign(tile, 0);
 }
 
@@ -133,7 +133,7 @@ Status check_finite_rows(Side side, const uint16_t* rows, uint32_t n_rows, uint3
 
 Status seal_record(const RecordLayout& l, const SealOptions& opt, const uint16_t* k_rows, const uint16_t* v_rows,
                    size_t row_stride, uint8_t* out, SealWorkspace& ws, SealPath path) {
-  const Unsupported why = can_implement_record(l.head_dim, l.group, l.bits_k, l.bits_v, l.body);
+  const Unsupported why = can_implement_record(l.head_dim, l.group, l.bits_k, l.bits_v, l.body, l.axis);
   const Unsupported iters = opt.iters > 64 ? Unsupported::iters_out_of_range : Unsupported::none;
   if (why != Unsupported::none || iters != Unsupported::none) {
     std::memset(out, 0, l.bytes);

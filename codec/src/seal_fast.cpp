@@ -343,7 +343,9 @@ void viterbi_channel(const float* __restrict y, uint32_t n, const float* __restr
       for (uint32_t m = 0; m < 4; ++m) {
         const uint32_t w0 = kTrellisStates * j + 16 * m, p0 = w0 >> B;
         const __m512 d = _mm512_sub_ps(yv, _mm512_loadu_ps(cbf + w0));
-        const __m512 ph = _mm512_permutexvar_ps(idx[(p0 % 16) / (B == 3 ? 2 : 4)], phi[p0 / 16]);
+        // 4-bit: all 16 lanes share phi[p0]
+        const __m512 ph = B == 4 ? _mm512_permutexvar_ps(_mm512_set1_epi32(static_cast<int>(p0 % 16)), phi[p0 / 16])
+                                 : _mm512_permutexvar_ps(idx[((p0 % 16) / (B == 3 ? 2 : 4)) % 8], phi[p0 / 16]);
         const __m512 cost = _mm512_add_ps(_mm512_mul_ps(d, d), ph);
         const __mmask16 lt = _mm512_cmp_ps_mask(cost, best[m], _CMP_LT_OQ);
         best[m] = _mm512_min_ps(cost, best[m]);
@@ -381,9 +383,9 @@ void viterbi_channel(const float* __restrict y, uint32_t n, const float* __restr
       for (uint32_t j = 0; j < NB; ++j) {
         const uint32_t w0 = kTrellisStates * j + 8 * m;
         const __m256 d = _mm256_sub_ps(yv, _mm256_loadu_ps(cbf + w0));
-        // 3-bit: all 8 lanes share phi[w0 >> 3]; 2-bit: lane l reads phi[(w0 >> 2) + (l >> 2)]
+        // 3- and 4-bit: all 8 lanes share phi[w0 >> B]; 2-bit: lane l reads phi[(w0 >> 2) + (l >> 2)]
         // (the 8-float load reaches into the buffer's padding; those lanes are not selected).
-        const __m256 ph = B == 3 ? _mm256_broadcast_ss(cur + (w0 >> 3))
+        const __m256 ph = B >= 3 ? _mm256_broadcast_ss(cur + (w0 >> B))
                                  : _mm256_permutevar8x32_ps(_mm256_loadu_ps(cur + (w0 >> 2)), idx2);
         const __m256 cost = _mm256_add_ps(_mm256_mul_ps(d, d), ph);
         const __m256 lt = _mm256_cmp_ps(cost, best, _CMP_LT_OQ);
@@ -456,35 +458,42 @@ void seal_side_trellis(const RecordLayout& l, Side side, const uint16_t* rows, s
   float* __restrict cbf = ws.cbf();
   for (uint32_t w = 0; w < trellis_entries(b); ++w) cbf[w] = f16_to_f32(table[w]);
 
-  // Targets of every channel, [d][t]: K's bal in [d][t] is cur with the affine per d; V's
-  // is curT with the affine per t.
+  // Targets of every sequence, [q][i] (sjkv/record.h): token axis [d][t], channel axis
+  // [t][d]. The balanced tile in that order is cur or curT (K's cur is [d][t], V's is
+  // [t][d]); the row affine is indexed by d for K and by t for V.
+  const bool ch_axis = l.channel_axis();
+  const uint32_t S = l.trellis_seqs(), n = l.trellis_len();
   float* __restrict Y = st.w.M;
-  const float* bal_dt = is_k ? st.w.cur : st.w.curT;
-  for (uint32_t d = 0; d < D; ++d) {
-    const float* __restrict x = bal_dt + static_cast<size_t>(d) * G;
-    float* __restrict y = Y + static_cast<size_t>(d) * G;
-    if (is_k) {
-      const float lo = st.lo[d], step = st.step[d];
-      for (uint32_t t = 0; t < G; ++t) y[t] = trellis::target(x[t], lo, step);
+  const bool bal_is_cur = is_k != ch_axis;  // K token axis, V channel axis: cur
+  const float* bal_qi = bal_is_cur ? st.w.cur : st.w.curT;
+  const bool affine_per_q = is_k != ch_axis;  // affine row r = d for K, t for V
+  for (uint32_t q = 0; q < S; ++q) {
+    const float* __restrict x = bal_qi + static_cast<size_t>(q) * n;
+    float* __restrict y = Y + static_cast<size_t>(q) * n;
+    if (affine_per_q) {
+      const float lo = st.lo[q], step = st.step[q];
+      for (uint32_t i = 0; i < n; ++i) y[i] = trellis::target(x[i], lo, step);
     } else {
-      for (uint32_t t = 0; t < G; ++t) y[t] = trellis::target(x[t], st.lo[t], st.step[t]);
+      for (uint32_t i = 0; i < n; ++i) y[i] = trellis::target(x[i], st.lo[i], st.step[i]);
     }
   }
-  uint8_t* codes = ws.codes();    // [d][t]
-  uint16_t* wins = ws.windows();  // [d][t]
-  for (uint32_t d = 0; d < D; ++d) {
-    const size_t o = static_cast<size_t>(d) * G;
-    if (b == 3) viterbi_channel<3>(Y + o, G, cbf, ws.choice(), codes + o, wins + o);
-    else viterbi_channel<2>(Y + o, G, cbf, ws.choice(), codes + o, wins + o);
+  uint8_t* codes = ws.codes();    // [q][i]
+  uint16_t* wins = ws.windows();  // [q][i]
+  for (uint32_t q = 0; q < S; ++q) {
+    const size_t o = static_cast<size_t>(q) * n;
+    if (b == 4) viterbi_channel<4>(Y + o, n, cbf, ws.choice(), codes + o, wins + o);
+    else if (b == 3) viterbi_channel<3>(Y + o, n, cbf, ws.choice(), codes + o, wins + o);
+    else viterbi_channel<2>(Y + o, n, cbf, ws.choice(), codes + o, wins + o);
   }
-  // Channel-major stream: code (t, d) at bit (d*G + t)*b, i.e. the [d][t] codes in order.
+  // Sequence q's codes from bit q*n*b: the [q][i] codes in order, on either axis.
   pack_stream(codes, static_cast<size_t>(D) * G, b, rec + (is_k ? l.k_payload : l.v_payload));
 
   // Refit: decoded entries in the tile's [R][C] order next to bal, then one row at a time.
   float* __restrict yhat = st.w.MT;
   for (uint32_t d = 0; d < D; ++d)
     for (uint32_t t = 0; t < G; ++t) {
-      const float q = cbf[wins[static_cast<size_t>(d) * G + t]];
+      const size_t k = ch_axis ? static_cast<size_t>(t) * D + d : static_cast<size_t>(d) * G + t;
+      const float q = cbf[wins[k]];
       if (is_k) yhat[static_cast<size_t>(d) * G + t] = q; else yhat[static_cast<size_t>(t) * D + d] = q;
     }
   for (uint32_t r = 0; r < R; ++r) {
@@ -510,6 +519,9 @@ void seal_record_scalar(const RecordLayout& l, const SealOptions& opt, const uin
   std::memset(rec, 0, l.bytes);
   seal_side(l, Side::k, k_rows, stride, opt, ws, rec);
   seal_side(l, Side::v, v_rows, stride, opt, ws, rec);
+#if defined(__AVX__)
+  _mm256_zeroupper();  // see seal_record_trellis
+#endif
 }
 
 void seal_record_trellis(const RecordLayout& l, const SealOptions& opt, const uint16_t* k_rows,
@@ -517,6 +529,12 @@ void seal_record_trellis(const RecordLayout& l, const SealOptions& opt, const ui
   std::memset(rec, 0, l.bytes);
   seal_side_trellis(l, Side::k, k_rows, stride, opt, ws, rec);
   seal_side_trellis(l, Side::v, v_rows, stride, opt, ws, rec);
+#if defined(__AVX__)
+  // Leave the upper vector state clean for the caller's SSE code (GCC did not always insert
+  // vzeroupper on these paths: a reference trellis seal after a fast one on the same thread
+  // ran ~3x slower, a scalar one ~1.45x).
+  _mm256_zeroupper();
+#endif
 }
 
 }  // namespace SJKV_ISA_NS

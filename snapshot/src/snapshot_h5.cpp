@@ -32,6 +32,8 @@ std::string u(uint64_t v) { return std::to_string(v); }
 
 // ---- the rules, in the reader's order (FORMAT.md section 5, steps 5-8) -------------------
 
+std::string axis_name(const CodecConfig& c) { return c.trellis_axis == TrellisAxis::channel ? "channel" : "token"; }
+
 std::string config_defect(const Snapshot& s, const std::string& axis) {
   const CodecConfig& c = s.config;
   if (!is_pow2(c.head_dim)) return "head_dim = " + u(c.head_dim) + " is not a power of two";
@@ -48,12 +50,14 @@ std::string config_defect(const Snapshot& s, const std::string& axis) {
   const Body rb = c.resolved_body();
   if (axis != "token" && axis != "channel") return "axis = '" + axis + "' is not token or channel";
   if (rb == Body::scalar && axis != "token") return "axis = '" + axis + "' with a scalar body (must be token)";
-  const Unsupported rec = can_implement_record(c.head_dim, c.group, c.bits_k, c.bits_v, rb);
+  const Unsupported rec = can_implement_record(c.head_dim, c.group, c.bits_k, c.bits_v, rb,
+                                               axis == "channel" ? TrellisAxis::channel : TrellisAxis::token);
   // The file layer stores trellis records whether or not this build can seal them.
   if (rec != Unsupported::none && rec != Unsupported::trellis_not_built)
     return std::string("configuration ") + c.name() + ": " + describe(rec);
   CodecConfig rest = c;
   rest.body = Body::scalar;  // the record checks are done; check staging, rotation, sink, tail
+  rest.trellis_axis = TrellisAxis::token;
   const Unsupported u2 = can_implement(rest);
   if (u2 != Unsupported::none) return std::string("configuration ") + c.name() + ": " + describe(u2);
   if (s.n_ubatch < 1) return "n_ubatch = 0 (must be >= 1)";
@@ -242,7 +246,7 @@ uint64_t codebook_id_of(const std::vector<uint16_t>& k_table, const std::vector<
 }
 
 void check_snapshot_consistent(const Snapshot& snap, const EmbeddedCodebooks* codebooks) {
-  const std::string axis = codebooks ? codebooks->axis : "token";
+  const std::string axis = axis_name(snap.config);
   std::string d = config_defect(snap, axis);
   if (d.empty()) d = policy_defect(snap);
   if (d.empty()) d = codebook_defect(snap, axis, codebooks);
@@ -252,10 +256,11 @@ void check_snapshot_consistent(const Snapshot& snap, const EmbeddedCodebooks* co
 }
 
 void write_snapshot(const std::string& path, const Snapshot& snap, int zstd_level, const EmbeddedCodebooks* given) {
-  // Without explicit tables, the ones the snapshot carries are embedded (token axis).
+  // Without explicit tables, the ones the snapshot carries are embedded.
   EmbeddedCodebooks carried;
   const EmbeddedCodebooks* codebooks = given;
   if (!codebooks && !snap.codebook_k.empty()) {
+    carried.axis = axis_name(snap.config);
     carried.bits_k = snap.config.bits_k;
     carried.bits_v = snap.config.bits_v;
     carried.k_table = snap.codebook_k;
@@ -273,7 +278,7 @@ void write_snapshot(const std::string& path, const Snapshot& snap, int zstd_leve
   }
   const CodecConfig& c = snap.config;
   const Geometry g = geometry_of(snap);
-  const std::string axis = codebooks ? codebooks->axis : "token";
+  const std::string axis = axis_name(c);
   AtomicOutput out(path);
   {
     const h5::Writer w{path};
@@ -387,6 +392,7 @@ Snapshot read_snapshot(const std::string& path, EmbeddedCodebooks* codebooks_out
   c.bits_v = r.u32_attr(root, "bits_v", 2, 4);
   c.body = enum_attr(r, root, "body", "body", {"scalar", "trellis"}) == "trellis" ? Body::trellis : Body::scalar;
   const std::string axis = enum_attr(r, root, "axis", "axis", {"token", "channel"});
+  c.trellis_axis = axis == "channel" ? TrellisAxis::channel : TrellisAxis::token;
   c.balance = enum_attr(r, root, "balance", "balance", {"final", "best"}) == "best" ? BalanceMode::best_of
                                                                                     : BalanceMode::final_scales;
   c.iters = r.u32_attr(root, "iters");

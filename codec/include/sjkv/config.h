@@ -17,6 +17,9 @@ struct CodecConfig {
   uint32_t bits_k = 4;
   uint32_t bits_v = 4;
   Body body = Body::automatic;
+  // Trellis bodies only (sjkv extension; docs/CODEC.md "Trellis axis"): the axis the Viterbi
+  // sequences run along. token is the format's; channel must be asked for with a trellis body.
+  TrellisAxis trellis_axis = TrellisAxis::token;
   uint32_t iters = 16;
   BalanceMode balance = BalanceMode::final_scales;
   StagingType staging = StagingType::tq6_0;
@@ -31,8 +34,9 @@ struct CodecConfig {
 
   Body resolved_body() const { return resolve_body(body, bits_k, bits_v); }
   uint32_t rotation() const { return rotation_block ? rotation_block : (head_dim < 256 ? head_dim : 256); }
-  RecordLayout layout() const { return make_layout(head_dim, group, bits_k, bits_v, resolved_body()); }
-  // e.g. "sj:4/4:D=128:G=128:staging=tq6_0:sink=128:tail=4096/8192:rot=128:iters=16"
+  RecordLayout layout() const { return make_layout(head_dim, group, bits_k, bits_v, resolved_body(), trellis_axis); }
+  // e.g. "sj:4/4:D=128:G=128:staging=tq6_0:sink=128:tail=4096/8192:rot=128:iters=16"; a
+  // channel-axis trellis adds ":axis=channel" after the widths ("sj:3/2t:axis=channel:D=...")
   std::string name() const;
 };
 
@@ -48,7 +52,7 @@ enum class Unsupported : uint32_t {
   group_invalid,              // G == 0 or G % 16 != 0
   bits_out_of_range,          // bits outside 2..4
   body_invalid,
-  trellis_bits,               // trellis needs bits in {2,3} and bits_v <= bits_k
+  trellis_bits,               // trellis needs bits in {2,3} with bits_v <= bits_k, or 4/4 with explicit Body::trellis
   trellis_group,              // trellis needs G == 128
   trellis_head_dim,           // trellis needs D % 128 == 0
   trellis_not_built,          // unused since trellis bodies were built; kept for the numbering
@@ -58,12 +62,14 @@ enum class Unsupported : uint32_t {
   tail_not_group_aligned,     // tail % G != 0
   tail_max_invalid,           // tail_max != 0 and (tail_max < tail or tail_max % 128 != 0)
   iters_out_of_range,         // iters > 64
+  trellis_axis,               // axis not token/channel, or channel axis without a trellis body
 };
 
 const char* describe(Unsupported u);
 
 // Record geometry only (§4.1 layout validation).
-Unsupported can_implement_record(uint32_t head_dim, uint32_t group, uint32_t bits_k, uint32_t bits_v, Body body);
+Unsupported can_implement_record(uint32_t head_dim, uint32_t group, uint32_t bits_k, uint32_t bits_v, Body body,
+                                 TrellisAxis axis = TrellisAxis::token);
 // Full cache configuration (layer init validation of §8.1 plus sjkv's extensions).
 Unsupported can_implement(const CodecConfig& c);
 

@@ -11,6 +11,11 @@ namespace sjkv {
 
 enum class Body : uint32_t { scalar = 0, trellis = 1, automatic = 2 };
 enum class Side : uint32_t { k = 0, v = 1 };
+// Which axis a trellis sequence runs along (sjkv extension, docs/CODEC.md "Trellis axis").
+// token (format version 1, CODEC-SPEC §6): one sequence per channel d along the G tokens,
+// code (t, d) at payload bit (d*G + t)*b. channel: one sequence per token row t along its D
+// channels, code (t, d) at payload bit (t*D + d)*b. Scalar bodies ignore it (always token).
+enum class TrellisAxis : uint32_t { token = 0, channel = 1 };
 
 // AUTO -> trellis for 3/3, 3/2 and 2/2, scalar otherwise (§4.1).
 SJKV_HD inline Body resolve_body(Body b, uint32_t bits_k, uint32_t bits_v) {
@@ -25,17 +30,24 @@ struct RecordLayout {
   uint32_t bits_k = 0;
   uint32_t bits_v = 0;
   Body body = Body::scalar;  // resolved: scalar or trellis
+  TrellisAxis axis = TrellisAxis::token;  // trellis bodies only; token for scalar bodies
   uint32_t k_payload = 0, v_payload = 0, k_scale = 0, k_zero = 0, k_tok = 0, v_ch = 0, v_scale = 0,
            v_zero = 0, bytes = 0;
 
   // 4-bit scalar sides use the tensor-core fragment order and permuted channel scales.
   SJKV_HD bool k_fragment() const { return body == Body::scalar && bits_k == 4; }
   SJKV_HD bool v_fragment() const { return body == Body::scalar && bits_v == 4; }
+  SJKV_HD bool channel_axis() const { return body == Body::trellis && axis == TrellisAxis::channel; }
+  // Trellis sequences of one side: how many, and how many codes each (G tokens or D channels).
+  SJKV_HD uint32_t trellis_seqs() const { return channel_axis() ? group : head_dim; }
+  SJKV_HD uint32_t trellis_len() const { return channel_axis() ? head_dim : group; }
 };
 
 // Offsets for a geometry the caller has already validated (see can_implement()).
-SJKV_HD inline RecordLayout make_layout(uint32_t d, uint32_t g, uint32_t bits_k, uint32_t bits_v, Body resolved) {
+SJKV_HD inline RecordLayout make_layout(uint32_t d, uint32_t g, uint32_t bits_k, uint32_t bits_v, Body resolved,
+                                        TrellisAxis axis = TrellisAxis::token) {
   RecordLayout l;
+  l.axis = resolved == Body::trellis ? axis : TrellisAxis::token;
   l.head_dim = d;
   l.group = g;
   l.bits_k = bits_k;
@@ -69,7 +81,8 @@ SJKV_HD inline uint32_t v_ch_idx(const RecordLayout& l, uint32_t d) {
 // Bit offset of the code of (token t, channel d) inside one side's payload (§4.3).
 SJKV_HD inline uint32_t code_bit(const RecordLayout& l, Side side, uint32_t t, uint32_t d) {
   const uint32_t b = side == Side::k ? l.bits_k : l.bits_v;
-  if (l.body == Body::trellis) return (d * l.group + t) * b;
+  if (l.body == Body::trellis)
+    return l.axis == TrellisAxis::channel ? (t * l.head_dim + d) * b : (d * l.group + t) * b;
   const bool frag = side == Side::k ? l.k_fragment() : l.v_fragment();
   if (!frag) return t * (l.head_dim * b) + d * b;
   const uint32_t s = t / 16, tt = t % 16, c = d / 16, dd = d % 16;

@@ -18,8 +18,9 @@ struct RecordScratch {
   float* step;  // [max(D,G)]
 };
 
-// Scratch of the trellis part of one side (reference seal): y[G] targets, phi[128] costs,
-// choice[G*64] branch choices, codes[G] of one channel and cbf[512] decoded table entries.
+// Scratch of the trellis part of one side (reference seal), n = the sequence length (G on
+// the token axis, D on the channel axis): y[n] targets, phi[128] costs, choice[n*64] branch
+// choices, codes[n] of one sequence and cbf[kTrellisMaxEntries] decoded table entries.
 struct TrellisScratch {
   float* y;
   float* phi;
@@ -102,8 +103,9 @@ SJKV_HD inline void seal_record_scalar_ref(const RecordLayout& l, const uint16_t
 }
 
 // One side of a trellis record (§6), in the spec's order of events: row min/max and the
-// initial scale/zero of every row, Viterbi for every channel, refit of every row, column
-// scales. `table` is the side's codebook (2^(6+b) fp16 entries).
+// initial scale/zero of every row, Viterbi for every sequence (every channel on the token
+// axis, every token row on the channel axis), refit of every row of the balanced tile,
+// column scales. `table` is the side's codebook (2^(6+b) fp16 entries).
 SJKV_HD inline void seal_side_trellis_ref(const RecordLayout& l, Side side, const uint16_t* rows, size_t stride,
                                           uint32_t iters, BalanceMode mode, const uint16_t* table, RecordScratch s,
                                           TrellisScratch ts, uint8_t* rec) {
@@ -115,19 +117,24 @@ SJKV_HD inline void seal_side_trellis_ref(const RecordLayout& l, Side side, cons
   const float* cur = s.bal.cur;
   for (uint32_t w = 0; w < trellis_entries(b); ++w) ts.cbf[w] = f16_to_f32(table[w]);
   uint8_t* payload = rec + (is_k ? l.k_payload : l.v_payload);
-  for (uint32_t d = 0; d < D; ++d) {
-    for (uint32_t t = 0; t < G; ++t) {
+  // Sequence q, position i: (t, d) = (i, q) on the token axis, (q, i) on the channel axis;
+  // its codes are contiguous in the stream from bit q*n*b either way.
+  const bool ch_axis = l.axis == TrellisAxis::channel;
+  const uint32_t S = l.trellis_seqs(), n = l.trellis_len();
+  for (uint32_t q = 0; q < S; ++q) {
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint32_t t = ch_axis ? q : i, d = ch_axis ? i : q;
       const uint32_t r = is_k ? d : t, c = is_k ? t : d;
-      ts.y[t] = trellis::target(cur[static_cast<size_t>(r) * C + c], s.lo[r], s.step[r]);
+      ts.y[i] = trellis::target(cur[static_cast<size_t>(r) * C + c], s.lo[r], s.step[r]);
     }
-    trellis::viterbi_ref(ts.y, G, b, ts.cbf, ts.phi, ts.choice, ts.codes);
-    for (uint32_t t = 0; t < G; ++t) put_bits(payload, (d * G + t) * b, b, ts.codes[t]);
+    trellis::viterbi_ref(ts.y, n, b, ts.cbf, ts.phi, ts.choice, ts.codes);
+    for (uint32_t i = 0; i < n; ++i) put_bits(payload, (q * n + i) * b, b, ts.codes[i]);
   }
   for (uint32_t r = 0; r < R; ++r) {
     trellis::RefitSums sums;
     for (uint32_t c = 0; c < C; ++c) {
       const uint32_t t = is_k ? c : r, d = is_k ? r : c;
-      trellis::refit_add(sums, cur[static_cast<size_t>(r) * C + c], ts.cbf[trellis::window(payload, d * G * b, b, t)]);
+      trellis::refit_add(sums, cur[static_cast<size_t>(r) * C + c], ts.cbf[trellis::window_at(l, rec, side, t, d)]);
     }
     double a, bz;
     if (!trellis::refit_solve(sums, C, &a, &bz)) continue;

@@ -35,8 +35,8 @@ class SealWorkspace {
   void reserve(uint32_t head_dim, uint32_t group);
   RecordScratch reference_scratch();
   TrellisScratch trellis_scratch();                 // reference trellis seal
-  uint8_t* choice() { return choice_.data(); }      // 128*64*4 bytes: Viterbi branch choices
-  float* cbf() { return cbf_.data(); }              // 512 decoded codebook entries
+  uint8_t* choice() { return choice_.data(); }      // max(D,G)*64*4 bytes: Viterbi branch choices
+  float* cbf() { return cbf_.data(); }              // kTrellisMaxEntries decoded codebook entries
   uint16_t* windows() { return windows_.data(); }   // D*G windows
   float* tiles() { return tiles_.data(); }          // 4 tiles of D*G floats
   double* sums() { return sums_.data(); }           // 8 * max(D, G) doubles

@@ -8,6 +8,12 @@
 // code i is the L = 6 + b bit number (code_i << 6) | (the 6 stream bits before it in this
 // channel's sequence, older bits lower, zeros before the start). States are the 6 history
 // bits; from state s, branch j uses window s + 64*j and leads to state (s + 64*j) >> b.
+//
+// sjkv extensions (docs/CODEC.md): the channel axis (RecordLayout::axis, one sequence per
+// token row t along its D channels, code (t, d) at payload bit (t*D + d)*b) and the 4-bit
+// trellis (L = 10, 1024-entry tables; no reference tables exist, the built-in 4-bit table
+// is the identity codebook). Everything below is written per sequence, so both follow from
+// the same window, recursion and refit.
 #pragma once
 
 #include <cstddef>
@@ -22,7 +28,7 @@ namespace sjkv {
 constexpr uint32_t kTrellisHistoryBits = 6;
 constexpr uint32_t kTrellisStates = 64;   // 2^6
 constexpr uint32_t kTrellisGroup = 128;   // trellis records need G = 128 (§4.1)
-constexpr uint32_t kTrellisMaxEntries = 512;  // 3-bit window L = 9
+constexpr uint32_t kTrellisMaxEntries = 1024;  // 4-bit window L = 10
 
 SJKV_HD inline uint32_t trellis_window_len(uint32_t bits) { return kTrellisHistoryBits + bits; }
 SJKV_HD inline uint32_t trellis_entries(uint32_t bits) { return 1u << (kTrellisHistoryBits + bits); }
@@ -39,7 +45,23 @@ struct TrellisCodebooks {
   const uint16_t* v = nullptr;
 };
 
-// Built-in reference table of one side and width (nullptr for widths other than 2 and 3).
+#if !defined(__CUDA_ARCH__)
+// The 4-bit identity codebook (entry w = H(w >> 6)), built once on the host.
+inline const uint16_t* identity_codebook4() {
+  struct Table {
+    uint16_t e[1024];
+    Table() {
+      for (uint32_t w = 0; w < 1024; ++w) e[w] = f32_to_f16(static_cast<float>(w >> 6));
+    }
+  };
+  static const Table t;
+  return t.e;
+}
+#endif
+
+// Built-in table of one side and width: the reference tables at 2 and 3 bits; at 4 bits
+// (sjkv extension, no reference tables exist) the identity codebook on the host, and
+// nullptr on the device (device callers pass 4-bit tables explicitly); nullptr otherwise.
 SJKV_HD inline const uint16_t* reference_codebook(Side side, uint32_t bits) {
 #if defined(__CUDA_ARCH__)
   if (bits == 3) return side == Side::k ? tables::kCb3KDev : tables::kCb3VDev;
@@ -47,6 +69,7 @@ SJKV_HD inline const uint16_t* reference_codebook(Side side, uint32_t bits) {
 #else
   if (bits == 3) return side == Side::k ? tables::kCb3K : tables::kCb3V;
   if (bits == 2) return side == Side::k ? tables::kCb2K : tables::kCb2V;
+  if (bits == 4) return identity_codebook4();
 #endif
   return nullptr;
 }
@@ -108,11 +131,14 @@ SJKV_HD inline uint32_t window(const uint8_t* payload, uint32_t seq_bit, uint32_
   return (code << kTrellisHistoryBits) | hist;
 }
 
-// Window of the code of (token t, channel d) of one side of a trellis record.
+// Window of the code of (token t, channel d) of one side of a trellis record: position t of
+// channel d's sequence (token axis) or position d of token t's sequence (channel axis).
 SJKV_HD inline uint32_t window_at(const RecordLayout& l, const uint8_t* rec, Side side, uint32_t t, uint32_t d) {
   const bool is_k = side == Side::k;
   const uint32_t b = is_k ? l.bits_k : l.bits_v;
-  return window(rec + (is_k ? l.k_payload : l.v_payload), d * l.group * b, b, t);
+  const uint8_t* payload = rec + (is_k ? l.k_payload : l.v_payload);
+  if (l.axis == TrellisAxis::channel) return window(payload, t * l.head_dim * b, b, d);
+  return window(payload, d * l.group * b, b, t);
 }
 
 // The state after taking window w (the 6 newest bits of the window).
@@ -127,7 +153,7 @@ SJKV_HD inline float branch_cost(float y, float cbf, float phi_next) {
   return op::fadd(op::fmul(d, d), phi_next);
 }
 
-// Viterbi search of one channel, exactly as §6.3: y[0..n-1] targets, cbf[2^(6+b)] decoded
+// Viterbi search of one sequence, exactly as §6.3: y[0..n-1] targets, cbf[2^(6+b)] decoded
 // table entries; scratch phi[2*64] and choice[n*64]; codes[0..n-1] receive the path from
 // start state 0. Backward recursion with no termination cost; for every state the branches
 // run j = 0, 1, ... with a strict `<`, so ties keep the smallest j and a state whose costs
