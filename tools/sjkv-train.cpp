@@ -1,0 +1,382 @@
+// sjkv-train: trains trellis codebooks on captures and writes them in the three codebook
+// forms (docs/FORMAT.md section 8); `sjkv-train inspect FILE` prints and checks one.
+// Argument parsing and calls into the libraries, nothing else.
+#include <CLI/CLI.hpp>
+
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+
+#include "cli_common.h"
+#include "sjkv/io/load.h"
+#include "sjkv/train/codebook_io.h"
+#include "sjkv/train/sha256.h"
+#include "sjkv/train/train.h"
+#include "sjkv/trellis.h"
+
+using namespace sjkv;
+using namespace sjkv::train;
+
+namespace {
+
+constexpr const char* kTool = "sjkv-train";
+constexpr const char* kVersion = "sjkv-train 0.1.0";
+
+struct TrainArgs {
+  std::vector<std::string> inputs;
+  std::string prefix;
+  uint32_t bits = 3;
+  uint64_t seed = 1;
+  double tol = 1e-4;
+  uint32_t max_iters = 20;
+  double heldout = 0.2;
+  int threads = 0;
+  bool quiet = false, json = false, assume_rotated = false;
+  std::string init;  // codebook file, or empty: identity
+  std::string staging = "tq6_0";
+  uint32_t sink = 128, iters = 16;
+  ImportOptions io;
+};
+
+std::string num(double v) {
+  if (!std::isfinite(v)) return "null";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.9g", v);
+  return b;
+}
+
+std::string json_str(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') { o += '\\'; o += static_cast<char>(c); }
+    else if (c < 0x20) { char b[8]; std::snprintf(b, sizeof b, "\\u%04x", c); o += b; }
+    else o += static_cast<char>(c);
+  }
+  return o + "\"";
+}
+
+std::string hex_id(uint64_t id) {
+  char b[24];
+  std::snprintf(b, sizeof b, "%016" PRIx64, id);
+  return b;
+}
+
+std::vector<float> decoded(const uint16_t* t, uint32_t n) {
+  std::vector<float> f(n);
+  for (uint32_t i = 0; i < n; ++i) f[i] = f16_to_f32(t[i]);
+  return f;
+}
+
+int run_train(const TrainArgs& a) {
+  if (a.bits < 2 || a.bits > 4) throw cli::UsageError("--bits must be 2, 3 or 4");
+  if (!(a.heldout >= 0.0 && a.heldout < 1.0)) throw cli::UsageError("--heldout must be in [0, 1)");
+  if (!(a.tol >= 0.0)) throw cli::UsageError("--tol must be >= 0");
+  const uint32_t ne = trellis_entries(a.bits);
+  // starting tables
+  std::vector<uint16_t> init_k(ne), init_v(ne);
+  std::string init_name = "identity";
+  if (a.init.empty()) {
+    identity_codebook(a.bits, init_k.data());
+    identity_codebook(a.bits, init_v.data());
+  } else {
+    const CodebookContainer c = read_codebook_any(a.init);
+    if (c.table.bits != a.bits)
+      throw FileError(a.init, "is a " + std::to_string(c.table.bits) + "-bit codebook; --bits is " + std::to_string(a.bits));
+    init_k = c.table.k;
+    init_v = c.table.v;
+    init_name = "file " + a.init + " (" + hex_id(c.codebook_id) + ")";
+  }
+
+  TargetOptions to;
+  to.config.bits_k = to.config.bits_v = a.bits;
+  to.config.sink = a.sink;
+  to.config.iters = a.iters;
+  to.config.staging = a.staging == "f16" ? StagingType::f16 : a.staging == "q8_0" ? StagingType::q8_0 : StagingType::tq6_0;
+  to.assume_rotated = a.assume_rotated;
+  to.threads = a.threads;
+
+  SplitDrawer split(a.seed, a.heldout);
+  TrainingSet set;
+  CodebookProvenance prov;
+  prov.tool_version = kVersion;
+  prov.seed = a.seed;
+  {
+    cli::Progress bar("reading", a.quiet);
+    for (size_t i = 0; i < a.inputs.size(); ++i) {
+      bar.update(i, a.inputs.size());
+      const std::string sha = sha256_file_hex(a.inputs[i]);
+      const Capture cap = load_capture_any(a.inputs[i], a.io);
+      try {
+        append_capture_targets(cap, to, split, set);
+      } catch (const std::invalid_argument& e) {
+        throw FileError(a.inputs[i], e.what());
+      }
+      prov.inputs.push_back({a.inputs[i], sha});
+    }
+    bar.update(a.inputs.size(), a.inputs.size());
+  }
+  if (set.train_k.sequences() == 0)
+    throw std::invalid_argument("the inputs hold no sealed tile in the train set (a tile is a full group of 128 positions "
+                                "after the sink of " + std::to_string(a.sink) + ")");
+  if (!a.quiet)
+    std::fprintf(stderr, "%s: %" PRIu64 " train and %" PRIu64 " held-out tiles (%zu + %zu sequences per side), split %s\n",
+                 kTool, set.train_records, set.heldout_records, set.train_k.sequences(), set.heldout_k.sequences(),
+                 SplitDrawer::rng_name());
+
+  LloydOptions lo;
+  lo.max_iters = a.max_iters;
+  lo.tol = a.tol;
+  lo.threads = a.threads;
+  LloydResult res[2];
+  std::vector<uint16_t> id(ne);
+  identity_codebook(a.bits, id.data());
+  for (int s = 0; s < 2; ++s) {
+    if (set.heldout_records)
+      lo.real_mse = [&, s](const std::vector<uint16_t>& table) {
+        double mk, mv;
+        heldout_real_mse(set, s == 0 ? table.data() : id.data(), s == 0 ? id.data() : table.data(), a.threads, &mk, &mv);
+        return s == 0 ? mk : mv;
+      };
+    const char* sn = s == 0 ? "K" : "V";
+    cli::Progress bar(std::string("training ") + sn, a.quiet || a.json);
+    lo.on_iteration = [&](const LloydIteration& it) {
+      bar.update(it.iter, a.max_iters);
+      if (!a.quiet) {
+        bar.finish();
+        std::fprintf(stderr, "%s %s iter %2u: train mse %.6f  held-out mse %s  held-out real-value mse %s  entries used %u/%u\n",
+                     kTool, sn, it.iter, it.train_mse, num(it.heldout_mse).c_str(), num(it.heldout_real_mse).c_str(),
+                     it.entries_used, ne);
+      }
+    };
+    res[s] = lloyd_train(s == 0 ? set.train_k : set.train_v, s == 0 ? set.heldout_k : set.heldout_v, a.bits,
+                         s == 0 ? init_k.data() : init_v.data(), lo);
+  }
+
+  // held-out comparison
+  struct Row { double scalar, identity, reference, trained; } row[2];
+  Row real[2];
+  real[0].scalar = real[1].scalar = NAN;
+  heldout_real_mse(set, id.data(), id.data(), a.threads, &real[0].identity, &real[1].identity);
+  heldout_real_mse(set, res[0].table_f16.data(), res[1].table_f16.data(), a.threads, &real[0].trained, &real[1].trained);
+  if (a.bits <= 3)
+    heldout_real_mse(set, reference_codebook(Side::k, a.bits), reference_codebook(Side::v, a.bits), a.threads,
+                     &real[0].reference, &real[1].reference);
+  else
+    real[0].reference = real[1].reference = NAN;
+  const auto idf = decoded(id.data(), ne);
+  for (int s = 0; s < 2; ++s) {
+    const Targets& ho = s == 0 ? set.heldout_k : set.heldout_v;
+    const Side side = s == 0 ? Side::k : Side::v;
+    row[s].scalar = scalar_mse(ho, a.bits);
+    row[s].identity = trellis_mse(ho, a.bits, idf.data(), a.threads);
+    const uint16_t* ref = reference_codebook(side, a.bits);
+    row[s].reference = ref ? trellis_mse(ho, a.bits, decoded(ref, ne).data(), a.threads) : NAN;
+    row[s].trained = res[s].heldout_mse_f16;
+  }
+
+  CodebookContainer c;
+  c.table.bits = a.bits;
+  c.table.k = res[0].table_f16;
+  c.table.v = res[1].table_f16;
+  prov.iterations = std::max(res[0].iterations, res[1].iterations);
+  prov.train_tiles_k = prov.train_tiles_v = set.train_records;
+  prov.heldout_tiles_k = prov.heldout_tiles_v = set.heldout_records;
+  prov.train_mse_k = res[0].train_mse_f16;
+  prov.train_mse_v = res[1].train_mse_f16;
+  prov.heldout_mse_k = res[0].heldout_mse_f16;
+  prov.heldout_mse_v = res[1].heldout_mse_f16;
+  prov.extra = {{"init", init_name},
+                {"iterations_k", std::to_string(res[0].iterations)},
+                {"iterations_v", std::to_string(res[1].iterations)},
+                {"tol", num(a.tol)},
+                {"max_iters", std::to_string(a.max_iters)},
+                {"heldout_fraction", num(a.heldout)},
+                {"split_rng", SplitDrawer::rng_name()},
+                {"seal", "staging=" + a.staging + " sink=" + std::to_string(a.sink) + " iters=" + std::to_string(a.iters) +
+                             (a.assume_rotated ? " assume_rotated" : "")},
+                {"unused_entries", "keep their previous value"}};
+  c.provenance = prov;
+  write_codebook_container(a.prefix + ".sjcb", c);
+  write_raw_codebook(a.prefix + ".bin", c.table);
+  write_codebook_header(a.prefix + ".h", c.table, std::string(kVersion) + ", seed " + std::to_string(a.seed));
+  const uint64_t cid = raw_codebook_id(c.table);
+  const std::string rsha = raw_codebook_sha256(c.table);
+
+  if (a.json) {
+    std::ostringstream o;
+    o << "{\n  \"tool_version\": " << json_str(kVersion) << ",\n  \"bits\": " << a.bits << ",\n  \"window_length\": "
+      << trellis_window_len(a.bits) << ",\n  \"axis\": \"token\",\n  \"codebook_id\": \"" << hex_id(cid)
+      << "\",\n  \"raw_sha256\": \"" << rsha << "\",\n  \"seed\": " << a.seed << ",\n  \"split_rng\": "
+      << json_str(SplitDrawer::rng_name()) << ",\n  \"train_tiles\": " << set.train_records
+      << ",\n  \"heldout_tiles\": " << set.heldout_records << ",\n  \"outputs\": [" << json_str(a.prefix + ".sjcb")
+      << ", " << json_str(a.prefix + ".bin") << ", " << json_str(a.prefix + ".h") << "],\n  \"iterations\": {";
+    for (int s = 0; s < 2; ++s) {
+      o << (s ? ", " : "") << "\"" << (s == 0 ? "k" : "v") << "\": [";
+      for (size_t i = 0; i < res[s].history.size(); ++i) {
+        const auto& it = res[s].history[i];
+        o << (i ? ", " : "") << "{\"iter\": " << it.iter << ", \"train_mse\": " << num(it.train_mse)
+          << ", \"heldout_mse\": " << num(it.heldout_mse) << ", \"heldout_real_mse\": " << num(it.heldout_real_mse)
+          << ", \"entries_used\": " << it.entries_used << "}";
+      }
+      o << "]";
+    }
+    o << "},\n  \"train_mse\": {\"k\": " << num(res[0].train_mse_f16) << ", \"v\": " << num(res[1].train_mse_f16)
+      << "},\n  \"heldout_mse\": {";
+    for (int s = 0; s < 2; ++s)
+      o << (s ? ", " : "") << "\"" << (s == 0 ? "k" : "v") << "\": {\"scalar\": " << num(row[s].scalar)
+        << ", \"identity\": " << num(row[s].identity) << ", \"reference\": " << num(row[s].reference)
+        << ", \"trained\": " << num(row[s].trained) << "}";
+    o << "},\n  \"heldout_real_mse\": {";
+    for (int s = 0; s < 2; ++s)
+      o << (s ? ", " : "") << "\"" << (s == 0 ? "k" : "v") << "\": {\"identity\": " << num(real[s].identity)
+        << ", \"reference\": " << num(real[s].reference) << ", \"trained\": " << num(real[s].trained) << "}";
+    o << "}\n}\n";
+    std::cout << o.str();
+  } else if (!a.quiet) {
+    std::printf("codebook %u-bit token axis, id %s, raw sha256 %s\n", a.bits, hex_id(cid).c_str(), rsha.c_str());
+    std::printf("wrote %s.sjcb, %s.bin, %s.h\n", a.prefix.c_str(), a.prefix.c_str(), a.prefix.c_str());
+    std::printf("held-out MSE of the trellis targets y (units of the row step), %" PRIu64 " tiles:\n",
+                set.heldout_records);
+    std::printf("  side  %10s %10s %10s %10s\n", "scalar", "identity", "reference", "trained");
+    for (int s = 0; s < 2; ++s)
+      std::printf("  %-4s  %10s %10s %10s %10s\n", s == 0 ? "K" : "V", num(row[s].scalar).c_str(),
+                  num(row[s].identity).c_str(), num(row[s].reference).c_str(), num(row[s].trained).c_str());
+    std::printf("held-out MSE on the real values (sealed with the fp16 tables, refit, decoded; rotated basis):\n");
+    std::printf("  side  %10s %10s %10s %10s\n", "scalar", "identity", "reference", "trained");
+    for (int s = 0; s < 2; ++s)
+      std::printf("  %-4s  %10s %10s %10s %10s\n", s == 0 ? "K" : "V", "-", num(real[s].identity).c_str(),
+                  num(real[s].reference).c_str(), num(real[s].trained).c_str());
+  }
+  return cli::kOk;
+}
+
+int run_inspect(const std::string& path, bool json) {
+  CodebookFileKind kind;
+  const CodebookContainer c = read_codebook_any(path, &kind);
+  const std::string file_sha = sha256_file_hex(path);
+  const char* kn = kind == CodebookFileKind::container ? "sjcb container" : kind == CodebookFileKind::raw ? "raw table" : "C header";
+  const CodebookProvenance& p = c.provenance;
+  if (json) {
+    std::ostringstream o;
+    o << "{\n  \"file\": " << json_str(path) << ",\n  \"kind\": \"" << kn << "\",\n  \"file_sha256\": \"" << file_sha
+      << "\",\n  \"bits\": " << c.table.bits << ",\n  \"window_length\": " << trellis_window_len(c.table.bits)
+      << ",\n  \"axis\": \"" << axis_name(c.axis) << "\",\n  \"entries\": " << c.table.k.size()
+      << ",\n  \"codebook_id\": \"" << hex_id(c.codebook_id) << "\",\n  \"raw_sha256\": \"" << c.raw_sha256
+      << "\",\n  \"hashes_ok\": true";
+    if (kind == CodebookFileKind::container) {
+      o << ",\n  \"version\": " << c.version << ",\n  \"provenance\": {\"tool_version\": " << json_str(p.tool_version)
+        << ", \"inputs\": [";
+      for (size_t i = 0; i < p.inputs.size(); ++i)
+        o << (i ? ", " : "") << "{\"path\": " << json_str(p.inputs[i].path) << ", \"sha256\": \"" << p.inputs[i].sha256 << "\"}";
+      o << "], \"seed\": " << p.seed << ", \"iterations\": " << p.iterations << ", \"train_tiles_k\": " << p.train_tiles_k
+        << ", \"train_tiles_v\": " << p.train_tiles_v << ", \"heldout_tiles_k\": " << p.heldout_tiles_k
+        << ", \"heldout_tiles_v\": " << p.heldout_tiles_v << ", \"train_mse_k\": " << num(p.train_mse_k)
+        << ", \"train_mse_v\": " << num(p.train_mse_v) << ", \"heldout_mse_k\": " << num(p.heldout_mse_k)
+        << ", \"heldout_mse_v\": " << num(p.heldout_mse_v) << ", \"extra\": {";
+      for (size_t i = 0; i < p.extra.size(); ++i)
+        o << (i ? ", " : "") << json_str(p.extra[i].first) << ": " << json_str(p.extra[i].second);
+      o << "}}";
+    }
+    for (int s = 0; s < 2; ++s) {
+      const auto& t = s == 0 ? c.table.k : c.table.v;
+      o << ",\n  \"" << (s == 0 ? "k" : "v") << "_table\": [";
+      for (size_t i = 0; i < t.size(); ++i) {
+        char b[8];
+        std::snprintf(b, sizeof b, "%u", t[i]);
+        o << (i ? "," : "") << b;
+      }
+      o << "]";
+    }
+    o << "\n}\n";
+    std::cout << o.str();
+    return cli::kOk;
+  }
+  std::printf("file          %s\nkind          %s\nfile sha256   %s\n", path.c_str(), kn, file_sha.c_str());
+  if (kind == CodebookFileKind::container) std::printf("version       %u\n", c.version);
+  std::printf("bits          %u\nwindow        L = %u\naxis          %s\nentries       %zu per side\n", c.table.bits,
+              trellis_window_len(c.table.bits), axis_name(c.axis), c.table.k.size());
+  std::printf("codebook id   %s (FNV-1a-64, format basis, K then V)%s\n", hex_id(c.codebook_id).c_str(),
+              kind == CodebookFileKind::container ? ": matches the tables" : "");
+  std::printf("raw sha256    %s%s\n", c.raw_sha256.c_str(),
+              kind == CodebookFileKind::container ? ": matches the tables"
+              : kind == CodebookFileKind::header  ? ": matches SJKVARN_CB*_TOK_SHA256"
+                                                  : " (= file sha256)");
+  if (kind == CodebookFileKind::container) {
+    std::printf("file checksum ok\nprovenance\n  tool_version     %s\n", p.tool_version.c_str());
+    for (const auto& in : p.inputs) std::printf("  input            %s  %s\n", in.sha256.c_str(), in.path.c_str());
+    std::printf("  seed             %" PRIu64 "\n  iterations       %u\n", p.seed, p.iterations);
+    std::printf("  tiles            train K %" PRIu64 " V %" PRIu64 ", held-out K %" PRIu64 " V %" PRIu64 "\n",
+                p.train_tiles_k, p.train_tiles_v, p.heldout_tiles_k, p.heldout_tiles_v);
+    std::printf("  train mse        K %s  V %s\n  held-out mse     K %s  V %s\n", num(p.train_mse_k).c_str(),
+                num(p.train_mse_v).c_str(), num(p.heldout_mse_k).c_str(), num(p.heldout_mse_v).c_str());
+    for (const auto& kv : p.extra) std::printf("  %-16s %s\n", kv.first.c_str(), kv.second.c_str());
+  }
+  for (int s = 0; s < 2; ++s) {
+    const auto& t = s == 0 ? c.table.k : c.table.v;
+    std::printf("%s table (fp16 hex, 16 per line)\n", s == 0 ? "K" : "V");
+    for (size_t i = 0; i < t.size(); i += 16) {
+      std::printf("  %4zu:", i);
+      for (size_t j = i; j < i + 16 && j < t.size(); ++j) std::printf(" %04x", t[j]);
+      std::printf("\n");
+    }
+  }
+  std::printf("hashes        ok\n");
+  return cli::kOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "inspect") == 0) {
+    CLI::App app{"sjkv-train inspect: print a codebook file (.sjcb container, raw .bin table or C header) and check "
+                 "its hashes (exit codes: 0 ok, 1 usage, 2 bad input, 3 internal error)"};
+    app.name("sjkv-train inspect");
+    std::string path;
+    bool json = false;
+    app.add_option("file", path, "Codebook file")->required();
+    app.add_flag("--json", json, "JSON output");
+    try {
+      app.parse(argc - 1, argv + 1);
+    } catch (const CLI::ParseError& e) {
+      const int rc = app.exit(e);
+      return rc == 0 ? cli::kOk : cli::kUsage;
+    }
+    return cli::guarded(kTool, [&] { return run_inspect(path, json); });
+  }
+
+  CLI::App app{"sjkv-train: trains token-axis trellis codebooks on captures, .kvd dumps or llama.cpp state files and "
+               "writes PREFIX.sjcb, PREFIX.bin and PREFIX.h; `sjkv-train inspect FILE` prints one (exit codes: 0 ok, "
+               "1 usage, 2 bad input, 3 internal error)"};
+  TrainArgs a;
+  app.add_option("inputs", a.inputs, "Capture (.h5), .kvd tile dump or llama.cpp state file(s)")->required();
+  app.add_option("-o,--output", a.prefix, "Output prefix: PREFIX.sjcb, PREFIX.bin, PREFIX.h")->required();
+  app.add_option("--bits", a.bits, "Trellis width: 2, 3 or 4")->check(CLI::IsMember({2u, 3u, 4u}))->capture_default_str();
+  app.add_option("--seed", a.seed, "Seed of the train / held-out split")->capture_default_str();
+  app.add_option("--tol", a.tol, "Stop when the relative train MSE gain of an iteration is below this")->capture_default_str();
+  app.add_option("--max-iters", a.max_iters, "Most Lloyd iterations")->check(CLI::Range(0u, 10000u))->capture_default_str();
+  app.add_option("--heldout", a.heldout, "Fraction of tiles held out")->capture_default_str();
+  app.add_option("--init", a.init, "Starting codebook file (.sjcb, .bin or .h); default: identity (scalar levels)");
+  app.add_option("--threads", a.threads, "Threads (0 = all cores); the codebook does not depend on it")
+      ->check(CLI::Range(0, 1024))->capture_default_str();
+  app.add_option("--staging", a.staging, "Staging rows the seal reads: tq6_0, q8_0 or f16")
+      ->check(CLI::IsMember({"tq6_0", "q8_0", "f16"}))->capture_default_str();
+  app.add_option("--sink", a.sink, "Sink positions (not sealed)")->capture_default_str();
+  app.add_option("--iters", a.iters, "Balancing iterations")->check(CLI::Range(0u, 64u))->capture_default_str();
+  app.add_flag("--assume-rotated", a.assume_rotated, "The inputs are already in the rotated basis");
+  app.add_option("--head-dim", a.io.head_dim, "Head size, needed for llama.cpp state files");
+  app.add_option("--layers", a.io.layers, "llama.cpp state files: layers to keep, as positions in the file");
+  app.add_option("--layer-ids", a.io.layer_ids, "llama.cpp state files: the model's layer number of each kept layer");
+  app.add_option("--kv-sections", a.io.kv_sections, "llama.cpp state files: cache sections to read (0 = all)");
+  app.add_flag("--json", a.json, "Print a JSON summary on stdout");
+  app.add_flag("-q,--quiet", a.quiet, "No progress or per-iteration lines on stderr");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? cli::kOk : cli::kUsage;
+  }
+  return cli::guarded(kTool, [&] { return run_train(a); });
+}

@@ -1,0 +1,118 @@
+// Trellis codebook training (token axis): the Viterbi targets y of every sealed tile of a
+// capture, exactly as the seal computes them, and generalized Lloyd over those sequences.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sjkv/config.h"
+#include "sjkv/io/capture.h"
+
+namespace sjkv::train {
+
+// Sequences of one side: n sequences of `len` targets each, back to back.
+struct Targets {
+  uint32_t len = 128;
+  std::vector<float> y;
+  size_t sequences() const { return len ? y.size() / len : 0; }
+};
+
+// Train and held-out sequences of both sides, and how many tiles (records) fed each set.
+struct TrainingSet {
+  Targets train_k, train_v, heldout_k, heldout_v;
+  uint64_t train_records = 0, heldout_records = 0;
+  // Held-out records' seal inputs (staged rows read back as fp16, rotated basis),
+  // [record][G][D] per side, and the configuration they are sealed with; for heldout_real_mse.
+  std::vector<uint16_t> heldout_k_rows, heldout_v_rows;
+  CodecConfig seal_config;
+  bool have_config = false;
+};
+
+// Draws the train / held-out split of records: one uniform per record, in record order over
+// all inputs; u < heldout_fraction puts the record in the held-out set. With cuRAND
+// (SJKV_TRAIN_HAVE_CURAND) the draw is curandGenerateUniform from a host generator of type
+// CURAND_RNG_PSEUDO_PHILOX4_32_10 seeded with `seed`; without it, a Philox4x32-10 of our own
+// (same algorithm, not guaranteed to be cuRAND's stream) and rng_name() says so.
+class SplitDrawer {
+ public:
+  SplitDrawer(uint64_t seed, double heldout_fraction);
+  ~SplitDrawer();
+  SplitDrawer(const SplitDrawer&) = delete;
+  SplitDrawer& operator=(const SplitDrawer&) = delete;
+  std::vector<uint8_t> draw(size_t n);  // 1 = held out
+  static const char* rng_name();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  double frac_;
+};
+
+struct TargetOptions {
+  // Geometry and seal settings: head_dim comes from the capture; group must be 128; the
+  // widths bits_k = bits_v = the trained width; staging, iters, balance, rotation and sink
+  // as the engine seals. Records sealed: every full group of `group` positions after the
+  // sink (what a cache with tail 0 seals; a longer tail only delays the same groups).
+  CodecConfig config;
+  bool assume_rotated = false;  // treat the capture as rotated even if not marked so
+  int threads = 0;              // 0: all cores
+};
+
+// Records of one capture: layers x full groups after the sink x heads.
+uint64_t capture_records(const Capture& cap, const TargetOptions& opt);
+
+// Appends the targets of every sealed record of `cap` to `set`, split by `split`. Throws
+// std::invalid_argument for a capture the configuration cannot seal or a value the staging
+// cannot hold.
+void append_capture_targets(const Capture& cap, const TargetOptions& opt, SplitDrawer& split, TrainingSet& set);
+
+// Mean squared error of targets coded by the trellis with decoded table `cbf` (Viterbi per
+// sequence). Deterministic for any thread count.
+double trellis_mse(const Targets& t, uint32_t bits, const float* cbf, int threads);
+// Scalar RTN at `bits`: every target to the nearest level 0..2^bits - 1.
+double scalar_mse(const Targets& t, uint32_t bits);
+
+// MSE on the real values of the held-out records: every held-out record sealed (the fast
+// sealer: Viterbi, "norm" refit, column scales) with `k_table` / `v_table` (fp16, 2^(6+bits)
+// entries), decoded, and compared with its seal input, per side. NaN without held-out records.
+void heldout_real_mse(const TrainingSet& set, const uint16_t* k_table, const uint16_t* v_table, int threads,
+                      double* mse_k, double* mse_v);
+
+struct LloydIteration {
+  uint32_t iter = 0;          // 0: the starting table
+  double train_mse = 0;       // of the table of this iteration, on the train set
+  double heldout_mse = 0;     // same table, held-out set (NaN when empty)
+  uint32_t entries_used = 0;  // windows some train target went through
+  double heldout_real_mse = std::numeric_limits<double>::quiet_NaN();  // LloydOptions::real_mse of the fp16 table
+};
+
+struct LloydOptions {
+  uint32_t max_iters = 20;
+  double tol = 1e-4;  // stop when (prev - cur) / prev < tol
+  int threads = 0;
+  std::function<void(const LloydIteration&)> on_iteration;
+  // Optional: MSE on real values of this iteration's table rounded to fp16 (heldout_real_mse).
+  std::function<double(const std::vector<uint16_t>&)> real_mse;
+};
+
+struct LloydResult {
+  std::vector<float> table;         // last accepted table, binary32
+  std::vector<uint16_t> table_f16;  // rounded to fp16
+  std::vector<LloydIteration> history;
+  uint32_t iterations = 0;          // updates accepted
+  double train_mse_f16 = 0, heldout_mse_f16 = 0;  // with the fp16 table
+};
+
+// Generalized Lloyd from `init` (2^(6+bits) fp16 entries): Viterbi-encode every train
+// sequence, set each entry to the mean (binary64, summed in sequence order, partial sums per
+// fixed chunk of sequences added in chunk order) of the targets coded through its window;
+// an entry no target uses keeps its value. An update that would raise the train MSE is not
+// taken and training stops there. The result is the same for any thread count.
+LloydResult lloyd_train(const Targets& train, const Targets& heldout, uint32_t bits, const uint16_t* init,
+                        const LloydOptions& opt);
+
+}  // namespace sjkv::train

@@ -1,0 +1,425 @@
+#include "sjkv/train/train.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "sjkv/hadamard.h"
+#include "sjkv/record.h"
+#include "sjkv/seal.h"
+#include "sjkv/staging.h"
+#include "sjkv/trellis.h"
+
+#if defined(SJKV_TRAIN_HAVE_CURAND)
+#include <curand.h>
+#endif
+
+namespace sjkv::train {
+
+// ---- split ---------------------------------------------------------------------------------
+
+namespace {
+
+// Philox4x32-10 (Salmon et al. 2011), the generator cuRAND's PHILOX4_32_10 implements.
+struct Philox {
+  uint32_t key[2];
+  uint64_t ctr = 0;
+  uint32_t out[4];
+  int have = 0;
+  explicit Philox(uint64_t seed) : key{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)} {}
+  void round(uint32_t c[4], const uint32_t k[2]) {
+    const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c[0];
+    const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c[2];
+    const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c[1] ^ k[0];
+    const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k[1];
+    c[0] = n0;
+    c[1] = static_cast<uint32_t>(p1);
+    c[2] = n2;
+    c[3] = static_cast<uint32_t>(p0);
+  }
+  uint32_t next() {
+    if (have == 0) {
+      uint32_t c[4] = {static_cast<uint32_t>(ctr), static_cast<uint32_t>(ctr >> 32), 0, 0};
+      uint32_t k[2] = {key[0], key[1]};
+      for (int r = 0; r < 10; ++r) {
+        round(c, k);
+        k[0] += 0x9E3779B9u;
+        k[1] += 0xBB67AE85u;
+      }
+      for (int i = 0; i < 4; ++i) out[i] = c[i];
+      ++ctr;
+      have = 4;
+    }
+    return out[4 - have--];
+  }
+};
+
+}  // namespace
+
+struct SplitDrawer::Impl {
+#if defined(SJKV_TRAIN_HAVE_CURAND)
+  curandGenerator_t gen = nullptr;
+#else
+  Philox ph{0};
+#endif
+};
+
+SplitDrawer::SplitDrawer(uint64_t seed, double heldout_fraction) : impl_(new Impl), frac_(heldout_fraction) {
+#if defined(SJKV_TRAIN_HAVE_CURAND)
+  if (curandCreateGeneratorHost(&impl_->gen, CURAND_RNG_PSEUDO_PHILOX4_32_10) != CURAND_STATUS_SUCCESS)
+    throw std::runtime_error("curandCreateGeneratorHost(PHILOX4_32_10) failed");
+  if (curandSetPseudoRandomGeneratorSeed(impl_->gen, seed) != CURAND_STATUS_SUCCESS)
+    throw std::runtime_error("curandSetPseudoRandomGeneratorSeed failed");
+#else
+  impl_->ph = Philox(seed);
+#endif
+}
+
+SplitDrawer::~SplitDrawer() {
+#if defined(SJKV_TRAIN_HAVE_CURAND)
+  if (impl_->gen) curandDestroyGenerator(impl_->gen);
+#endif
+}
+
+const char* SplitDrawer::rng_name() {
+#if defined(SJKV_TRAIN_HAVE_CURAND)
+  return "curand-host-philox4_32_10";
+#else
+  return "sjkv-philox4x32-10";
+#endif
+}
+
+std::vector<uint8_t> SplitDrawer::draw(size_t n) {
+  std::vector<uint8_t> out(n);
+  if (n == 0) return out;
+  std::vector<float> u(n);
+#if defined(SJKV_TRAIN_HAVE_CURAND)
+  if (curandGenerateUniform(impl_->gen, u.data(), n) != CURAND_STATUS_SUCCESS)
+    throw std::runtime_error("curandGenerateUniform failed");
+#else
+  for (size_t i = 0; i < n; ++i) u[i] = static_cast<float>(impl_->ph.next()) * 2.3283064e-10f + 1.1641532e-10f;
+#endif
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<double>(u[i]) < frac_ ? 1 : 0;
+  return out;
+}
+
+// ---- targets -------------------------------------------------------------------------------
+
+namespace {
+
+CodecConfig effective_config(const Capture& cap, const TargetOptions& opt) {
+  CodecConfig c = opt.config;
+  c.head_dim = cap.head_dim;
+  c.body = Body::trellis;
+  c.trellis_axis = TrellisAxis::token;
+  if (c.group != kTrellisGroup) throw std::invalid_argument("trellis training needs group 128");
+  if (c.bits_k != c.bits_v || c.bits_k < 2 || c.bits_k > 4)
+    throw std::invalid_argument("training needs bits_k = bits_v in 2..4");
+  if (cap.head_dim % 128 != 0 || !is_pow2(cap.head_dim))
+    throw std::invalid_argument("head_dim " + std::to_string(cap.head_dim) + " cannot be sealed (need a power of two, multiple of 128)");
+  const Unsupported why = can_implement(c);
+  if (why != Unsupported::none) throw std::invalid_argument(std::string("unsupported configuration: ") + describe(why));
+  return c;
+}
+
+}  // namespace
+
+uint64_t capture_records(const Capture& cap, const TargetOptions& opt) {
+  const CodecConfig c = effective_config(cap, opt);
+  const uint64_t groups = cap.tokens > c.sink ? (cap.tokens - c.sink) / c.group : 0;
+  return groups * cap.kv_heads * cap.layers.size();
+}
+
+void append_capture_targets(const Capture& cap, const TargetOptions& opt, SplitDrawer& split, TrainingSet& set) {
+  cap.check_consistent();
+  const CodecConfig c = effective_config(cap, opt);
+  const uint32_t D = cap.head_dim, G = c.group, H = cap.kv_heads;
+  const uint32_t L = static_cast<uint32_t>(cap.layers.size());
+  const uint32_t groups = cap.tokens > c.sink ? (cap.tokens - c.sink) / G : 0;
+  const uint64_t n_rec = static_cast<uint64_t>(L) * groups * H;
+  const std::vector<uint8_t> held = split.draw(n_rec);
+  // destination of each record: index within its set
+  std::vector<uint64_t> slot(n_rec);
+  uint64_t n_tr = 0, n_ho = 0;
+  for (uint64_t r = 0; r < n_rec; ++r) slot[r] = held[r] ? n_ho++ : n_tr++;
+  for (Targets* t : {&set.train_k, &set.train_v, &set.heldout_k, &set.heldout_v}) t->len = G;
+  const size_t per_rec = static_cast<size_t>(D) * G;  // D sequences of G targets (token axis)
+  const size_t base_tr = set.train_k.y.size(), base_ho = set.heldout_k.y.size();
+  set.train_k.y.resize(base_tr + n_tr * per_rec);
+  set.train_v.y.resize(base_tr + n_tr * per_rec);
+  set.heldout_k.y.resize(base_ho + n_ho * per_rec);
+  set.heldout_v.y.resize(base_ho + n_ho * per_rec);
+  set.train_records += n_tr;
+  set.heldout_records += n_ho;
+  if (set.have_config && (set.seal_config.head_dim != c.head_dim || set.seal_config.bits_k != c.bits_k))
+    throw std::invalid_argument("all inputs must have the same head_dim (" + std::to_string(set.seal_config.head_dim) +
+                                " before, " + std::to_string(c.head_dim) + " here)");
+  set.seal_config = c;
+  set.have_config = true;
+  const size_t base_rows = set.heldout_k_rows.size();
+  set.heldout_k_rows.resize(base_rows + n_ho * per_rec);
+  set.heldout_v_rows.resize(base_rows + n_ho * per_rec);
+  const RecordLayout lay = c.layout();
+  const bool rotate = !(cap.rotated || opt.assume_rotated);
+  const uint32_t rot = c.rotation();
+  const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
+  std::string error;
+#pragma omp parallel num_threads(threads)
+  {
+    const size_t RC = per_rec, V = D > G ? D : G;
+    std::vector<float> M(RC), cur(RC), fvec(5 * V), lo(V), step(V), row(D), tmp(D);
+    std::vector<double> dvec(2 * V);
+    std::vector<uint16_t> krows(per_rec), vrows(per_rec);
+    std::vector<uint8_t> stage(staging_row_bytes(c.staging, D)), rec(lay.bytes);
+#pragma omp for schedule(dynamic, 1)
+    for (long long ri = 0; ri < static_cast<long long>(n_rec); ++ri) {
+      const uint64_t r = static_cast<uint64_t>(ri);
+      const uint32_t h = static_cast<uint32_t>(r % H), g = static_cast<uint32_t>((r / H) % groups),
+                     l = static_cast<uint32_t>(r / H / groups);
+      bool ok = true;
+      for (int s = 0; s < 2 && ok; ++s) {
+        const std::vector<uint16_t>& src = s == 0 ? cap.layers[l].k : cap.layers[l].v;
+        uint16_t* dst = s == 0 ? krows.data() : vrows.data();
+        for (uint32_t t = 0; t < G; ++t) {
+          const uint32_t p = c.sink + g * G + t;
+          const uint16_t* x = src.data() + (static_cast<size_t>(p) * H + h) * D;
+          for (uint32_t d = 0; d < D; ++d) row[d] = f16_to_f32(x[d]);
+          if (rotate) hadamard_blocks(row.data(), D, rot);
+          const int32_t bad = staging_encode_row_checked(c.staging, row.data(), D, stage.data());
+          if (bad >= 0) {
+#pragma omp critical
+            if (error.empty())
+              error = "cannot stage layer " + std::to_string(cap.layers[l].layer_id) + " position " +
+                      std::to_string(p) + " head " + std::to_string(h) + (s == 0 ? " K" : " V") + " channel " +
+                      std::to_string(bad);
+            ok = false;
+            break;
+          }
+          staging_seal_input(c.staging, stage.data(), D, tmp.data(), dst + static_cast<size_t>(t) * D);
+        }
+      }
+      if (!ok) continue;
+      const bool ho = held[r] != 0;
+      const size_t off = (ho ? base_ho : base_tr) + slot[r] * per_rec;
+      if (ho) {
+        std::copy(krows.begin(), krows.end(), set.heldout_k_rows.begin() + static_cast<long>(base_rows + slot[r] * per_rec));
+        std::copy(vrows.begin(), vrows.end(), set.heldout_v_rows.begin() + static_cast<long>(base_rows + slot[r] * per_rec));
+      }
+      for (int s = 0; s < 2; ++s) {
+        const Side side = s == 0 ? Side::k : Side::v;
+        RecordScratch rs{M.data(),
+                         BalanceScratch{cur.data(), fvec.data(), fvec.data() + V, dvec.data(), dvec.data() + V,
+                                        fvec.data() + 2 * V, fvec.data() + 3 * V},
+                         lo.data(), step.data()};
+        seal_side_prepare_ref(lay, side, s == 0 ? krows.data() : vrows.data(), D, c.iters, c.balance, rs,
+                              rec.data());
+        Targets& T = s == 0 ? (ho ? set.heldout_k : set.train_k) : (ho ? set.heldout_v : set.train_v);
+        float* y = T.y.data() + off;
+        const bool is_k = s == 0;
+        const uint32_t C = is_k ? G : D;
+        for (uint32_t d = 0; d < D; ++d)
+          for (uint32_t t = 0; t < G; ++t) {
+            const uint32_t rr = is_k ? d : t, cc = is_k ? t : d;
+            y[static_cast<size_t>(d) * G + t] =
+                trellis::target(cur[static_cast<size_t>(rr) * C + cc], lo[rr], step[rr]);
+          }
+      }
+    }
+  }
+  if (!error.empty()) throw std::invalid_argument(error + (cap.source.empty() ? "" : " (source " + cap.source + ")"));
+}
+
+void heldout_real_mse(const TrainingSet& set, const uint16_t* k_table, const uint16_t* v_table, int threads,
+                      double* mse_k, double* mse_v) {
+  *mse_k = *mse_v = std::numeric_limits<double>::quiet_NaN();
+  if (set.heldout_records == 0 || !set.have_config) return;
+  const CodecConfig& c = set.seal_config;
+  const RecordLayout lay = c.layout();
+  const uint32_t D = c.head_dim, G = c.group;
+  const size_t per_rec = static_cast<size_t>(D) * G, n = set.heldout_records;
+  SealOptions so;
+  so.iters = c.iters;
+  so.balance = c.balance;
+  so.codebooks = TrellisCodebooks{k_table, v_table};
+  std::vector<const uint16_t*> kp(n), vp(n);
+  for (size_t r = 0; r < n; ++r) {
+    kp[r] = set.heldout_k_rows.data() + r * per_rec;
+    vp[r] = set.heldout_v_rows.data() + r * per_rec;
+  }
+  std::vector<uint8_t> recs(n * lay.bytes);
+  const Status st = seal_records(lay, so, n, kp.data(), vp.data(), D, recs.data(), SealPath::fast, threads);
+  if (!st.ok()) throw std::runtime_error("sealing the held-out records failed: " + st.message());
+  std::vector<double> ek(n), ev(n);
+#pragma omp parallel num_threads(threads > 0 ? threads : omp_get_max_threads())
+  {
+    std::vector<float> out(D);
+#pragma omp for schedule(static)
+    for (long long ri = 0; ri < static_cast<long long>(n); ++ri) {
+      const size_t r = static_cast<size_t>(ri);
+      const uint8_t* rec = recs.data() + r * lay.bytes;
+      double sk = 0, sv = 0;
+      for (uint32_t t = 0; t < G; ++t) {
+        decode_k_row_ref(lay, rec, t, out.data(), so.codebooks);
+        for (uint32_t d = 0; d < D; ++d) {
+          const double e = static_cast<double>(out[d]) - f16_to_f32(kp[r][static_cast<size_t>(t) * D + d]);
+          sk += e * e;
+        }
+        decode_v_row_ref(lay, rec, t, out.data(), so.codebooks);
+        for (uint32_t d = 0; d < D; ++d) {
+          const double e = static_cast<double>(out[d]) - f16_to_f32(vp[r][static_cast<size_t>(t) * D + d]);
+          sv += e * e;
+        }
+      }
+      ek[r] = sk;
+      ev[r] = sv;
+    }
+  }
+  double sk = 0, sv = 0;
+  for (size_t r = 0; r < n; ++r) { sk += ek[r]; sv += ev[r]; }
+  *mse_k = sk / static_cast<double>(n * per_rec);
+  *mse_v = sv / static_cast<double>(n * per_rec);
+}
+
+// ---- Lloyd ---------------------------------------------------------------------------------
+
+namespace {
+
+constexpr size_t kChunk = 512;  // sequences per partial sum; fixed so results do not depend on threads
+
+int nthreads(int t) { return t > 0 ? t : omp_get_max_threads(); }
+
+// Viterbi over every sequence; per chunk: squared error and (optionally) per-window sums.
+struct Pass {
+  std::vector<double> err;             // [chunks]
+  std::vector<double> sum;             // [chunks][n_entries]
+  std::vector<uint32_t> cnt;           // [chunks][n_entries]
+};
+
+double run_pass(const Targets& t, uint32_t bits, const float* cbf, int threads, bool stats, std::vector<double>* sum_out,
+                std::vector<uint64_t>* cnt_out) {
+  const size_t n = t.sequences(), len = t.len;
+  if (n == 0) return std::numeric_limits<double>::quiet_NaN();
+  const uint32_t ne = trellis_entries(bits);
+  const size_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> err(chunks, 0.0);
+  std::vector<double> sum(stats ? chunks * ne : 0, 0.0);
+  std::vector<uint32_t> cnt(stats ? chunks * ne : 0, 0);
+#pragma omp parallel num_threads(nthreads(threads))
+  {
+    std::vector<float> phi(2 * kTrellisStates);
+    std::vector<uint8_t> choice(len * kTrellisStates), codes(len);
+#pragma omp for schedule(dynamic, 1)
+    for (long long ci = 0; ci < static_cast<long long>(chunks); ++ci) {
+      const size_t c0 = static_cast<size_t>(ci) * kChunk, c1 = std::min(n, c0 + kChunk);
+      double e = 0.0;
+      double* cs = stats ? sum.data() + static_cast<size_t>(ci) * ne : nullptr;
+      uint32_t* cc = stats ? cnt.data() + static_cast<size_t>(ci) * ne : nullptr;
+      for (size_t s = c0; s < c1; ++s) {
+        const float* y = t.y.data() + s * len;
+        trellis::viterbi_ref(y, static_cast<uint32_t>(len), bits, cbf, phi.data(), choice.data(), codes.data());
+        uint32_t st = 0;
+        for (size_t i = 0; i < len; ++i) {
+          const uint32_t w = st + kTrellisStates * codes[i];
+          const double d = static_cast<double>(y[i]) - static_cast<double>(cbf[w]);
+          e += d * d;
+          if (stats) {
+            cs[w] += static_cast<double>(y[i]);
+            ++cc[w];
+          }
+          st = trellis::next_state(w, bits);
+        }
+      }
+      err[static_cast<size_t>(ci)] = e;
+    }
+  }
+  double e = 0.0;
+  for (double x : err) e += x;
+  if (stats) {
+    sum_out->assign(ne, 0.0);
+    cnt_out->assign(ne, 0);
+    for (size_t ci = 0; ci < chunks; ++ci)
+      for (uint32_t w = 0; w < ne; ++w) {
+        (*sum_out)[w] += sum[ci * ne + w];
+        (*cnt_out)[w] += cnt[ci * ne + w];
+      }
+  }
+  return e / static_cast<double>(n * len);
+}
+
+}  // namespace
+
+double trellis_mse(const Targets& t, uint32_t bits, const float* cbf, int threads) {
+  return run_pass(t, bits, cbf, threads, false, nullptr, nullptr);
+}
+
+double scalar_mse(const Targets& t, uint32_t bits) {
+  if (t.y.empty()) return std::numeric_limits<double>::quiet_NaN();
+  const double qmax = static_cast<double>((1u << bits) - 1u);
+  double e = 0.0;
+  for (float yf : t.y) {
+    const double y = yf;
+    double q = std::floor(y + 0.5);
+    q = q < 0 ? 0 : q > qmax ? qmax : q;
+    e += (y - q) * (y - q);
+  }
+  return e / static_cast<double>(t.y.size());
+}
+
+LloydResult lloyd_train(const Targets& train, const Targets& heldout, uint32_t bits, const uint16_t* init,
+                        const LloydOptions& opt) {
+  if (bits < 2 || bits > 4) throw std::invalid_argument("bits must be 2, 3 or 4");
+  if (train.sequences() == 0) throw std::invalid_argument("no training sequences");
+  const uint32_t ne = trellis_entries(bits);
+  LloydResult res;
+  res.table.resize(ne);
+  for (uint32_t w = 0; w < ne; ++w) res.table[w] = f16_to_f32(init[w]);
+  std::vector<double> sum;
+  std::vector<uint64_t> cnt;
+  auto used = [&] {
+    uint32_t u = 0;
+    for (uint64_t c : cnt) u += c ? 1 : 0;
+    return u;
+  };
+  double prev = run_pass(train, bits, res.table.data(), opt.threads, true, &sum, &cnt);
+  auto real = [&](const std::vector<float>& table) {
+    if (!opt.real_mse) return std::numeric_limits<double>::quiet_NaN();
+    std::vector<uint16_t> h(table.size());
+    for (size_t w = 0; w < table.size(); ++w) h[w] = f32_to_f16(table[w]);
+    return opt.real_mse(h);
+  };
+  LloydIteration it0{0, prev, trellis_mse(heldout, bits, res.table.data(), opt.threads), used(), real(res.table)};
+  res.history.push_back(it0);
+  if (opt.on_iteration) opt.on_iteration(it0);
+  for (uint32_t i = 1; i <= opt.max_iters; ++i) {
+    std::vector<float> next = res.table;
+    for (uint32_t w = 0; w < ne; ++w)
+      if (cnt[w]) next[w] = static_cast<float>(sum[w] / static_cast<double>(cnt[w]));
+    std::vector<double> nsum;
+    std::vector<uint64_t> ncnt;
+    const double cur = run_pass(train, bits, next.data(), opt.threads, true, &nsum, &ncnt);
+    if (!(cur <= prev)) break;  // not taken: keep the previous table
+    res.table = std::move(next);
+    sum = std::move(nsum);
+    cnt = std::move(ncnt);
+    res.iterations = i;
+    LloydIteration li{i, cur, trellis_mse(heldout, bits, res.table.data(), opt.threads), used(), real(res.table)};
+    res.history.push_back(li);
+    if (opt.on_iteration) opt.on_iteration(li);
+    const double gain = prev > 0 ? (prev - cur) / prev : 0.0;
+    prev = cur;
+    if (gain < opt.tol) break;
+  }
+  res.table_f16.resize(ne);
+  std::vector<float> rounded(ne);
+  for (uint32_t w = 0; w < ne; ++w) {
+    res.table_f16[w] = f32_to_f16(res.table[w]);
+    rounded[w] = f16_to_f32(res.table_f16[w]);
+  }
+  res.train_mse_f16 = trellis_mse(train, bits, rounded.data(), opt.threads);
+  res.heldout_mse_f16 = trellis_mse(heldout, bits, rounded.data(), opt.threads);
+  return res;
+}
+
+}  // namespace sjkv::train
