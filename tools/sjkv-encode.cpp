@@ -14,6 +14,7 @@
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/capture_file.h"
 #include "sjkv/io/codebook_file.h"
+#include "sjkv/train/codebook_io.h"
 #include "sjkv/io/encode.h"
 #include "sjkv/io/load.h"
 #include "sjkv/io/snapshot_file.h"
@@ -103,7 +104,7 @@ int run_encode(const EncodeArgs& a) {
   // Raw table files, at most one per bit width; each side takes the file of its width.
   std::vector<RawCodebook> tables;
   for (const std::string& f : a.codebooks) {
-    tables.push_back(read_raw_codebook(f));
+    tables.push_back(train::read_codebook_any(f).table);  // .sjcb container, raw table or C header
     for (size_t i = 0; i + 1 < tables.size(); ++i)
       if (tables[i].bits == tables.back().bits)
         throw cli::UsageError("--codebook given twice for " + std::to_string(tables.back().bits) + "-bit tables");
@@ -417,7 +418,7 @@ int main(int argc, char** argv) {
   enc->add_option("--iters", ea.iters, "Balancing iterations")->check(CLI::Range(0u, 64u))->capture_default_str();
   enc->add_flag("--kvarn", ea.kvarn, "Paper-faithful KVarN sealing: 8 passes keeping the best scales, f16 staging, "
                                      "each group sealed as it fills (fixed tail, default 0)");
-  enc->add_option("--codebook", ea.codebooks, "Raw trellis table file (K then V fp16; 1024/2048 bytes for 2/3-bit), "
+  enc->add_option("--codebook", ea.codebooks, "Trellis codebook (.sjcb from sjkv-train, raw .bin table or C header), "
                                               "once per bit width; default: the built-in reference tables");
   enc->add_flag("--assume-rotated", ea.assume_rotated, "The input is already in the rotated basis");
   enc->add_option("--head-dim", ea.head_dim, "Head size, needed for llama.cpp state files");
