@@ -861,3 +861,33 @@ TEST(TrellisExt, ResolveRowFollowsTheLayout) {
     }
   }
 }
+
+// The bulk encoder training uses: the vectorised Viterbi of every ISA copy gives the
+// reference's codes, including on ties (a coarse grid of targets and a repeated table).
+TEST(TrellisViterbiFast, SameCodesAsReferenceOnEveryPath) {
+  XorShift64 rng(2024);
+  for (uint32_t bits : {2u, 3u, 4u}) {
+    const uint32_t ne = 1u << (6 + bits);
+    for (int table = 0; table < 3; ++table) {
+      std::vector<float> cbf(ne);
+      for (uint32_t w = 0; w < ne; ++w)
+        cbf[w] = table == 0 ? static_cast<float>(w >> 6)                              // identity levels
+                 : table == 1 ? static_cast<float>(rng.gauss()) / 300.0f + 3.0f        // random
+                              : static_cast<float>((w >> 6) / 2);                      // many ties
+      for (uint32_t n : {128u, 256u, 17u}) {
+        std::vector<float> y(n);
+        for (auto& v : y) v = table == 2 ? static_cast<float>(rng.next() % 8) * 0.5f : static_cast<float>(rng.gauss()) / 400.0f + 3.5f;
+        std::vector<float> phi(2 * kTrellisStates);
+        std::vector<uint8_t> choice(static_cast<size_t>(n) * kTrellisStates), ref(n), got(n);
+        trellis::viterbi_ref(y.data(), n, bits, cbf.data(), phi.data(), choice.data(), ref.data());
+        std::vector<uint8_t> scratch(viterbi_scratch_bytes(n));
+        std::vector<uint16_t> wins(n);
+        for (SealPath p : {SealPath::fast_baseline, SealPath::fast_avx2, SealPath::fast_avx512, SealPath::fast}) {
+          if (!seal_path_available(p)) continue;
+          viterbi_fast(y.data(), n, bits, cbf.data(), scratch.data(), got.data(), wins.data(), p);
+          ASSERT_EQ(ref, got) << "bits " << bits << " table " << table << " n " << n << " " << seal_path_name(p);
+        }
+      }
+    }
+  }
+}

@@ -179,6 +179,20 @@ Status seal_record(const RecordLayout& l, const SealOptions& opt, const uint16_t
   return Status{};
 }
 
+size_t viterbi_scratch_bytes(uint32_t n) { return static_cast<size_t>(n) * kTrellisStates * 4; }
+
+void viterbi_fast(const float* y, uint32_t n, uint32_t bits, const float* cbf, void* scratch, uint8_t* codes,
+                  uint16_t* wins, SealPath path) {
+  if (path == SealPath::fast || !seal_path_available(path)) path = best_fast_path();
+  switch (path) {
+#if defined(__x86_64__)
+    case SealPath::fast_avx2: isa_avx2::viterbi_codes(y, n, bits, cbf, scratch, codes, wins); return;
+    case SealPath::fast_avx512: isa_avx512::viterbi_codes(y, n, bits, cbf, scratch, codes, wins); return;
+#endif
+    default: isa_baseline::viterbi_codes(y, n, bits, cbf, scratch, codes, wins); return;
+  }
+}
+
 Status seal_records(const RecordLayout& l, const SealOptions& opt, size_t n, const uint16_t* const* k_rows,
                     const uint16_t* const* v_rows, size_t row_stride, uint8_t* out, SealPath path, int n_threads) {
   const int threads = n_threads > 0 ? n_threads : omp_get_max_threads();

@@ -524,6 +524,16 @@ void seal_record_scalar(const RecordLayout& l, const SealOptions& opt, const uin
 #endif
 }
 
+void viterbi_codes(const float* y, uint32_t n, uint32_t bits, const float* cbf, void* choice, uint8_t* codes,
+                   uint16_t* wins) {
+  if (bits == 4) viterbi_channel<4>(y, n, cbf, choice, codes, wins);
+  else if (bits == 3) viterbi_channel<3>(y, n, cbf, choice, codes, wins);
+  else viterbi_channel<2>(y, n, cbf, choice, codes, wins);
+#if defined(__AVX__)
+  _mm256_zeroupper();
+#endif
+}
+
 void seal_record_trellis(const RecordLayout& l, const SealOptions& opt, const uint16_t* k_rows,
                          const uint16_t* v_rows, size_t stride, uint8_t* rec, SealWorkspace& ws) {
   std::memset(rec, 0, l.bytes);

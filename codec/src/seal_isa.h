@@ -15,6 +15,8 @@ const uint8_t* fragment_tile_positions(Side side);
                           const uint16_t* v_rows, size_t stride, uint8_t* rec, SealWorkspace& ws);   \
   void seal_record_trellis(const RecordLayout& l, const SealOptions& opt, const uint16_t* k_rows,    \
                            const uint16_t* v_rows, size_t stride, uint8_t* rec, SealWorkspace& ws);  \
+  void viterbi_codes(const float* y, uint32_t n, uint32_t bits, const float* cbf, void* choice,            \
+                     uint8_t* codes, uint16_t* wins);                                                      \
   }
 SJKV_DECLARE_ISA(isa_baseline)
 #if defined(__x86_64__)

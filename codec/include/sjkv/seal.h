@@ -71,6 +71,14 @@ Status seal_records(const RecordLayout& layout, const SealOptions& opt, size_t n
                     const uint16_t* const* k_rows, const uint16_t* const* v_rows, size_t row_stride,
                     uint8_t* out, SealPath path = SealPath::fast, int n_threads = 0);
 
+// Viterbi codes of one trellis sequence of n targets (CODEC-SPEC §6.3) on the vectorised
+// path: the same codes as trellis::viterbi_ref, for training and other bulk encoders.
+// cbf: the 2^(6+bits) codebook values as binary32; scratch: viterbi_scratch_bytes(n) bytes;
+// codes and wins (the window of each code) receive n entries.
+size_t viterbi_scratch_bytes(uint32_t n);
+void viterbi_fast(const float* y, uint32_t n, uint32_t bits, const float* cbf, void* scratch, uint8_t* codes,
+                  uint16_t* wins, SealPath path = SealPath::fast);
+
 // First NaN/Inf among G rows of D halves, or ok.
 Status check_finite_rows(Side side, const uint16_t* rows, uint32_t n_rows, uint32_t d, size_t row_stride);
 
