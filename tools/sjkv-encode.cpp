@@ -104,7 +104,13 @@ int run_encode(const EncodeArgs& a) {
   // Raw table files, at most one per bit width; each side takes the file of its width.
   std::vector<RawCodebook> tables;
   for (const std::string& f : a.codebooks) {
-    tables.push_back(train::read_codebook_any(f).table);  // .sjcb container, raw table or C header
+    train::CodebookFileKind kind;
+    const train::CodebookContainer box = train::read_codebook_any(f, &kind);  // .sjcb, raw table or C header
+    const bool ch = eo.config.trellis_axis == TrellisAxis::channel;
+    if (kind == train::CodebookFileKind::container && (box.axis == train::CodebookAxis::channel) != ch)
+      throw cli::UsageError("--codebook " + f + " was trained for the " + train::axis_name(box.axis) +
+                            " axis; this encode uses the " + (ch ? "channel" : "token") + " axis (--axis)");
+    tables.push_back(box.table);
     for (size_t i = 0; i + 1 < tables.size(); ++i)
       if (tables[i].bits == tables.back().bits)
         throw cli::UsageError("--codebook given twice for " + std::to_string(tables.back().bits) + "-bit tables");

@@ -37,6 +37,7 @@ struct TrainArgs {
   bool quiet = false, json = false, assume_rotated = false;
   std::string init;  // codebook file, or empty: identity
   std::string staging = "tq6_0";
+  std::string axis = "token";
   uint32_t sink = 128, iters = 16;
   ImportOptions io;
 };
@@ -95,6 +96,7 @@ int run_train(const TrainArgs& a) {
   to.config.sink = a.sink;
   to.config.iters = a.iters;
   to.config.staging = a.staging == "f16" ? StagingType::f16 : a.staging == "q8_0" ? StagingType::q8_0 : StagingType::tq6_0;
+  to.config.trellis_axis = a.axis == "channel" ? TrellisAxis::channel : TrellisAxis::token;
   to.assume_rotated = a.assume_rotated;
   to.threads = a.threads;
 
@@ -178,6 +180,7 @@ int run_train(const TrainArgs& a) {
   }
 
   CodebookContainer c;
+  c.axis = a.axis == "channel" ? CodebookAxis::channel : CodebookAxis::token;
   c.table.bits = a.bits;
   c.table.k = res[0].table_f16;
   c.table.v = res[1].table_f16;
@@ -201,18 +204,22 @@ int run_train(const TrainArgs& a) {
   c.provenance = prov;
   write_codebook_container(a.prefix + ".sjcb", c);
   write_raw_codebook(a.prefix + ".bin", c.table);
-  write_codebook_header(a.prefix + ".h", c.table, std::string(kVersion) + ", seed " + std::to_string(a.seed));
+  // The header's macro names (SJKVARN_CB<b>_TOK_*) are the reference generator's token-axis
+  // tables; a channel-axis codebook is written as the container and the raw table only.
+  const bool token_axis = c.axis == CodebookAxis::token;
+  if (token_axis)
+    write_codebook_header(a.prefix + ".h", c.table, std::string(kVersion) + ", seed " + std::to_string(a.seed));
   const uint64_t cid = raw_codebook_id(c.table);
   const std::string rsha = raw_codebook_sha256(c.table);
 
   if (a.json) {
     std::ostringstream o;
     o << "{\n  \"tool_version\": " << json_str(kVersion) << ",\n  \"bits\": " << a.bits << ",\n  \"window_length\": "
-      << trellis_window_len(a.bits) << ",\n  \"axis\": \"token\",\n  \"codebook_id\": \"" << hex_id(cid)
+      << trellis_window_len(a.bits) << ",\n  \"axis\": " << json_str(a.axis) << ",\n  \"codebook_id\": \"" << hex_id(cid)
       << "\",\n  \"raw_sha256\": \"" << rsha << "\",\n  \"seed\": " << a.seed << ",\n  \"split_rng\": "
       << json_str(SplitDrawer::rng_name()) << ",\n  \"train_tiles\": " << set.train_records
       << ",\n  \"heldout_tiles\": " << set.heldout_records << ",\n  \"outputs\": [" << json_str(a.prefix + ".sjcb")
-      << ", " << json_str(a.prefix + ".bin") << ", " << json_str(a.prefix + ".h") << "],\n  \"iterations\": {";
+      << ", " << json_str(a.prefix + ".bin") << (token_axis ? ", " + json_str(a.prefix + ".h") : std::string()) << "],\n  \"iterations\": {";
     for (int s = 0; s < 2; ++s) {
       o << (s ? ", " : "") << "\"" << (s == 0 ? "k" : "v") << "\": [";
       for (size_t i = 0; i < res[s].history.size(); ++i) {
@@ -236,8 +243,9 @@ int run_train(const TrainArgs& a) {
     o << "}\n}\n";
     std::cout << o.str();
   } else if (!a.quiet) {
-    std::printf("codebook %u-bit token axis, id %s, raw sha256 %s\n", a.bits, hex_id(cid).c_str(), rsha.c_str());
-    std::printf("wrote %s.sjcb, %s.bin, %s.h\n", a.prefix.c_str(), a.prefix.c_str(), a.prefix.c_str());
+    std::printf("codebook %u-bit %s axis, id %s, raw sha256 %s\n", a.bits, a.axis.c_str(), hex_id(cid).c_str(), rsha.c_str());
+    std::printf("wrote %s.sjcb, %s.bin%s\n", a.prefix.c_str(), a.prefix.c_str(),
+                token_axis ? (", " + a.prefix + ".h").c_str() : " (no C header for a channel-axis table)");
     std::printf("held-out MSE of the trellis targets y (units of the row step), %" PRIu64 " tiles:\n",
                 set.heldout_records);
     std::printf("  side  %10s %10s %10s %10s\n", "scalar", "identity", "reference", "trained");
@@ -347,7 +355,7 @@ int main(int argc, char** argv) {
     return cli::guarded(kTool, [&] { return run_inspect(path, json); });
   }
 
-  CLI::App app{"sjkv-train: trains token-axis trellis codebooks on captures, .kvd dumps or llama.cpp state files and "
+  CLI::App app{"sjkv-train: trains trellis codebooks (token axis, or --axis channel) on captures, .kvd dumps or llama.cpp state files and "
                "writes PREFIX.sjcb, PREFIX.bin and PREFIX.h; `sjkv-train inspect FILE` prints one (exit codes: 0 ok, "
                "1 usage, 2 bad input, 3 internal error)"};
   TrainArgs a;
@@ -361,6 +369,8 @@ int main(int argc, char** argv) {
   app.add_option("--init", a.init, "Starting codebook file (.sjcb, .bin or .h); default: identity (scalar levels)");
   app.add_option("--threads", a.threads, "Threads (0 = all cores); the codebook does not depend on it")
       ->check(CLI::Range(0, 1024))->capture_default_str();
+  app.add_option("--axis", a.axis, "Trellis axis: token (the format's) or channel (sjkv extension; no C header)")
+      ->check(CLI::IsMember({"token", "channel"}))->capture_default_str();
   app.add_option("--staging", a.staging, "Staging rows the seal reads: tq6_0, q8_0 or f16")
       ->check(CLI::IsMember({"tq6_0", "q8_0", "f16"}))->capture_default_str();
   app.add_option("--sink", a.sink, "Sink positions (not sealed)")->capture_default_str();

@@ -113,7 +113,7 @@ CodecConfig effective_config(const Capture& cap, const TargetOptions& opt) {
   CodecConfig c = opt.config;
   c.head_dim = cap.head_dim;
   c.body = Body::trellis;
-  c.trellis_axis = TrellisAxis::token;
+  c.trellis_axis = opt.config.trellis_axis;  // token (the format's) or channel
   if (c.group != kTrellisGroup) throw std::invalid_argument("trellis training needs group 128");
   if (c.bits_k != c.bits_v || c.bits_k < 2 || c.bits_k > 4)
     throw std::invalid_argument("training needs bits_k = bits_v in 2..4");
@@ -144,8 +144,11 @@ void append_capture_targets(const Capture& cap, const TargetOptions& opt, SplitD
   std::vector<uint64_t> slot(n_rec);
   uint64_t n_tr = 0, n_ho = 0;
   for (uint64_t r = 0; r < n_rec; ++r) slot[r] = held[r] ? n_ho++ : n_tr++;
-  for (Targets* t : {&set.train_k, &set.train_v, &set.heldout_k, &set.heldout_v}) t->len = G;
-  const size_t per_rec = static_cast<size_t>(D) * G;  // D sequences of G targets (token axis)
+  // Token axis: D sequences (one per channel) of G targets; channel axis: G sequences (one
+  // per token row) of D targets. Either way a record gives D*G targets.
+  const bool ch_axis = c.trellis_axis == TrellisAxis::channel;
+  for (Targets* t : {&set.train_k, &set.train_v, &set.heldout_k, &set.heldout_v}) t->len = ch_axis ? D : G;
+  const size_t per_rec = static_cast<size_t>(D) * G;
   const size_t base_tr = set.train_k.y.size(), base_ho = set.heldout_k.y.size();
   set.train_k.y.resize(base_tr + n_tr * per_rec);
   set.train_v.y.resize(base_tr + n_tr * per_rec);
@@ -153,7 +156,8 @@ void append_capture_targets(const Capture& cap, const TargetOptions& opt, SplitD
   set.heldout_v.y.resize(base_ho + n_ho * per_rec);
   set.train_records += n_tr;
   set.heldout_records += n_ho;
-  if (set.have_config && (set.seal_config.head_dim != c.head_dim || set.seal_config.bits_k != c.bits_k))
+  if (set.have_config && (set.seal_config.head_dim != c.head_dim || set.seal_config.bits_k != c.bits_k ||
+                          set.seal_config.trellis_axis != c.trellis_axis))
     throw std::invalid_argument("all inputs must have the same head_dim (" + std::to_string(set.seal_config.head_dim) +
                                 " before, " + std::to_string(c.head_dim) + " here)");
   set.seal_config = c;
@@ -222,7 +226,7 @@ void append_capture_targets(const Capture& cap, const TargetOptions& opt, SplitD
         for (uint32_t d = 0; d < D; ++d)
           for (uint32_t t = 0; t < G; ++t) {
             const uint32_t rr = is_k ? d : t, cc = is_k ? t : d;
-            y[static_cast<size_t>(d) * G + t] =
+            y[ch_axis ? static_cast<size_t>(t) * D + d : static_cast<size_t>(d) * G + t] =
                 trellis::target(cur[static_cast<size_t>(rr) * C + cc], lo[rr], step[rr]);
           }
       }
