@@ -54,13 +54,7 @@ void write_capture(const std::string& path, const Capture& cap, int zstd_level) 
     w.attr_u32(root, "tokens", cap.tokens);
     w.attr_u8(root, "rotated", cap.rotated ? 1 : 0);
     w.attr_u32(root, "rotation_block", cap.rotation_block);
-    std::vector<uint32_t> ids;
-    for (const CaptureLayer& l : cap.layers) ids.push_back(l.layer_id);
-    w.attr_u32_array(root, "layer_ids", ids);
-
-    if (!cap.token_ids.empty())
-      w.dataset(root, "token_ids", "token_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, 4, {cap.tokens}, cap.token_ids.data(),
-                zstd_level);
+    w.layer_ids_and_tokens(root, cap.layers, cap.token_ids, cap.tokens, zstd_level);
 
     h5::Hid fp16(w.check(h5::make_fp16_type(), "fp16 type"));
     h5::Hid layers = w.create_group(root, "layers");

@@ -293,6 +293,17 @@ struct Writer {
       check_status(H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "dataset " + display);
     check_status(d.close(), "dataset " + display);
   }
+
+  // The layer_ids attribute and the optional token_ids dataset of n entries (both files).
+  template <class Layers>
+  void layer_ids_and_tokens(hid_t root, const Layers& layers, const std::vector<int32_t>& tokens, uint64_t n,
+                            int zstd_level) const {
+    std::vector<uint32_t> ids;
+    for (const auto& l : layers) ids.push_back(l.layer_id);
+    attr_u32_array(root, "layer_ids", ids);
+    if (!tokens.empty())
+      dataset(root, "token_ids", "token_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, 4, {n}, tokens.data(), zstd_level);
+  }
 };
 
 // ---- reading ------------------------------------------------------------------------------

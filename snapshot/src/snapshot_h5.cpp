@@ -314,13 +314,7 @@ void write_snapshot(const std::string& path, const Snapshot& snap, int zstd_leve
     w.attr_u64(root, "codebook_id", snap.codebook_id);
     w.attr_u32(root, "record_bytes", static_cast<uint32_t>(g.record_bytes));
     w.attr_u32(root, "row_bytes", static_cast<uint32_t>(g.row_bytes));
-    std::vector<uint32_t> ids;
-    for (const SnapshotLayer& l : snap.layers) ids.push_back(l.layer_id);
-    w.attr_u32_array(root, "layer_ids", ids);
-
-    if (!snap.token_ids.empty())
-      w.dataset(root, "token_ids", "token_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, 4, {snap.N}, snap.token_ids.data(),
-                zstd_level);
+    w.layer_ids_and_tokens(root, snap.layers, snap.token_ids, snap.N, zstd_level);
 
     h5::Hid fp16(w.check(h5::make_fp16_type(), "fp16 type"));
     if (c.resolved_body() == Body::trellis) {
