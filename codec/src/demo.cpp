@@ -31,6 +31,16 @@ std::vector<CodecConfig> demo_configs(const std::vector<uint32_t>& head_dims) {
       c.staging = st;
       out.push_back(c);
     }
+    if (D % 128 == 0) {  // trellis bodies (reference tables) beside the scalar ones of the same bits
+      const uint32_t tpairs[][2] = {{3, 3}, {3, 2}, {2, 2}};
+      for (const auto& p : tpairs) {
+        CodecConfig c = base;
+        c.bits_k = p[0];
+        c.bits_v = p[1];
+        c.body = Body::trellis;
+        out.push_back(c);
+      }
+    }
     CodecConfig kv = kvarn_config(D, 4, 4, 0);
     out.push_back(kv);
   }

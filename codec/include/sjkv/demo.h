@@ -1,5 +1,6 @@
 // The codec demo behind `sjkv-encode demo`: seal generated tiles in every scalar
-// configuration through the real staging path and measure size, error and speed.
+// configuration (and the trellis ones) through the real staging path and measure size,
+// error and speed.
 #pragma once
 
 #include <cstdint>
