@@ -32,14 +32,7 @@ void register_or_fail(const h5::Reader& r) {
 
 void write_capture(const std::string& path, const Capture& cap, int zstd_level) {
   cap.check_consistent();
-  if (!zstd_level_valid(zstd_level)) throw std::invalid_argument("zstd level " + std::to_string(zstd_level) + " is not valid");
-  const std::lock_guard<std::mutex> lock(h5::api_mutex());
-  h5::Quiet quiet;
-  try {
-    register_zstd_filter();
-  } catch (const std::exception& e) {
-    throw FileError(path, e.what());
-  }
+  const h5::WriteSession session(path, zstd_level);
   AtomicOutput out(path);
   {
     const h5::Writer w{path};

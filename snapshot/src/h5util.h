@@ -112,6 +112,29 @@ class Quiet {
   void* data_ = nullptr;
 };
 
+// What every writer does before it creates a file, for as long as it writes: refuse an invalid
+// zstd level (std::invalid_argument, nothing created), hold the HDF5 lock, silence HDF5's error
+// printing, and make sure the zstd filter is registered.
+class WriteSession {
+ public:
+  WriteSession(const std::string& path, int zstd_level) : lock_(checked_lock(zstd_level)) {
+    try {
+      register_zstd_filter();
+    } catch (const std::exception& e) {
+      throw FileError(path, e.what());
+    }
+  }
+
+ private:
+  static std::mutex& checked_lock(int zstd_level) {
+    if (!zstd_level_valid(zstd_level))
+      throw std::invalid_argument("zstd level " + std::to_string(zstd_level) + " is not valid");
+    return api_mutex();
+  }
+  std::lock_guard<std::mutex> lock_;
+  Quiet quiet_;
+};
+
 // The innermost description on HDF5's error stack, on one line; clears the stack.
 inline std::string last_error() {
   std::string inner;

@@ -268,14 +268,7 @@ void write_snapshot(const std::string& path, const Snapshot& snap, int zstd_leve
     codebooks = &carried;
   }
   check_snapshot_consistent(snap, codebooks);
-  if (!zstd_level_valid(zstd_level)) throw std::invalid_argument("zstd level " + std::to_string(zstd_level) + " is not valid");
-  const std::lock_guard<std::mutex> lock(h5::api_mutex());
-  h5::Quiet quiet;
-  try {
-    register_zstd_filter();
-  } catch (const std::exception& e) {
-    throw FileError(path, e.what());
-  }
+  const h5::WriteSession session(path, zstd_level);
   const CodecConfig& c = snap.config;
   const Geometry g = geometry_of(snap);
   const std::string axis = axis_name(c);
