@@ -1,0 +1,69 @@
+// The cache arms of sjkv-replay: how one layer's K/V is stored and attended to. The forward
+// pass (model.h) calls these; each arm spec ("f16", "q4_0:rot", "sj:3/2t", ...) names one
+// implementation. Contract:
+//  - positions arrive in order, a ubatch at a time: begin_ubatch, store, attend;
+//  - K/V rows are the model's (after k-norm and RoPE), f32, [n][n_head_kv][head_dim];
+//  - attend is causal (query i of the ubatch sees positions <= pos0 + i, and only the last
+//    `window` of them when the layer slides), online softmax, GQA (query head h reads KV head
+//    h / (n_head / n_head_kv)); compressed arms attend over what they store, fused, never
+//    materialising a decoded cache;
+//  - results depend on nothing but the inputs: the same bytes for any thread count.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sjkv {
+namespace replay {
+
+struct LayerShape {
+  uint32_t layer = 0;
+  bool full_attention = true;   // false: sliding-window layer (kept f16 unless the arm says otherwise)
+  uint32_t window = 0;          // sliding window in positions, 0 = none
+  uint32_t n_head = 1;
+  uint32_t n_head_kv = 1;
+  uint32_t head_dim = 128;
+  uint32_t n_ctx = 0;           // most positions this sequence will reach
+  uint32_t n_ubatch = 512;
+};
+
+// Bits per K/V value of one layer at its current length (the arm's own accounting; 32 for f32).
+struct LayerBits {
+  double occupied = 0.0;   // bytes holding the stored positions, over 2*D values per position and head
+  double allocated = 0.0;  // bytes reserved up front for n_ctx, over the same values
+};
+
+class LayerKv {
+ public:
+  virtual ~LayerKv() = default;
+  // Before a ubatch of n tokens at [pos0, pos0 + n); the SJ arms run their journal policy here.
+  virtual void begin_ubatch(uint32_t pos0, uint32_t n) = 0;
+  // Store the ubatch's rows; k and v are [n][n_head_kv][head_dim]. Throws std::runtime_error
+  // when the arm cannot store them (e.g. non-finite values).
+  virtual void store(uint32_t pos0, uint32_t n, const float* k, const float* v) = 0;
+  // q [n][n_head][head_dim] -> out [n][n_head][head_dim]; logits are scale * q.k.
+  virtual void attend(uint32_t pos0, uint32_t n, const float* q, float scale, float* out) = 0;
+  virtual LayerBits bits() const = 0;
+};
+
+class KvArm {
+ public:
+  virtual ~KvArm() = default;
+  const std::string& spec() const { return spec_; }
+  // One store per layer; sliding layers get f16 unless the arm compresses them too.
+  virtual std::unique_ptr<LayerKv> make_layer(const LayerShape& s) const = 0;
+
+ protected:
+  std::string spec_;
+};
+
+// Parses an arm spec (docs/REPLAY.md lists the grammar). std::invalid_argument with a
+// one-line reason on a bad spec.
+std::unique_ptr<KvArm> make_arm(const std::string& spec);
+// The specs make_arm accepts, for --help and errors.
+std::vector<std::string> arm_examples();
+
+}  // namespace replay
+}  // namespace sjkv

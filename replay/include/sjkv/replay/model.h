@@ -1,0 +1,49 @@
+// A GGUF model's forward pass on the CPU: Gemma 3 and Llama-family architectures, every
+// hyper-parameter read from the file's metadata. K/V go through one LayerKv per layer (kv.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sjkv/gguf.h"
+#include "sjkv/replay/kv.h"
+
+namespace sjkv {
+namespace replay {
+
+struct ModelInfo {
+  std::string architecture;     // "gemma3", "llama", ...
+  std::string file_name;        // base name of the GGUF file
+  uint32_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_vocab = 0, n_ff = 0;
+  uint64_t n_ctx_train = 0;
+  std::vector<LayerShape> layers;  // n_ctx and n_ubatch filled in by the caller
+  size_t weight_bytes = 0;         // memory the loaded weights take
+};
+
+struct LoadOptions {
+  int n_threads = 0;  // 0: OpenMP's default
+};
+
+class Model {
+ public:
+  // Throws FileError naming the file on a defect (missing tensor, wrong shape, unknown type).
+  static std::unique_ptr<Model> load(const std::string& gguf_path, const LoadOptions& opt = {});
+  virtual ~Model() = default;
+  virtual const ModelInfo& info() const = 0;
+  virtual const GgufFile& gguf() const = 0;
+
+  // Runs tokens [0, n) at positions pos0.. in ubatches of at most n_ubatch, storing into and
+  // attending over `kv` (info().n_layer stores). logits: [n][n_vocab] when all_logits, else
+  // the last token's [n_vocab]. The same bytes for any thread count.
+  virtual void eval(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
+                    std::vector<std::unique_ptr<LayerKv>>& kv, float* logits, bool all_logits) = 0;
+};
+
+// The model the tools use without --model: $SJKV_MODEL, else the file scripts/setup links
+// into the cache folder ($XDG_CACHE_HOME or ~/.cache)/sjkv/models/. Empty when none is found.
+std::string default_model_path();
+
+}  // namespace replay
+}  // namespace sjkv
