@@ -7,12 +7,9 @@
 // --bos adds the special tokens the model expects (tokenizer.ggml.add_bos_token).
 // --decode prints decode(encode(text)) instead of the ids. Exit 2 for a bad model file.
 #include <cstdio>
-#include <cstring>
-#include <exception>
 #include <fstream>
 #include <iostream>
 #include <iterator>
-#include <sstream>
 #include <string>
 #include <vector>
 

@@ -146,7 +146,7 @@ void load_common(const GgufFile& f, Vocab& v) {
 
   v.add_bos = bool_key(f, "tokenizer.ggml.add_bos_token", v.add_bos);
   v.add_eos = bool_key(f, "tokenizer.ggml.add_eos_token", v.add_eos);
-  if (v.add_bos && v.bos < 0) v.fail("tokenizer.ggml.add_bos_token is set but the vocabulary has no BOS token");
+  if (v.add_bos && v.bos < 0) v.fail("a BOS token is to be added (tokenizer.ggml.add_bos_token or the default) but the vocabulary has none");
   if (v.add_eos && v.eos < 0) v.fail("tokenizer.ggml.add_eos_token is set but the vocabulary has no EOS token");
 
   // Token texts llama.cpp treats as control and end-of-generation whatever their type

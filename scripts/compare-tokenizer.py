@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Compare sjkv's tokenizer with llama.cpp's on the same GGUF vocabulary.
+
+llama.cpp is reached through llama-cpp-python (a measuring instrument installed beside the
+project, never a dependency of it); run this script with the Python that has it:
+
+  # agreement over texts, unit by unit (lines and paragraphs), with and without BOS
+  PY scripts/compare-tokenizer.py agree --model M.gguf --tool build/bench/sjkv_tokenize FILE...
+
+  # the golden file tests/replay/test_tokenizer.cpp reads (ids from llama.cpp)
+  PY scripts/compare-tokenizer.py golden --model M.gguf --out tests/golden/tokenizer/NAME.txt
+
+Both call llama.cpp as Llama(model_path, vocab_only=True).tokenize(text, add_bos, special=False).
+"""
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+
+# Sample strings of the golden files: (text as bytes, add_special).
+SAMPLES = [
+    (b"", False),
+    (b"", True),
+    (b"Hello world", False),
+    (b"Hello world", True),
+    (b" Hello world", False),
+    (b"The quick brown fox jumps over the lazy dog.", True),
+    (b"12345", False),
+    (b"3.14159 and 1,000,000 and 2024-06-01", False),
+    (b"Hello, world! (Really?) \"Quoted\" -- dash; semi: colon... [x] {y} <z> @#$%^&*_+=|\\~`", False),
+    (b"a  b   c    d     e", False),
+    (b"  leading and trailing  ", False),
+    (b" ", False),
+    (b"   ", False),
+    (b"line one\nline two\n\nline four\n", False),
+    (b"\n\n\n", False),
+    (b"\r\nwindows\r\nlines\r\n", False),
+    (b"col1\tcol2\t\tcol4\n\tindented", False),
+    ("café naïve Ångström façade Ünïcödé ß".encode(), False),
+    ("e\u0301 combining accent".encode(), False),
+    ("你好，世界。日本語のテキスト".encode(), False),
+    ("한국어 텍스트".encode(), False),
+    ("Привет мир, как дела?".encode(), False),
+    ("مرحبا بالعالم".encode(), False),
+    ("🦙 llamas 👍🏽 and 🇫🇷 flags".encode(), False),
+    ("½ ² ⅷ ٣ numbers".encode(), False),
+    (b"don't I'll we're THEY'RE it's O'Neil", False),
+    (b"for (int i = 0; i < n; ++i) { x[i] += 2 * y[i]; }", False),
+    (b"def f(x):\n    return x ** 2  # square\n", False),
+    (b"<b>bold</b> <table><tr><td>1</td></tr></table>", False),
+    (b"<start_of_turn>user\nhi<end_of_turn> </s> <|im_start|> <|endoftext|>", False),
+    (b"https://example.com/path?q=1&r=2#frag", False),
+    (b"abc\xffdef \xc3 broken utf-8", False),
+]
+
+
+def llama(model):
+    from llama_cpp import Llama
+    return Llama(model_path=model, vocab_only=True, verbose=False)
+
+
+def llama_ids(lm, text, bos):
+    return lm.tokenize(text, add_bos=bos, special=False)
+
+
+def readable(text):
+    s = text.decode("utf-8", "backslashreplace")
+    return s.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+
+
+def cmd_golden(a):
+    lm = llama(a.model)
+    import llama_cpp
+    sha = hashlib.sha256(open(a.model, "rb").read()).hexdigest()
+    lines = [
+        "# Token ids from llama.cpp (llama-cpp-python %s) for %s" % (llama_cpp.__version__, os.path.basename(os.path.realpath(a.model))),
+        "# model sha256 %s" % sha,
+        "# produced by: scripts/compare-tokenizer.py golden --model %s --out %s"
+        % (os.path.basename(os.path.realpath(a.model)), os.path.basename(a.out)),
+        "# columns: hex(text) TAB add_special TAB ids TAB readable text",
+        "n_vocab %d" % lm.n_vocab(),
+    ]
+    for text, bos in SAMPLES:
+        ids = llama_ids(lm, text, bos)
+        lines.append("%s\t%d\t%s\t%s" % (text.hex(), int(bos), " ".join(map(str, ids)), readable(text)))
+    with open(a.out, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    print("wrote %s (%d cases)" % (a.out, len(SAMPLES)))
+
+
+def units(paths):
+    """Lines and paragraphs (blank-line separated blocks) of the files, each once."""
+    lines, paras = [], []
+    for p in paths:
+        data = open(p, "rb").read()
+        if b"\0" in data:
+            continue
+        lines += [l for l in data.split(b"\n") if l.strip()]
+        paras += [b for b in data.split(b"\n\n") if b.strip()]
+    return lines, paras
+
+
+def ours(tool, model, texts, bos):
+    cmd = [tool, model, "--nul"] + (["--bos"] if bos else [])
+    r = subprocess.run(cmd, input=b"\0".join(texts), capture_output=True, check=True)
+    out = r.stdout.decode().split("\n")
+    return [list(map(int, l.split())) for l in out[: len(texts)]]
+
+
+def cmd_agree(a):
+    lm = llama(a.model)
+    lines, paras = units(a.files)
+    total_bytes = sum(os.path.getsize(p) for p in a.files)
+    print("model %s: %d files, %d bytes; %d lines, %d paragraphs" %
+          (os.path.basename(a.model), len(a.files), total_bytes, len(lines), len(paras)))
+    worst = []
+    for name, texts in (("lines", lines), ("paragraphs", paras)):
+        for bos in (False, True):
+            mine = ours(a.tool, a.model, texts, bos)
+            same = 0
+            ntok = 0
+            for t, m in zip(texts, mine):
+                ref = llama_ids(lm, t, bos)
+                ntok += len(ref)
+                if ref == m:
+                    same += 1
+                elif len(worst) < a.show:
+                    worst.append((t[:80], ref[:12], m[:12]))
+            print("  %-10s bos=%d: %d/%d identical (%.3f%%), %d llama.cpp tokens" %
+                  (name, bos, same, len(texts), 100.0 * same / max(1, len(texts)), ntok))
+    whole = b"".join(open(p, "rb").read() for p in a.files)
+    ref = llama_ids(lm, whole, False)
+    mine = ours(a.tool, a.model, [whole.replace(b"\0", b"")], False)[0] if b"\0" not in whole else None
+    if mine is not None:
+        print("  whole text: %s (%d tokens)" % ("identical" if ref == mine else "DIFFERENT", len(ref)))
+    for w in worst:
+        print("  differs:", w)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("golden")
+    g.add_argument("--model", required=True)
+    g.add_argument("--out", required=True)
+    c = sub.add_parser("agree")
+    c.add_argument("--model", required=True)
+    c.add_argument("--tool", required=True, help="the sjkv_tokenize program (bench/tokenize.cpp)")
+    c.add_argument("--show", type=int, default=5, help="how many differing units to print")
+    c.add_argument("files", nargs="+")
+    a = ap.parse_args()
+    {"golden": cmd_golden, "agree": cmd_agree}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
