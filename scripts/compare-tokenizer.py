@@ -7,6 +7,9 @@ project, never a dependency of it); run this script with the Python that has it:
   # agreement over texts, unit by unit (lines and paragraphs), with and without BOS
   PY scripts/compare-tokenizer.py agree --model M.gguf --tool build/bench/sjkv_tokenize FILE...
 
+  # random short strings of awkward pieces (white space, digits, scripts, emoji, bad bytes)
+  PY scripts/compare-tokenizer.py random --model M.gguf --tool build/bench/sjkv_tokenize --n 5000 --seed 1
+
   # the golden file tests/replay/test_tokenizer.cpp reads (ids from llama.cpp)
   PY scripts/compare-tokenizer.py golden --model M.gguf --out tests/golden/tokenizer/NAME.txt
 
@@ -138,6 +141,43 @@ def cmd_agree(a):
         print("  differs:", w)
 
 
+def random_texts(n, seed):
+    """Short strings drawn from pieces that stress the pre-tokenizers and merges."""
+    import random
+    rng = random.Random(seed)
+    pieces = [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", "\u00a0", "\u3000", "\u2009", "a", "Z", "the",
+              " word", "'s", "'LL", "'", "0", "7", "123", "4567", "\u0663", "\u00bd", "\u2167", ".", ",", "!?",
+              "...", "--", "(", ")", "<", ">", "</s>", "<b>", "<table>", "<end_of_turn>", "<|im_end|>",
+              "\u00e9", "e\u0301", "\u00df", "\u0416", "\u05d0", "\u0627", "\u4e2d", "\u65e5\u672c",
+              "\uac00", "\u0e01", "\U0001f999", "\U0001f44d\U0001f3fd", "\u200d", "\ufeff", "\x00", "\x7f",
+              "\U0001d400", "\U000e0041", "\u0378", "\uffff"]
+    out = []
+    for _ in range(n):
+        s = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 12)))
+        b = s.encode("utf-8", "surrogatepass")
+        if rng.random() < 0.05:
+            b = b + bytes([rng.choice([0x80, 0xc3, 0xe2, 0xf0, 0xff])])
+        out.append(b.replace(b"\0", b""))
+    return [t for t in out if t]
+
+
+def cmd_random(a):
+    lm = llama(a.model)
+    texts = random_texts(a.n, a.seed)
+    shown = 0
+    for bos in (False, True):
+        mine = ours(a.tool, a.model, texts, bos)
+        same = 0
+        for t, m in zip(texts, mine):
+            ref = llama_ids(lm, t, bos)
+            if ref == m:
+                same += 1
+            elif shown < a.show:
+                shown += 1
+                print("  differs:", (t, ref, m))
+        print("  random bos=%d: %d/%d identical (%.3f%%)" % (bos, same, len(texts), 100.0 * same / len(texts)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -149,8 +189,14 @@ def main():
     c.add_argument("--tool", required=True, help="the sjkv_tokenize program (bench/tokenize.cpp)")
     c.add_argument("--show", type=int, default=5, help="how many differing units to print")
     c.add_argument("files", nargs="+")
+    r = sub.add_parser("random")
+    r.add_argument("--model", required=True)
+    r.add_argument("--tool", required=True)
+    r.add_argument("--n", type=int, default=5000)
+    r.add_argument("--seed", type=int, default=1)
+    r.add_argument("--show", type=int, default=5)
     a = ap.parse_args()
-    {"golden": cmd_golden, "agree": cmd_agree}[a.cmd](a)
+    {"golden": cmd_golden, "agree": cmd_agree, "random": cmd_random}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@
 
 #include "sjkv/gguf.h"
 #include "sjkv/replay/tokenizer.h"
+// The library's private Unicode helpers (linked into sjkv_replay).
+#include "../../replay/src/tokenizer_unicode.h"
 
 namespace {
 
@@ -89,6 +91,38 @@ class Gguf {
 };
 
 const std::string kU2581 = "\xE2\x96\x81";  // SentencePiece's visible space
+
+// ---- Unicode facts the pre-tokenizers rely on ------------------------------------------------
+
+TEST(TokenizerUnicode, ClassesWhiteSpaceAndByteMap) {
+  namespace u = sjkv::replay::unicode;
+  using C = u::CharClass;
+  const std::pair<uint32_t, C> cases[] = {
+      {'a', C::letter},     {'Z', C::letter},     {'0', C::number},      {'_', C::other},
+      {0xAA, C::letter},    {0xB2, C::number},    {0xBD, C::number},     {0xD7, C::other},   // ª ² ½ ×
+      {0x0301, C::other},   {0x0416, C::letter},  {0x0663, C::number},   {0x2167, C::number},  // Nl
+      {0x3007, C::number},  {0x4E2D, C::letter},  {0xAC00, C::letter},   {0x3000, C::other},
+      {0x1F999, C::other},  {0x1D400, C::letter}, {0x2EBF0, C::letter},  // CJK Ext. I (Unicode 15.1)
+      {0x0378, C::other},   {0x10FFFF, C::other}, {0x110000, C::other},  {0x1FFFFF, C::other},
+  };
+  for (const auto& c : cases) EXPECT_EQ(u::char_class(c.first), c.second) << std::hex << c.first;
+  int spaces = 0;
+  for (uint32_t cp = 0; cp < 0x110000; ++cp) spaces += u::is_white_space(cp);
+  EXPECT_EQ(spaces, 25);  // PropList.txt White_Space
+  EXPECT_TRUE(u::is_white_space(0x85));
+  EXPECT_FALSE(u::is_white_space(0x200B));  // zero width space is not White_Space
+  // GPT-2's table: ' ' -> U+0120 'Ġ', '\n' -> U+010A 'Ċ', 0xAD -> U+0143; printable bytes map to themselves.
+  EXPECT_EQ(u::byte_to_code_point(' '), 0x120u);
+  EXPECT_EQ(u::byte_to_code_point('\n'), 0x10Au);
+  EXPECT_EQ(u::byte_to_code_point(0xAD), 0x143u);
+  EXPECT_EQ(u::byte_to_code_point('A'), uint32_t('A'));
+  for (int b = 0; b < 256; ++b) EXPECT_EQ(u::code_point_to_byte(u::byte_to_code_point(uint8_t(b))), b);
+  EXPECT_EQ(u::code_point_to_byte(0x20), -1);
+  EXPECT_EQ(u::code_point_to_byte(0x144), -1);
+  // Malformed UTF-8 gives U+FFFD per bad byte and resumes at the next byte.
+  EXPECT_EQ(u::decode_utf8("a\xC3(\xE2\x82\xAC\xFF"), (std::vector<uint32_t>{'a', 0xFFFD, '(', 0x20AC, 0xFFFD}));
+  EXPECT_EQ(u::decode_utf8("\xF0\x9F\xA6\x99"), (std::vector<uint32_t>{0x1F999}));
+}
 
 // ---- SentencePiece-style vocabulary ----------------------------------------------------------
 
