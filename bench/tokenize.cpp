@@ -1,11 +1,14 @@
 // Developer tool: token ids of text under a GGUF vocabulary, to compare with llama.cpp.
 //
 //   sjkv_tokenize MODEL.gguf [--bos] [--nul] [--decode] [FILE]
+//   sjkv_tokenize MODEL.gguf --vocab
 //
 // Reads FILE (or stdin). Prints the ids of the whole text on one line, space separated;
 // with --nul the input is a list of texts separated by NUL bytes and each gets its own line.
 // --bos adds the special tokens the model expects (tokenizer.ggml.add_bos_token).
-// --decode prints decode(encode(text)) instead of the ids. Exit 2 for a bad model file.
+// --decode prints decode(encode(text)) instead of the ids. --vocab prints one line per token:
+// id, its piece in hex, and 1 when it ends generation (0 otherwise), tab separated.
+// Exit 2 for a bad model file.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -18,7 +21,7 @@
 
 int main(int argc, char** argv) {
   std::string model, input;
-  bool bos = false, nul = false, decode = false;
+  bool bos = false, nul = false, decode = false, vocab = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--bos") {
@@ -27,6 +30,8 @@ int main(int argc, char** argv) {
       nul = true;
     } else if (a == "--decode") {
       decode = true;
+    } else if (a == "--vocab") {
+      vocab = true;
     } else if (a.size() > 1 && a[0] == '-') {
       std::fprintf(stderr, "sjkv_tokenize: unknown option %s\n", a.c_str());
       return 1;
@@ -44,7 +49,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::string text;
-  if (input.empty() || input == "-") {
+  if (vocab) {
+    // no input
+  } else if (input.empty() || input == "-") {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   } else {
     std::ifstream in(input, std::ios::binary);
@@ -57,6 +64,20 @@ int main(int argc, char** argv) {
   try {
     const sjkv::GgufFile f = sjkv::GgufFile::open(model);
     const auto tok = sjkv::replay::Tokenizer::from_gguf(f);
+    if (vocab) {
+      std::string out;
+      static const char* hex = "0123456789abcdef";
+      for (uint32_t id = 0; id < tok->n_vocab(); ++id) {
+        out += std::to_string(id) + '\t';
+        for (unsigned char c : tok->piece(int32_t(id))) {
+          out += hex[c >> 4];
+          out += hex[c & 15];
+        }
+        out += tok->is_eog(int32_t(id)) ? "\t1\n" : "\t0\n";
+      }
+      std::fwrite(out.data(), 1, out.size(), stdout);
+      return 0;
+    }
     std::vector<std::string> texts;
     if (nul) {
       size_t start = 0;

@@ -10,6 +10,9 @@ project, never a dependency of it); run this script with the Python that has it:
   # random short strings of awkward pieces (white space, digits, scripts, emoji, bad bytes)
   PY scripts/compare-tokenizer.py random --model M.gguf --tool build/bench/sjkv_tokenize --n 5000 --seed 1
 
+  # every token's piece and end-of-generation flag
+  PY scripts/compare-tokenizer.py vocab --model M.gguf --tool build/bench/sjkv_tokenize
+
   # the golden file tests/replay/test_tokenizer.cpp reads (ids from llama.cpp)
   PY scripts/compare-tokenizer.py golden --model M.gguf --out tests/golden/tokenizer/NAME.txt
 
@@ -178,6 +181,32 @@ def cmd_random(a):
         print("  random bos=%d: %d/%d identical (%.3f%%)" % (bos, same, len(texts), 100.0 * same / len(texts)))
 
 
+def cmd_vocab(a):
+    """Every token's piece (llama_token_to_piece, special=False) and end-of-generation flag."""
+    import ctypes
+    import llama_cpp
+    lm = llama(a.model)
+    vocab = llama_cpp.llama_model_get_vocab(lm.model)
+    r = subprocess.run([a.tool, a.model, "--vocab"], capture_output=True, check=True)
+    rows = [l.split("\t") for l in r.stdout.decode().splitlines()]
+    buf = ctypes.create_string_buffer(1024)
+    bad_piece = bad_eog = 0
+    for sid, hexpiece, eog in rows:
+        i = int(sid)
+        n = llama_cpp.llama_token_to_piece(vocab, i, buf, len(buf), 0, False)
+        ref = buf.raw[:n] if n >= 0 else b"?"
+        ref_eog = bool(llama_cpp.llama_vocab_is_eog(vocab, i))
+        if ref != bytes.fromhex(hexpiece):
+            bad_piece += 1
+            if bad_piece <= a.show:
+                print("  piece differs:", i, ref, bytes.fromhex(hexpiece))
+        if ref_eog != (eog == "1"):
+            bad_eog += 1
+            if bad_eog <= a.show:
+                print("  eog differs:", i, ref_eog)
+    print("  %d tokens: %d pieces differ, %d end-of-generation flags differ" % (len(rows), bad_piece, bad_eog))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -195,8 +224,12 @@ def main():
     r.add_argument("--n", type=int, default=5000)
     r.add_argument("--seed", type=int, default=1)
     r.add_argument("--show", type=int, default=5)
+    v = sub.add_parser("vocab")
+    v.add_argument("--model", required=True)
+    v.add_argument("--tool", required=True)
+    v.add_argument("--show", type=int, default=5)
     a = ap.parse_args()
-    {"golden": cmd_golden, "agree": cmd_agree, "random": cmd_random}[a.cmd](a)
+    {"golden": cmd_golden, "agree": cmd_agree, "random": cmd_random, "vocab": cmd_vocab}[a.cmd](a)
 
 
 if __name__ == "__main__":
