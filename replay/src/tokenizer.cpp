@@ -266,19 +266,20 @@ class VocabTokenizer : public Tokenizer {
     return frags;
   }
 
-  int32_t user_or_control_piece(int32_t id, std::string* out) const {
+  // The piece of a token that is not a normal one (true), as llama.cpp's token_to_piece
+  // without special tokens: control "", user-defined its text, byte its byte, others "".
+  bool non_normal_piece(int32_t id, std::string* out) const {
     const uint8_t t = v_.type[size_t(id)];
-    if (v_.control[size_t(id)]) return 1;
+    if (v_.control[size_t(id)]) return true;
     if (t == kUserDefined) {
       *out = v_.text[size_t(id)];
-      return 1;
+      return true;
     }
     if (t == kByte) {
       *out = std::string(1, char(byte_value(id)));
-      return 1;
+      return true;
     }
-    if (t != kNormal) return 1;  // unused and undefined tokens stand for nothing
-    return 0;
+    return t != kNormal;
   }
 
   int byte_value(int32_t id) const {
@@ -309,7 +310,7 @@ class SpmTokenizer final : public VocabTokenizer {
   std::string piece(int32_t id) const override {
     if (id < 0 || uint32_t(id) >= n_vocab()) return {};
     std::string out;
-    if (user_or_control_piece(id, &out)) return out;
+    if (non_normal_piece(id, &out)) return out;
     const std::string& t = v_.text[size_t(id)];
     for (size_t i = 0; i < t.size();) {
       if (t.compare(i, 3, kSpace) == 0) {
@@ -424,7 +425,7 @@ class BpeTokenizer final : public VocabTokenizer {
   std::string piece(int32_t id) const override {
     if (id < 0 || uint32_t(id) >= n_vocab()) return {};
     std::string out;
-    if (user_or_control_piece(id, &out)) return out;
+    if (non_normal_piece(id, &out)) return out;
     for (uint32_t cp : unicode::decode_utf8(v_.text[size_t(id)])) {
       const int b = unicode::code_point_to_byte(cp);
       if (b >= 0) {
