@@ -1,0 +1,510 @@
+// Tokenizer from a GGUF vocabulary (replay/tokenizer.h).
+//  - Small vocabularies built in memory, whose ids are worked out by hand: the SentencePiece
+//    merge order by score, byte fallback, the space prefix, user-defined tokens; byte-level
+//    BPE merge order by rank and the pre-tokenizer's cuts.
+//  - One reject per vocabulary defect, each a FileError naming the file.
+//  - The real models when present (Gemma 3 270M, SmolLM2 135M): ids equal to llama.cpp's for
+//    the strings in tests/golden/tokenizer/*.txt (produced by llama.cpp, see the README there),
+//    and decode(encode(s)) == s over those strings and the project's own documentation.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sjkv/gguf.h"
+#include "sjkv/replay/tokenizer.h"
+// The library's private Unicode helpers (linked into sjkv_replay).
+#include "../../replay/src/tokenizer_unicode.h"
+
+namespace {
+
+using sjkv::FileError;
+using sjkv::GgufFile;
+using sjkv::replay::Tokenizer;
+using Ids = std::vector<int32_t>;
+
+// ---- A GGUF v3 metadata writer (no tensors, so no data section) ------------------------------
+
+class Gguf {
+ public:
+  Gguf& str(const std::string& key, const std::string& v) { return head(key, 8).s(v); }
+  Gguf& u32(const std::string& key, uint32_t v) { return head(key, 4).le(v, 4); }
+  Gguf& i32(const std::string& key, int32_t v) { return head(key, 5).le(uint32_t(v), 4); }
+  Gguf& boolean(const std::string& key, bool v) { return head(key, 7).le(v ? 1 : 0, 1); }
+  Gguf& strings(const std::string& key, const std::vector<std::string>& v) {
+    head(key, 9).le(8, 4).le(v.size(), 8);
+    for (const auto& x : v) s(x);
+    return *this;
+  }
+  Gguf& f32s(const std::string& key, const std::vector<float>& v) {
+    head(key, 9).le(6, 4).le(v.size(), 8);
+    for (float x : v) {
+      uint32_t b;
+      std::memcpy(&b, &x, 4);
+      le(b, 4);
+    }
+    return *this;
+  }
+  Gguf& i32s(const std::string& key, const std::vector<int32_t>& v) {
+    head(key, 9).le(5, 4).le(v.size(), 8);
+    for (int32_t x : v) le(uint32_t(x), 4);
+    return *this;
+  }
+  GgufFile parse() const {
+    std::vector<uint8_t> b = {'G', 'G', 'U', 'F'};
+    auto put = [&](uint64_t v, int n) {
+      for (int i = 0; i < n; ++i) b.push_back(uint8_t(v >> (8 * i)));
+    };
+    put(3, 4);
+    put(0, 8);
+    put(n_kv_, 8);
+    b.insert(b.end(), body_.begin(), body_.end());
+    return GgufFile::parse(std::move(b), "vocab.gguf");
+  }
+
+ private:
+  Gguf& le(uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) body_.push_back(uint8_t(v >> (8 * i)));
+    return *this;
+  }
+  Gguf& s(const std::string& v) {
+    le(v.size(), 8);
+    body_.insert(body_.end(), v.begin(), v.end());
+    return *this;
+  }
+  Gguf& head(const std::string& key, uint32_t type) {
+    ++n_kv_;
+    return s(key).le(type, 4);
+  }
+  std::vector<uint8_t> body_;
+  uint64_t n_kv_ = 0;
+};
+
+const std::string kU2581 = "\xE2\x96\x81";  // SentencePiece's visible space
+
+// ---- Unicode facts the pre-tokenizers rely on ------------------------------------------------
+
+TEST(TokenizerUnicode, ClassesWhiteSpaceAndByteMap) {
+  namespace u = sjkv::replay::unicode;
+  using C = u::CharClass;
+  const std::pair<uint32_t, C> cases[] = {
+      {'a', C::letter},     {'Z', C::letter},     {'0', C::number},      {'_', C::other},
+      {0xAA, C::letter},    {0xB2, C::number},    {0xBD, C::number},     {0xD7, C::other},   // ª ² ½ ×
+      {0x0301, C::other},   {0x0416, C::letter},  {0x0663, C::number},   {0x2167, C::number},  // Nl
+      {0x3007, C::number},  {0x4E2D, C::letter},  {0xAC00, C::letter},   {0x3000, C::other},
+      {0x1F999, C::other},  {0x1D400, C::letter}, {0x2EBF0, C::letter},  // CJK Ext. I (Unicode 15.1)
+      {0x0378, C::other},   {0x10FFFF, C::other}, {0x110000, C::other},  {0x1FFFFF, C::other},
+  };
+  for (const auto& c : cases) EXPECT_EQ(u::char_class(c.first), c.second) << std::hex << c.first;
+  int spaces = 0;
+  for (uint32_t cp = 0; cp < 0x110000; ++cp) spaces += u::is_white_space(cp);
+  EXPECT_EQ(spaces, 25);  // PropList.txt White_Space
+  EXPECT_TRUE(u::is_white_space(0x85));
+  EXPECT_FALSE(u::is_white_space(0x200B));  // zero width space is not White_Space
+  // GPT-2's table: ' ' -> U+0120 'Ġ', '\n' -> U+010A 'Ċ', 0xAD -> U+0143; printable bytes map to themselves.
+  EXPECT_EQ(u::byte_to_code_point(' '), 0x120u);
+  EXPECT_EQ(u::byte_to_code_point('\n'), 0x10Au);
+  EXPECT_EQ(u::byte_to_code_point(0xAD), 0x143u);
+  EXPECT_EQ(u::byte_to_code_point('A'), uint32_t('A'));
+  for (int b = 0; b < 256; ++b) EXPECT_EQ(u::code_point_to_byte(u::byte_to_code_point(uint8_t(b))), b);
+  EXPECT_EQ(u::code_point_to_byte(0x20), -1);
+  EXPECT_EQ(u::code_point_to_byte(0x144), -1);
+  // Malformed UTF-8 gives U+FFFD per bad byte and resumes at the next byte.
+  EXPECT_EQ(u::decode_utf8("a\xC3(\xE2\x82\xAC\xFF"), (std::vector<uint32_t>{'a', 0xFFFD, '(', 0x20AC, 0xFFFD}));
+  EXPECT_EQ(u::decode_utf8("\xF0\x9F\xA6\x99"), (std::vector<uint32_t>{0x1F999}));
+}
+
+// ---- SentencePiece-style vocabulary ----------------------------------------------------------
+
+// ids: 0 <unk>, 1 <s>, 2 </s>, 3..258 <0x00>..<0xFF>, then the entries of kSpmWords.
+struct Word {
+  std::string text;
+  float score;
+  int32_t type;
+};
+const std::vector<Word> kSpmWords = {
+    {kU2581, -1.0f, 1},             // 259
+    {"a", -2.0f, 1},                // 260
+    {"b", -2.0f, 1},                // 261
+    {"c", -2.0f, 1},                // 262
+    {"ab", -3.0f, 1},               // 263
+    {"bc", -1.5f, 1},               // 264
+    {kU2581 + "a", -4.0f, 1},       // 265
+    {"abc", -5.0f, 1},              // 266
+    {"<tag>", 0.0f, 4},             // 267 user-defined
+    {"<end_of_turn>", 0.0f, 3},     // 268 control, end of generation by name
+    {"<unused0>", 0.0f, 5},         // 269 unused
+    {"aa", -2.5f, 1},               // 270
+};
+constexpr int32_t kByte0 = 3, kSp = 259, kA = 260, kB = 261, kC = 262, kAB = 263, kBC = 264, kSpA = 265, kABC = 266,
+                  kTag = 267, kEot = 268, kUnused = 269, kAA = 270;
+
+Gguf spm_vocab(bool add_space_prefix = true) {
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<float> scores = {0, 0, 0};
+  std::vector<int32_t> types = {2, 3, 3};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    tokens.push_back(name);
+    scores.push_back(0);
+    types.push_back(6);
+  }
+  for (const Word& w : kSpmWords) {
+    tokens.push_back(w.text);
+    scores.push_back(w.score);
+    types.push_back(w.type);
+  }
+  Gguf g;
+  g.str("tokenizer.ggml.model", "llama").strings("tokenizer.ggml.tokens", tokens);
+  g.f32s("tokenizer.ggml.scores", scores).i32s("tokenizer.ggml.token_type", types);
+  g.u32("tokenizer.ggml.bos_token_id", 1).u32("tokenizer.ggml.eos_token_id", 2);
+  g.boolean("tokenizer.ggml.add_space_prefix", add_space_prefix);
+  return g;
+}
+
+TEST(TokenizerSpm, MergesTheBestScoringPairFirst) {
+  const auto tok = Tokenizer::from_gguf(spm_vocab().parse());
+  // "▁abc": pairs ▁a (-4), ab (-3), bc (-1.5). bc merges first, then ▁a (-4) beats abc (-5),
+  // and ▁a+bc is no token: [▁a, bc]. Longest-match would have given [▁, abc].
+  EXPECT_EQ(tok->encode("abc", false), (Ids{kSpA, kBC}));
+  // Equal scores merge the leftmost pair: "aaa" -> aa + a.
+  EXPECT_EQ(tok->encode("aaa", false), (Ids{kSp, kAA, kA}));
+  // Spaces become ▁; only the start gets the prefix. ab (-3) beats ▁a (-4) here.
+  EXPECT_EQ(tok->encode("ab c", false), (Ids{kSp, kAB, kSp, kC}));
+  EXPECT_EQ(tok->encode("", false), Ids{});
+  EXPECT_EQ(tok->encode("", true), Ids{1});
+  EXPECT_EQ(tok->encode("a", true), (Ids{1, kSpA}));
+}
+
+TEST(TokenizerSpm, BytesFallBackToByteTokens) {
+  const auto tok = Tokenizer::from_gguf(spm_vocab().parse());
+  // é is U+00E9 (C3 A9), not in the vocabulary; a tab neither.
+  EXPECT_EQ(tok->encode("\xC3\xA9\t", false), (Ids{kSp, kByte0 + 0xC3, kByte0 + 0xA9, kByte0 + 0x09}));
+  EXPECT_EQ(tok->piece(kByte0 + 0xC3), "\xC3");
+  EXPECT_EQ(tok->decode(tok->encode("\xC3\xA9\tabc", false)), "\xC3\xA9\tabc");
+}
+
+TEST(TokenizerSpm, SpacePrefixFollowsTheKey) {
+  const auto tok = Tokenizer::from_gguf(spm_vocab(false).parse());
+  // Without the prefix, bc then abc (-5) merge: the whole word.
+  EXPECT_EQ(tok->encode("abc", false), (Ids{kABC}));
+  EXPECT_EQ(tok->encode(" abc", false), (Ids{kSpA, kBC}));
+  EXPECT_EQ(tok->decode(tok->encode(" abc", false)), " abc");
+  const auto with = Tokenizer::from_gguf(spm_vocab(true).parse());
+  EXPECT_EQ(with->decode(with->encode(" abc", false)), " abc");
+  EXPECT_EQ(with->decode(with->encode("abc", true)), "abc");
+}
+
+TEST(TokenizerSpm, UserDefinedTokensAreCutOutControlTokensAreNot) {
+  const auto tok = Tokenizer::from_gguf(spm_vocab().parse());
+  // Text after a user-defined token gets the space prefix again, as in llama.cpp.
+  EXPECT_EQ(tok->encode("a<tag>b", false), (Ids{kSpA, kTag, kSp, kB}));
+  // A control token's text is ordinary text: < e n d ... fall back to bytes.
+  const Ids ids = tok->encode("<end_of_turn>", false);
+  EXPECT_EQ(ids.size(), 1u + 13u);
+  EXPECT_EQ(ids[1], kByte0 + '<');
+  EXPECT_EQ(tok->piece(kTag), "<tag>");
+  EXPECT_EQ(tok->piece(kEot), "");
+  EXPECT_EQ(tok->piece(kUnused), "");
+  EXPECT_EQ(tok->piece(1), "");
+  EXPECT_EQ(tok->piece(kSpA), " a");
+}
+
+TEST(TokenizerSpm, SpecialIds) {
+  const auto tok = Tokenizer::from_gguf(spm_vocab().parse());
+  EXPECT_EQ(tok->n_vocab(), 3u + 256u + kSpmWords.size());
+  EXPECT_EQ(tok->bos(), 1);
+  EXPECT_EQ(tok->eos(), 2);
+  EXPECT_TRUE(tok->is_eog(2));
+  EXPECT_TRUE(tok->is_eog(kEot));  // <end_of_turn> by name
+  EXPECT_FALSE(tok->is_eog(1));
+  EXPECT_FALSE(tok->is_eog(kA));
+}
+
+// ---- Byte-level BPE vocabulary ---------------------------------------------------------------
+
+// "Ġ" (U+0120) is the byte-level character for a space.
+const std::string kG = "\xC4\xA0";
+
+Gguf bpe_vocab(const std::string& pre, std::vector<std::string> merges = {}) {
+  const std::vector<std::string> tokens = {"<|endoftext|>", "a", "b", "c", kG, "1", "2", "ab",
+                                           kG + "a", kG + "ab", "12", "abc", "<tag>"};
+  if (merges.empty()) merges = {"a b", kG + " a", kG + "a b", "1 2", "ab c"};
+  std::vector<int32_t> types(tokens.size(), 1);
+  types[0] = 3;
+  types[12] = 4;
+  Gguf g;
+  g.str("tokenizer.ggml.model", "gpt2").str("tokenizer.ggml.pre", pre);
+  g.strings("tokenizer.ggml.tokens", tokens).i32s("tokenizer.ggml.token_type", types);
+  g.strings("tokenizer.ggml.merges", merges);
+  g.u32("tokenizer.ggml.bos_token_id", 0).u32("tokenizer.ggml.eos_token_id", 0);
+  return g;
+}
+
+TEST(TokenizerBpe, MergesTheLowestRankFirst) {
+  const auto tok = Tokenizer::from_gguf(bpe_vocab("smollm").parse());
+  EXPECT_EQ(tok->encode("ab", false), (Ids{7}));
+  EXPECT_EQ(tok->encode("abc", false), (Ids{11}));
+  // " ab": 'a b' (rank 0) merges before 'Ġ a' (rank 1), and 'Ġ ab' is no merge.
+  EXPECT_EQ(tok->encode(" ab", false), (Ids{4, 7}));
+  // " a b": the GPT-2 expression cuts " a" and " b"; no merge crosses words.
+  EXPECT_EQ(tok->encode(" a b", false), (Ids{8, 4, 2}));
+  // Reordered merges give the other result.
+  const auto other = Tokenizer::from_gguf(bpe_vocab("smollm", {kG + " a", kG + "a b", "a b"}).parse());
+  EXPECT_EQ(other->encode(" ab", false), (Ids{9}));
+  EXPECT_EQ(tok->decode(tok->encode(" ab abc", false)), " ab abc");
+  EXPECT_EQ(tok->piece(0), "");
+  EXPECT_EQ(tok->piece(8), " a");
+}
+
+TEST(TokenizerBpe, PreTokenizerDecidesTheWords) {
+  // SmolLM isolates every digit; GPT-2 keeps the number whole so '1 2' merges.
+  EXPECT_EQ(Tokenizer::from_gguf(bpe_vocab("smollm").parse())->encode("12", false), (Ids{5, 6}));
+  EXPECT_EQ(Tokenizer::from_gguf(bpe_vocab("gpt-2").parse())->encode("12", false), (Ids{10}));
+  // Llama 3: runs of up to three digits; "ab12" is a letter run then a number run.
+  EXPECT_EQ(Tokenizer::from_gguf(bpe_vocab("llama-bpe").parse())->encode("ab12", false), (Ids{7, 10}));
+}
+
+TEST(TokenizerBpe, BosOnlyWhenTheModelAsksForIt) {
+  const auto plain = Tokenizer::from_gguf(bpe_vocab("smollm").parse());
+  EXPECT_EQ(plain->encode("ab", true), (Ids{7}));
+  auto g = bpe_vocab("smollm");
+  g.boolean("tokenizer.ggml.add_bos_token", true);
+  EXPECT_EQ(Tokenizer::from_gguf(g.parse())->encode("ab", true), (Ids{0, 7}));
+  EXPECT_EQ(plain->encode("a<tag>b", false), (Ids{1, 12, 2}));
+  EXPECT_TRUE(plain->is_eog(0));
+}
+
+// ---- Rejected vocabularies -------------------------------------------------------------------
+
+std::string defect(const Gguf& g) {
+  try {
+    Tokenizer::from_gguf(g.parse());
+  } catch (const FileError& e) {
+    EXPECT_EQ(e.path(), "vocab.gguf");
+    return e.defect();
+  }
+  ADD_FAILURE() << "accepted";
+  return {};
+}
+
+void expect_defect(const Gguf& g, const std::string& part) {
+  const std::string d = defect(g);
+  EXPECT_NE(d.find(part), std::string::npos) << "defect: " << d;
+}
+
+TEST(TokenizerReject, MalformedVocabularies) {
+  {
+    Gguf g;
+    g.strings("tokenizer.ggml.tokens", {"a"});
+    expect_defect(g, "tokenizer.ggml.model");
+  }
+  {
+    Gguf g;
+    g.str("tokenizer.ggml.model", "bert").strings("tokenizer.ggml.tokens", {"a"});
+    expect_defect(g, "'bert' is not supported");
+  }
+  {
+    Gguf g;
+    g.str("tokenizer.ggml.model", "llama");
+    expect_defect(g, "tokenizer.ggml.tokens");
+  }
+  {
+    Gguf g;
+    g.str("tokenizer.ggml.model", "llama").i32s("tokenizer.ggml.tokens", {1, 2});
+    expect_defect(g, "expected string");
+  }
+  {
+    Gguf g;
+    g.str("tokenizer.ggml.model", "llama").strings("tokenizer.ggml.tokens", {});
+    expect_defect(g, "empty");
+  }
+  {
+    Gguf g;
+    g.str("tokenizer.ggml.model", "llama").strings("tokenizer.ggml.tokens", {"<unk>", "a", "b", "a"});
+    expect_defect(g, "'a' twice (ids 1 and 3)");
+  }
+  {
+    Gguf g;
+    g.str("tokenizer.ggml.model", "llama").strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>"});
+    g.f32s("tokenizer.ggml.scores", {0, 0});
+    expect_defect(g, "scores has 2 entries for 3 tokens");
+  }
+  {
+    Gguf g;
+    g.str("tokenizer.ggml.model", "llama").strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>"});
+    g.f32s("tokenizer.ggml.scores", {0, std::numeric_limits<float>::quiet_NaN(), 0});
+    expect_defect(g, "scores[1] is NaN");
+  }
+  {
+    Gguf g;
+    g.str("tokenizer.ggml.model", "llama").strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>"});
+    g.i32s("tokenizer.ggml.token_type", {2, 3, 3, 1});
+    expect_defect(g, "token_type has 4 entries for 3 tokens");
+  }
+  {
+    Gguf g;
+    g.str("tokenizer.ggml.model", "llama").strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>"});
+    g.i32s("tokenizer.ggml.token_type", {2, 3, 9});
+    expect_defect(g, "token_type[2] is 9");
+  }
+  {
+    Gguf g = spm_vocab();
+    g.u32("tokenizer.ggml.eot_token_id", 100000);
+    expect_defect(g, "'tokenizer.ggml.eot_token_id' is 100000, outside the vocabulary");
+  }
+  {
+    Gguf g;  // the SentencePiece default BOS (1) does not exist in a one-token vocabulary
+    g.str("tokenizer.ggml.model", "llama").strings("tokenizer.ggml.tokens", {"<unk>"});
+    expect_defect(g, "a BOS token is to be added");
+  }
+  expect_defect(bpe_vocab("smollm", {"a b", "ab"}), "merges[1] 'ab' is not two parts");
+  expect_defect(bpe_vocab("smollm", {"a b", " ab"}), "merges[1]");
+  expect_defect(bpe_vocab("smollm", {"a "}), "merges[0]");
+  expect_defect(bpe_vocab("no-such-pre"), "'no-such-pre' is not a supported pre-tokenizer");
+  {
+    Gguf g;
+    g.str("tokenizer.ggml.model", "gpt2").str("tokenizer.ggml.pre", "smollm");
+    g.strings("tokenizer.ggml.tokens", {"a", "b"});
+    expect_defect(g, "tokenizer.ggml.merges");
+  }
+}
+
+// ---- Real models -----------------------------------------------------------------------------
+
+// $SJKV_MODEL_DIR/<file>, else ${XDG_CACHE_HOME:-$HOME/.cache}/sjkv/models/<file>, where
+// scripts/setup links the models; `env` names a variable that overrides the whole path.
+std::string model_path(const char* env, const char* file) {
+  if (const char* p = std::getenv(env)) return p;
+  std::string dir;
+  if (const char* d = std::getenv("SJKV_MODEL_DIR")) {
+    dir = d;
+  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
+    dir = std::string(x) + "/sjkv/models";
+  } else {
+    const char* home = std::getenv("HOME");
+    dir = std::string(home ? home : "") + "/.cache/sjkv/models";
+  }
+  return dir + "/" + file;
+}
+
+struct GoldenCase {
+  std::string text;
+  bool add_special = false;
+  Ids ids;
+};
+
+struct Golden {
+  uint32_t n_vocab = 0;
+  std::vector<GoldenCase> cases;
+};
+
+std::string unhex(const std::string& h) {
+  std::string s;
+  for (size_t i = 0; i + 1 < h.size(); i += 2) s += char(std::stoi(h.substr(i, 2), nullptr, 16));
+  return s;
+}
+
+// Format (README.md beside the files): '#' comments, "n_vocab N", then one case per line:
+// hex(text) TAB add_special(0/1) TAB ids (space separated) [TAB readable text].
+Golden read_golden(const std::string& name) {
+  Golden g;
+  std::ifstream in(std::string(SJKV_GOLDEN_DIR) + "/tokenizer/" + name);
+  EXPECT_TRUE(in) << "missing golden file " << name;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line.compare(0, 8, "n_vocab ") == 0) {
+      g.n_vocab = uint32_t(std::stoul(line.substr(8)));
+      continue;
+    }
+    std::vector<std::string> col;
+    std::stringstream ss(line);
+    std::string c;
+    while (std::getline(ss, c, '\t')) col.push_back(c);
+    if (col.size() < 3) col.resize(3);
+    GoldenCase gc;
+    gc.text = unhex(col[0]);
+    gc.add_special = col[1] == "1";
+    std::stringstream ids(col[2]);
+    int32_t id;
+    while (ids >> id) gc.ids.push_back(id);
+    g.cases.push_back(std::move(gc));
+  }
+  return g;
+}
+
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto b = uint8_t(s[i]);
+    const size_t n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k) {
+      if ((uint8_t(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void check_real_model(const std::string& path, const std::string& golden_name) {
+  if (::access(path.c_str(), R_OK) != 0) GTEST_SKIP() << "no model at " << path;
+  const auto tok = Tokenizer::from_gguf(GgufFile::open(path));
+  const Golden golden = read_golden(golden_name);
+  ASSERT_EQ(tok->n_vocab(), golden.n_vocab) << path << " is not the model " << golden_name << " was made with";
+  ASSERT_GE(golden.cases.size(), 20u);
+  size_t round_trips = 0;
+  for (const GoldenCase& c : golden.cases) {
+    EXPECT_EQ(tok->encode(c.text, c.add_special), c.ids) << "text: '" << c.text << "'";
+    if (valid_utf8(c.text)) {
+      EXPECT_EQ(tok->decode(tok->encode(c.text, c.add_special)), c.text);
+      ++round_trips;
+    }
+  }
+  EXPECT_GE(round_trips, golden.cases.size() - 2);
+  // Round trip over longer, varied text: the project's own documentation.
+  for (const char* doc : {"/README.md", "/docs/FORMAT.md", "/docs/CODEC.md"}) {
+    const std::string text = read_file(std::string(SJKV_SOURCE_DIR) + doc);
+    if (text.empty()) continue;
+    const Ids ids = tok->encode(text, false);
+    EXPECT_LT(ids.size(), text.size());
+    EXPECT_EQ(tok->decode(ids), text) << doc;
+  }
+}
+
+TEST(TokenizerRealModel, Gemma3MatchesLlamaCpp) {
+  const std::string path = model_path("SJKV_GEMMA3_GGUF", "default.gguf");
+  check_real_model(path, "gemma3-270m.txt");
+  if (::access(path.c_str(), R_OK) != 0) return;
+  const auto tok = Tokenizer::from_gguf(GgufFile::open(path));
+  EXPECT_EQ(tok->bos(), 2);
+  EXPECT_EQ(tok->eos(), 1);
+  EXPECT_TRUE(tok->is_eog(1));
+  EXPECT_TRUE(tok->is_eog(106));  // <end_of_turn>
+  EXPECT_EQ(tok->piece(106), "");
+}
+
+TEST(TokenizerRealModel, SmolLM2MatchesLlamaCpp) {
+  const std::string path = model_path("SJKV_SMOLLM2_GGUF", "smollm2.gguf");
+  check_real_model(path, "smollm2-135m.txt");
+}
+
+}  // namespace
