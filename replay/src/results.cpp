@@ -175,8 +175,9 @@ std::string summary_text(const Report& rep) {
     o += b;
   }
   for (const Comparison& c : rep.comparisons) {
-    std::snprintf(b, sizeof b, "%-28s vs %-12s ratio %8.3f  95%% CI %8.3f .. %-8.3f lower at %llu of %llu\n",
-                  c.arm.c_str(), c.baseline.c_str(), c.ratio, c.ci_low, c.ci_high,
+    std::snprintf(b, sizeof b, "%-28s vs %-12s ratio %8s  95%% CI %8s .. %-8s lower at %llu of %llu\n",
+                  c.arm.c_str(), c.baseline.c_str(), text_or_dash(c.ratio, "%.3f").c_str(),
+                  text_or_dash(c.ci_low, "%.3f").c_str(), text_or_dash(c.ci_high, "%.3f").c_str(),
                   static_cast<unsigned long long>(c.lower_at), static_cast<unsigned long long>(c.of));
     o += b;
   }
