@@ -218,6 +218,7 @@ std::string svg_kl_vs_bits(const Report& rep) {
   if (!std::isfinite(kmn)) kmn = kmx = kKlFloor;
   Plot p("Mean KL against bits per value", "bits per value occupied (compressed layers)", "mean KL(p||q), nats",
          lin_axis(bmn, bmx), log_axis(kmn, kmx));
+  p.note("a mean KL of 0 is drawn on the bottom edge");
   for (size_t i = 0; i < rep.arms.size(); ++i) {
     const ArmStats& a = rep.arms[i];
     if (!std::isfinite(a.bits_occupied) || !std::isfinite(a.mean_kl)) continue;
