@@ -20,6 +20,8 @@ namespace {
 constexpr const char* kMagic = "sjkv-trajectory";
 constexpr uint32_t kVersion = 1;
 constexpr uint32_t kMaxVocab = 1u << 24;
+// Caps on the counts a file may claim, so that a small crafted file cannot size huge arrays.
+constexpr uint32_t kMaxPositions = 1u << 24;
 // Kept probabilities plus the rest must sum to 1 within this (they do to ~1e-15 when written).
 constexpr double kMassTolerance = 1e-9;
 
@@ -125,6 +127,7 @@ void Trajectory::check_consistent() const {
   if (n_vocab == 0 || n_vocab > kMaxVocab) bad("n_vocab " + std::to_string(n_vocab) + " is out of range [1, 2^24]");
   if (prompt_tokens == 0) bad("the prompt is empty");
   if (ref.empty()) bad("no generated position");
+  if (prompt_tokens > kMaxPositions || ref.size() > kMaxPositions) bad("more than 2^24 prompt or generated positions");
   if (tokens.size() != static_cast<uint64_t>(prompt_tokens) + ref.size())
     bad("token count " + std::to_string(tokens.size()) + " is not prompt_tokens + generated");
   for (size_t i = 0; i < tokens.size(); ++i)
@@ -316,8 +319,8 @@ Trajectory read_trajectory(const std::string& path) {
   t.model_sha256 = r.string_attr(root, "model_sha256", "model_sha256");
   t.architecture = r.string_attr(root, "architecture", "architecture");
   t.n_vocab = r.u32_attr(root, "n_vocab", 1, kMaxVocab);
-  t.prompt_tokens = r.u32_attr(root, "prompt_tokens", 1);
-  const uint32_t G = r.u32_attr(root, "generated", 1);
+  t.prompt_tokens = r.u32_attr(root, "prompt_tokens", 1, kMaxPositions);
+  const uint32_t G = r.u32_attr(root, "generated", 1, kMaxPositions);
   TrajectorySettings& s = t.settings;
   s.generate = r.u32_attr(root, "generate");
   s.sample = r.uint_attr(root, "sample", "sample", 0, 1) != 0;

@@ -168,6 +168,7 @@ TEST(Bootstrap, CoversTheTrueRatio) {
     covered_traj += c.ci_low_traj <= 1.3 && 1.3 <= c.ci_high_traj;
     ASSERT_FALSE(std::isnan(c.ci_low_traj));
   }
+  std::printf("coverage of the true ratio: positions %d/%d, trajectories %d/%d\n", covered, runs, covered_traj, runs);
   // Nominal 95%; block bootstraps of short autocorrelated series run a little narrow, and
   // four trajectories make a coarse trajectory bootstrap.
   EXPECT_GE(covered, runs * 85 / 100) << covered;
