@@ -52,7 +52,7 @@ struct Trajectory {
 
 // Writes atomically (temp + rename). std::invalid_argument when inconsistent or the zstd level
 // is bad (nothing created); FileError when the file cannot be written.
-void write_trajectory(const std::string& path, const Trajectory& t, int zstd_level = 19);
+void write_trajectory(const std::string& path, const Trajectory& t, int zstd_level = 3);
 // Reads and validates like hostile input; FileError(path, defect).
 Trajectory read_trajectory(const std::string& path);
 
