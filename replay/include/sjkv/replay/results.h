@@ -1,0 +1,62 @@
+// The results folder of sjkv-replay score/run: results.json, positions.csv, summary.md and
+// three SVG plots, each file written atomically (temp + rename) into the folder.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sjkv/replay/score.h"
+#include "sjkv/replay/trajectory.h"
+
+namespace sjkv {
+namespace replay {
+
+struct TrajectoryInfo {
+  std::string name;             // file base name
+  uint32_t prompt_tokens = 0;   // scored positions are prompt_tokens .. prompt_tokens + generated - 1
+  uint32_t generated = 0;
+};
+
+struct ArmRows {
+  std::string arm;
+  std::vector<std::vector<ScoreRow>> rows;  // [trajectory][generated position]
+};
+
+struct Results {
+  std::string model_file, model_sha256;
+  TrajectorySettings settings;  // the first trajectory's
+  std::vector<TrajectoryInfo> trajectories;
+  std::vector<ArmRows> arms;
+  std::string baseline;         // one of the arms
+  BootstrapOptions bootstrap;
+};
+
+struct Report {
+  std::vector<ArmStats> arms;
+  std::vector<Comparison> comparisons;  // every arm but the baseline, against it
+};
+
+// Statistics and comparisons; std::invalid_argument when the baseline is not an arm or the
+// arms' rows do not line up with the trajectories.
+Report summarize(const Results& r);
+
+std::string results_json(const Results& r, const Report& rep);
+std::string positions_csv(const Results& r);
+std::string summary_markdown(const Results& r, const Report& rep);
+// A fixed-width table for the terminal.
+std::string summary_text(const Report& rep);
+
+// Hand-written SVG (svg.cpp): KL against position per arm (log y), the KL CDF per arm (log x),
+// mean KL against bits per value occupied (one labelled point per arm).
+std::string svg_kl_by_position(const Results& r);
+std::string svg_kl_cdf(const Results& r);
+std::string svg_kl_vs_bits(const Report& rep);
+
+// Creates `dir` when missing and writes the six files; FileError when it cannot.
+void write_results(const std::string& dir, const Results& r, const Report& rep);
+// Writes `text` to `path` through a temporary file and a rename.
+void write_text_atomic(const std::string& path, const std::string& text);
+
+}  // namespace replay
+}  // namespace sjkv

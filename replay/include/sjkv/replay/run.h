@@ -1,0 +1,51 @@
+// The two loops of sjkv-replay, written against the Model and KvArm interfaces: record a
+// trajectory with a reference arm, and replay one with another arm, scoring each generated
+// position. The prompt goes in ubatches, then one token at a time, as an engine decodes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sjkv/io/capture.h"
+#include "sjkv/replay/kv.h"
+#include "sjkv/replay/model.h"
+#include "sjkv/replay/score.h"
+#include "sjkv/replay/trajectory.h"
+
+namespace sjkv {
+namespace replay {
+
+using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
+
+// One LayerKv per layer of the model for a sequence of n_ctx positions.
+std::vector<std::unique_ptr<LayerKv>> make_cache(const Model& m, const KvArm& arm, uint32_t n_ctx, uint32_t n_ubatch);
+
+// Bits per value over the full-attention (compressed) layers, weighted by each layer's
+// n_head_kv * head_dim; all layers when the model has no full-attention layer.
+LayerBits cache_bits(const Model& m, const std::vector<std::unique_ptr<LayerKv>>& kv);
+
+// Draws the next token from `logits` (greedy: argmax, the lowest id on a tie; sampling:
+// softmax(logits / temperature) cut to top_k, then to the smallest set of mass >= top_p).
+int32_t pick_token(const float* logits, uint32_t n, const TrajectorySettings& s, SplitMix64& rng);
+
+struct RecordInput {
+  std::vector<int32_t> prompt;
+  TrajectorySettings settings;           // generate, sampling, reference arm name, ubatch, ...
+  std::string model_file, model_sha256;  // copied into the trajectory
+  std::function<bool(int32_t)> is_eog;   // stops generation after such a token (may be empty)
+};
+
+// Records with `reference`. When `capture` is given, it receives the K/V that the model
+// stores into its full-attention layers (fp16 bit patterns, as the model hands them over).
+Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput& in, Capture* capture = nullptr,
+                             const ProgressFn& progress = {});
+
+// Replays t's tokens with `arm`, scoring the generated positions against t's reference.
+// std::invalid_argument when the model's vocabulary does not match the trajectory's.
+std::vector<ScoreRow> score_trajectory(Model& m, const KvArm& arm, const Trajectory& t, uint32_t n_ubatch,
+                                       const ProgressFn& progress = {});
+
+}  // namespace replay
+}  // namespace sjkv

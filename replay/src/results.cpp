@@ -1,0 +1,213 @@
+// results.json, positions.csv, summary.md and the results folder.
+#include "sjkv/replay/results.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+
+#include "sjkv/io/atomic_file.h"
+#include "sjkv/io/file_error.h"
+
+namespace sjkv {
+namespace replay {
+
+namespace {
+
+std::string num(double x, const char* f = "%.9g") {
+  if (!std::isfinite(x)) return "null";
+  char b[64];
+  std::snprintf(b, sizeof b, f, x);
+  return b;
+}
+
+std::string quoted(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", c);
+      o += b;
+    } else {
+      o += static_cast<char>(c);
+    }
+  }
+  return o + "\"";
+}
+
+// A CSV field: quoted when it holds a comma, quote or line break.
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string o = "\"";
+  for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return o + "\"";
+}
+
+std::string text_or_dash(double x, const char* f) { return std::isfinite(x) ? num(x, f) : std::string("-"); }
+
+}  // namespace
+
+Report summarize(const Results& r) {
+  Report rep;
+  const ArmRows* base = nullptr;
+  for (const ArmRows& a : r.arms) {
+    if (a.rows.size() != r.trajectories.size())
+      throw std::invalid_argument("arm " + a.arm + ": rows for " + std::to_string(a.rows.size()) + " trajectories, expected " +
+                                  std::to_string(r.trajectories.size()));
+    for (size_t t = 0; t < a.rows.size(); ++t)
+      if (a.rows[t].size() != r.trajectories[t].generated)
+        throw std::invalid_argument("arm " + a.arm + ": trajectory " + std::to_string(t) + " has " +
+                                    std::to_string(a.rows[t].size()) + " scored positions, expected " +
+                                    std::to_string(r.trajectories[t].generated));
+    rep.arms.push_back(arm_stats(a.arm, a.rows));
+    if (a.arm == r.baseline && !base) base = &a;
+  }
+  if (!base) throw std::invalid_argument("baseline arm '" + r.baseline + "' is not among the arms");
+  auto kl_of = [](const ArmRows& a) {
+    std::vector<std::vector<double>> v(a.rows.size());
+    for (size_t t = 0; t < a.rows.size(); ++t)
+      for (const ScoreRow& s : a.rows[t]) v[t].push_back(s.kl);
+    return v;
+  };
+  const auto b = kl_of(*base);
+  for (const ArmRows& a : r.arms)
+    if (&a != base) rep.comparisons.push_back(compare_arms(a.arm, base->arm, kl_of(a), b, r.bootstrap));
+  return rep;
+}
+
+std::string results_json(const Results& r, const Report& rep) {
+  const TrajectorySettings& s = r.settings;
+  std::string o = "{\n";
+  o += "  \"model\": {\"file\": " + quoted(r.model_file) + ", \"sha256\": " + quoted(r.model_sha256) + "},\n";
+  o += "  \"settings\": {\"generate\": " + std::to_string(s.generate) + ", \"sample\": " + (s.sample ? "true" : "false") +
+       ", \"seed\": " + std::to_string(s.seed) + ", \"temperature\": " + num(s.temperature) +
+       ", \"top_k\": " + std::to_string(s.top_k) + ", \"top_p\": " + num(s.top_p) +
+       ", \"reference\": " + quoted(s.reference) + ", \"ubatch\": " + std::to_string(s.ubatch) +
+       ", \"threads\": " + std::to_string(s.threads) + ", \"baseline\": " + quoted(r.baseline) +
+       ", \"bootstrap_replicates\": " + std::to_string(r.bootstrap.replicates) +
+       ", \"bootstrap_seed\": " + std::to_string(r.bootstrap.seed) + "},\n";
+  o += "  \"trajectories\": [";
+  for (size_t i = 0; i < r.trajectories.size(); ++i) {
+    const TrajectoryInfo& t = r.trajectories[i];
+    o += std::string(i ? ",\n    " : "\n    ") + "{\"file\": " + quoted(t.name) +
+         ", \"prompt_tokens\": " + std::to_string(t.prompt_tokens) + ", \"generated\": " + std::to_string(t.generated) + "}";
+  }
+  o += "\n  ],\n  \"arms\": [";
+  for (size_t i = 0; i < rep.arms.size(); ++i) {
+    const ArmStats& a = rep.arms[i];
+    o += std::string(i ? ",\n    " : "\n    ") + "{\"arm\": " + quoted(a.arm) + ", \"positions\": " + std::to_string(a.positions) +
+         ", \"mean_kl\": " + num(a.mean_kl) + ", \"median_kl\": " + num(a.median_kl) + ", \"p90_kl\": " + num(a.p90_kl) +
+         ", \"p99_kl\": " + num(a.p99_kl) + ", \"max_kl\": " + num(a.max_kl) + ", \"same_top\": " + num(a.same_top) +
+         ", \"bits_occupied\": " + num(a.bits_occupied) + ", \"bits_allocated\": " + num(a.bits_allocated) + "}";
+  }
+  o += "\n  ],\n  \"comparisons\": [";
+  for (size_t i = 0; i < rep.comparisons.size(); ++i) {
+    const Comparison& c = rep.comparisons[i];
+    o += std::string(i ? ",\n    " : "\n    ") + "{\"arm\": " + quoted(c.arm) + ", \"baseline\": " + quoted(c.baseline) +
+         ", \"ratio\": " + num(c.ratio) + ", \"ci_low\": " + num(c.ci_low) + ", \"ci_high\": " + num(c.ci_high) +
+         ", \"ci_low_trajectories\": " + num(c.ci_low_traj) + ", \"ci_high_trajectories\": " + num(c.ci_high_traj) +
+         ", \"lower_at\": " + std::to_string(c.lower_at) + ", \"of\": " + std::to_string(c.of) + "}";
+  }
+  o += "\n  ]\n}\n";
+  return o;
+}
+
+std::string positions_csv(const Results& r) {
+  std::string o = "trajectory,position,arm,kl,same_top,bits_occupied,bits_allocated\n";
+  for (size_t t = 0; t < r.trajectories.size(); ++t)
+    for (const ArmRows& a : r.arms)
+      for (size_t j = 0; j < a.rows[t].size(); ++j) {
+        const ScoreRow& s = a.rows[t][j];
+        o += csv_field(r.trajectories[t].name) + "," + std::to_string(r.trajectories[t].prompt_tokens + j) + "," +
+             csv_field(a.arm) + "," + (std::isfinite(s.kl) ? num(s.kl, "%.17g") : std::string("inf")) + "," +
+             (s.same_top ? "1" : "0") + "," + num(s.bits_occupied, "%.6g") + "," + num(s.bits_allocated, "%.6g") + "\n";
+      }
+  return o;
+}
+
+std::string summary_markdown(const Results& r, const Report& rep) {
+  uint64_t positions = 0;
+  for (const TrajectoryInfo& t : r.trajectories) positions += t.generated;
+  std::string o = "# sjkv-replay results\n\n";
+  o += "Model `" + r.model_file + "` (SHA-256 `" + r.model_sha256 + "`), " + std::to_string(r.trajectories.size()) +
+       " trajectory(ies), " + std::to_string(positions) + " scored positions, reference arm `" + r.settings.reference +
+       "`. KL(p||q) in nats against the reference distribution.\n\n";
+  o += "| arm | positions | mean KL | median | p90 | p99 | max | same top | bits occupied | bits allocated |\n";
+  o += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const ArmStats& a : rep.arms)
+    o += "| `" + a.arm + "` | " + std::to_string(a.positions) + " | " + text_or_dash(a.mean_kl, "%.4g") + " | " +
+         text_or_dash(a.median_kl, "%.4g") + " | " + text_or_dash(a.p90_kl, "%.4g") + " | " +
+         text_or_dash(a.p99_kl, "%.4g") + " | " + text_or_dash(a.max_kl, "%.4g") + " | " +
+         text_or_dash(100.0 * a.same_top, "%.1f%%") + " | " + text_or_dash(a.bits_occupied, "%.3f") + " | " +
+         text_or_dash(a.bits_allocated, "%.3f") + " |\n";
+  if (!rep.comparisons.empty()) {
+    o += "\nAgainst `" + r.baseline + "` (ratio of mean KL; 95% CI: paired circular block bootstrap over positions, "
+         "blocks of ceil(sqrt(n)) per trajectory, " + std::to_string(r.bootstrap.replicates) + " replicates";
+    o += r.trajectories.size() >= 2 ? "; and resampling trajectories)\n\n" : ")\n\n";
+    o += "| arm | ratio | 95% CI (positions) | 95% CI (trajectories) | lower at |\n|---|---:|---:|---:|---:|\n";
+    for (const Comparison& c : rep.comparisons)
+      o += "| `" + c.arm + "` | " + text_or_dash(c.ratio, "%.3f") + " | " + text_or_dash(c.ci_low, "%.3f") + " .. " +
+           text_or_dash(c.ci_high, "%.3f") + " | " +
+           (std::isfinite(c.ci_low_traj) ? num(c.ci_low_traj, "%.3f") + " .. " + num(c.ci_high_traj, "%.3f") : "-") +
+           " | " + std::to_string(c.lower_at) + " of " + std::to_string(c.of) + " |\n";
+  }
+  o += "\nPlots: kl_by_position.svg, kl_cdf.svg, kl_vs_bits.svg. Per position: positions.csv.\n";
+  return o;
+}
+
+std::string summary_text(const Report& rep) {
+  std::string o;
+  char b[512];
+  std::snprintf(b, sizeof b, "%-28s %9s %11s %11s %11s %11s %11s %8s %8s %8s\n", "arm", "positions", "mean KL", "median",
+                "p90", "p99", "max", "same top", "bits occ", "bits alc");
+  o += b;
+  for (const ArmStats& a : rep.arms) {
+    std::snprintf(b, sizeof b, "%-28s %9llu %11.4g %11.4g %11.4g %11.4g %11.4g %7.1f%% %8.3f %8.3f\n", a.arm.c_str(),
+                  static_cast<unsigned long long>(a.positions), a.mean_kl, a.median_kl, a.p90_kl, a.p99_kl, a.max_kl,
+                  100.0 * a.same_top, a.bits_occupied, a.bits_allocated);
+    o += b;
+  }
+  for (const Comparison& c : rep.comparisons) {
+    std::snprintf(b, sizeof b, "%-28s vs %-12s ratio %8s  95%% CI %8s .. %-8s lower at %llu of %llu\n",
+                  c.arm.c_str(), c.baseline.c_str(), text_or_dash(c.ratio, "%.3f").c_str(),
+                  text_or_dash(c.ci_low, "%.3f").c_str(), text_or_dash(c.ci_high, "%.3f").c_str(),
+                  static_cast<unsigned long long>(c.lower_at), static_cast<unsigned long long>(c.of));
+    o += b;
+  }
+  return o;
+}
+
+void write_text_atomic(const std::string& path, const std::string& text) {
+  AtomicOutput out(path);
+  {
+    std::ofstream f(out.temp_path(), std::ios::binary | std::ios::trunc);
+    if (!f) throw FileError(path, "cannot create: " + std::string(std::strerror(errno)));
+    f.write(text.data(), static_cast<std::streamsize>(text.size()));
+    f.close();
+    if (!f) throw FileError(path, "cannot write");
+  }
+  out.commit();
+}
+
+void write_results(const std::string& dir, const Results& r, const Report& rep) {
+  if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST)
+    throw FileError(dir, "cannot create the folder: " + std::string(std::strerror(errno)));
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw FileError(dir, "is not a folder");
+  write_text_atomic(dir + "/positions.csv", positions_csv(r));
+  write_text_atomic(dir + "/kl_by_position.svg", svg_kl_by_position(r));
+  write_text_atomic(dir + "/kl_cdf.svg", svg_kl_cdf(r));
+  write_text_atomic(dir + "/kl_vs_bits.svg", svg_kl_vs_bits(rep));
+  write_text_atomic(dir + "/summary.md", summary_markdown(r, rep));
+  write_text_atomic(dir + "/results.json", results_json(r, rep));  // last: its presence means complete
+}
+
+}  // namespace replay
+}  // namespace sjkv

@@ -1,0 +1,197 @@
+// Recording and replaying trajectories through a Model and a cache arm.
+#include "sjkv/replay/run.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+#include "sjkv/fp16.h"
+
+namespace sjkv {
+namespace replay {
+
+namespace {
+
+// Passes everything to the arm's store and keeps an fp16 copy of what the model stored.
+class CapturingKv : public LayerKv {
+ public:
+  CapturingKv(std::unique_ptr<LayerKv> inner, CaptureLayer* out, size_t row_values)
+      : inner_(std::move(inner)), out_(out), row_(row_values) {}
+  void begin_ubatch(uint32_t pos0, uint32_t n) override { inner_->begin_ubatch(pos0, n); }
+  void store(uint32_t pos0, uint32_t n, const float* k, const float* v) override {
+    if (static_cast<uint64_t>(pos0) * row_ != out_->k.size())
+      throw std::logic_error("capture: positions must arrive in order");
+    for (size_t i = 0; i < static_cast<size_t>(n) * row_; ++i) {
+      out_->k.push_back(f32_to_f16(k[i]));
+      out_->v.push_back(f32_to_f16(v[i]));
+    }
+    inner_->store(pos0, n, k, v);
+  }
+  void attend(uint32_t pos0, uint32_t n, const float* q, float scale, float* out) override {
+    inner_->attend(pos0, n, q, scale, out);
+  }
+  LayerBits bits() const override { return inner_->bits(); }
+
+ private:
+  std::unique_ptr<LayerKv> inner_;
+  CaptureLayer* out_;
+  size_t row_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<LayerKv>> make_cache(const Model& m, const KvArm& arm, uint32_t n_ctx, uint32_t n_ubatch) {
+  std::vector<std::unique_ptr<LayerKv>> kv;
+  for (LayerShape s : m.info().layers) {
+    s.n_ctx = n_ctx;
+    s.n_ubatch = n_ubatch;
+    kv.push_back(arm.make_layer(s));
+  }
+  return kv;
+}
+
+LayerBits cache_bits(const Model& m, const std::vector<std::unique_ptr<LayerKv>>& kv) {
+  const auto& layers = m.info().layers;
+  bool any_full = false;
+  for (const LayerShape& s : layers) any_full = any_full || s.full_attention;
+  double occ = 0, alloc = 0, weight = 0;
+  for (size_t i = 0; i < layers.size() && i < kv.size(); ++i) {
+    if (any_full && !layers[i].full_attention) continue;
+    const double w = static_cast<double>(layers[i].n_head_kv) * layers[i].head_dim;
+    const LayerBits b = kv[i]->bits();
+    occ += w * b.occupied;
+    alloc += w * b.allocated;
+    weight += w;
+  }
+  LayerBits out;
+  if (weight > 0) {
+    out.occupied = occ / weight;
+    out.allocated = alloc / weight;
+  }
+  return out;
+}
+
+int32_t pick_token(const float* logits, uint32_t n, const TrajectorySettings& s, SplitMix64& rng) {
+  if (!s.sample) return argmax(logits, n);
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  auto better = [logits](uint32_t a, uint32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  const size_t k = s.top_k && s.top_k < n ? s.top_k : n;
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(), better);
+  std::vector<double> w(k);
+  const double top = logits[order[0]];
+  double total = 0;
+  for (size_t i = 0; i < k; ++i) total += w[i] = std::exp((static_cast<double>(logits[order[i]]) - top) / s.temperature);
+  size_t keep = k;
+  if (s.top_p < 1.0) {
+    double cum = 0;
+    for (size_t i = 0; i < k; ++i) {
+      cum += w[i];
+      if (cum >= s.top_p * total) {
+        keep = i + 1;
+        break;
+      }
+    }
+    total = 0;
+    for (size_t i = 0; i < keep; ++i) total += w[i];
+  }
+  double u = rng.uniform() * total;
+  for (size_t i = 0; i < keep; ++i) {
+    if (u < w[i]) return static_cast<int32_t>(order[i]);
+    u -= w[i];
+  }
+  return static_cast<int32_t>(order[keep - 1]);
+}
+
+Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput& in, Capture* capture,
+                             const ProgressFn& progress) {
+  const TrajectorySettings& s = in.settings;
+  const ModelInfo& info = m.info();
+  if (in.prompt.empty()) throw std::invalid_argument("the prompt has no token");
+  if (s.generate == 0) throw std::invalid_argument("nothing to generate (--generate 0)");
+  const uint32_t P = static_cast<uint32_t>(in.prompt.size()), V = info.n_vocab;
+  for (int32_t id : in.prompt)
+    if (id < 0 || static_cast<uint32_t>(id) >= V) throw std::invalid_argument("prompt token " + std::to_string(id) + " is out of the vocabulary");
+  const uint32_t n_ctx = P + s.generate;
+
+  Trajectory t;
+  t.model_file = in.model_file;
+  t.model_sha256 = in.model_sha256;
+  t.architecture = info.architecture;
+  t.n_vocab = V;
+  t.prompt_tokens = P;
+  t.tokens = in.prompt;
+  t.settings = s;
+
+  std::vector<std::unique_ptr<LayerKv>> kv = make_cache(m, reference, n_ctx, s.ubatch);
+  if (capture) {
+    *capture = Capture{};
+    capture->model = in.model_file;
+    capture->source = "sjkv-replay:" + in.model_file;
+    for (size_t i = 0; i < info.layers.size(); ++i) {
+      const LayerShape& L = info.layers[i];
+      if (!L.full_attention) continue;
+      if (capture->layers.empty()) {
+        capture->head_dim = L.head_dim;
+        capture->kv_heads = L.n_head_kv;
+      } else if (capture->head_dim != L.head_dim || capture->kv_heads != L.n_head_kv) {
+        throw std::invalid_argument("capture: the full-attention layers differ in shape");
+      }
+      capture->layers.push_back(CaptureLayer{L.layer, {}, {}});
+    }
+    size_t c = 0;
+    for (size_t i = 0; i < info.layers.size(); ++i)
+      if (info.layers[i].full_attention)
+        kv[i] = std::make_unique<CapturingKv>(std::move(kv[i]), &capture->layers[c++],
+                                              static_cast<size_t>(capture->kv_heads) * capture->head_dim);
+  }
+
+  std::vector<float> logits(V);
+  SplitMix64 rng(s.seed);
+  m.eval(in.prompt.data(), P, 0, s.ubatch, kv, logits.data(), false);
+  for (uint32_t j = 0; j < s.generate; ++j) {
+    RefDist d = encode_reference(logits.data(), V, s.self_kl_target);
+    t.self_kl_max = std::max(t.self_kl_max, self_kl(logits.data(), V, d));
+    const int32_t tok = pick_token(logits.data(), V, s, rng);
+    t.ref.push_back(std::move(d));
+    t.tokens.push_back(tok);
+    if (progress) progress(j + 1, s.generate);
+    if (j + 1 == s.generate || (in.is_eog && in.is_eog(tok))) break;
+    m.eval(&t.tokens.back(), 1, P + j, s.ubatch, kv, logits.data(), false);
+  }
+  if (capture) {
+    // Every position the model stored: the prompt and all generated tokens but the last.
+    capture->tokens = static_cast<uint32_t>(capture->layers.empty() ? 0 : capture->layers[0].k.size() /
+                                                                                 (static_cast<size_t>(capture->kv_heads) * capture->head_dim));
+    capture->token_ids.assign(t.tokens.begin(), t.tokens.begin() + capture->tokens);
+  }
+  return t;
+}
+
+std::vector<ScoreRow> score_trajectory(Model& m, const KvArm& arm, const Trajectory& t, uint32_t n_ubatch,
+                                       const ProgressFn& progress) {
+  const uint32_t V = m.info().n_vocab;
+  if (V != t.n_vocab)
+    throw std::invalid_argument("the model's vocabulary (" + std::to_string(V) + ") differs from the trajectory's (" +
+                                std::to_string(t.n_vocab) + ")");
+  const uint32_t P = t.prompt_tokens, G = t.generated();
+  std::vector<std::unique_ptr<LayerKv>> kv = make_cache(m, arm, P + G, n_ubatch);
+  std::vector<float> logits(V);
+  std::vector<ScoreRow> rows(G);
+  m.eval(t.tokens.data(), P, 0, n_ubatch, kv, logits.data(), false);
+  for (uint32_t j = 0; j < G; ++j) {
+    ScoreRow& r = rows[j];
+    r.kl = kl_to_reference(t.ref[j], logits.data(), V);
+    r.same_top = argmax(logits.data(), V) == t.ref[j].top();
+    const LayerBits b = cache_bits(m, kv);
+    r.bits_occupied = b.occupied;
+    r.bits_allocated = b.allocated;
+    if (progress) progress(j + 1, G);
+    if (j + 1 < G) m.eval(&t.tokens[P + j], 1, P + j, n_ubatch, kv, logits.data(), false);
+  }
+  return rows;
+}
+
+}  // namespace replay
+}  // namespace sjkv

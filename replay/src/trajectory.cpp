@@ -1,0 +1,388 @@
+// Trajectory files (docs/FORMAT.md section 9) and the reference encoding.
+#include "sjkv/replay/trajectory.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "h5util.h"
+#include "sjkv/io/atomic_file.h"
+#include "sjkv/io/file_error.h"
+
+namespace sjkv {
+namespace replay {
+
+namespace {
+
+constexpr const char* kMagic = "sjkv-trajectory";
+constexpr uint32_t kVersion = 1;
+constexpr uint32_t kMaxVocab = 1u << 24;
+// Caps on the counts a file may claim, so that a small crafted file cannot size huge arrays.
+constexpr uint32_t kMaxPositions = 1u << 24;
+// Kept probabilities plus the rest must sum to 1 within this (they do to ~1e-15 when written).
+constexpr double kMassTolerance = 1e-9;
+
+uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float bits_f32(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint64_t f64_bits(double f) {
+  uint64_t u;
+  std::memcpy(&u, &f, 8);
+  return u;
+}
+double bits_f64(uint64_t u) {
+  double f;
+  std::memcpy(&f, &u, 8);
+  return f;
+}
+
+// Why a position's stored form is unusable, or "".
+std::string ref_defect(const RefDist& d, uint32_t n_vocab) {
+  if (d.ids.empty()) return "keeps no token";
+  if (d.ids.size() != d.logits.size()) return "ids and logits differ in length";
+  if (d.ids.size() > n_vocab) return "keeps more tokens than the vocabulary has";
+  float mx = -INFINITY;
+  for (size_t i = 0; i < d.ids.size(); ++i) {
+    if (d.ids[i] >= n_vocab)
+      return "token id " + std::to_string(d.ids[i]) + " is out of range [0, " + std::to_string(n_vocab) + ")";
+    if (i && d.ids[i] <= d.ids[i - 1]) return "token ids are not strictly ascending";
+    if (!std::isfinite(d.logits[i])) return "logit of token " + std::to_string(d.ids[i]) + " is not finite";
+    mx = std::max(mx, d.logits[i]);
+  }
+  if (!std::isfinite(d.log_z)) return "log_z is not finite";
+  if (d.log_z < static_cast<double>(mx)) return "log_z is below the largest kept logit";
+  if (!(d.rest_mass >= 0.0 && d.rest_mass <= 1.0)) return "rest_mass is not in [0, 1]";
+  if (d.ids.size() == n_vocab && d.rest_mass != 0.0) return "rest_mass is not 0 although every token is kept";
+  double mass = d.rest_mass;
+  for (float l : d.logits) mass += std::exp(static_cast<double>(l) - d.log_z);
+  if (std::fabs(mass - 1.0) > kMassTolerance)
+    return "kept probabilities and rest_mass sum to " + std::to_string(mass) + ", not 1";
+  return {};
+}
+
+std::string settings_defect(const TrajectorySettings& s) {
+  if (!(std::isfinite(s.temperature) && s.temperature > 0.0)) return "temperature must be finite and > 0";
+  if (!(std::isfinite(s.top_p) && s.top_p > 0.0 && s.top_p <= 1.0)) return "top_p must be in (0, 1]";
+  if (s.reference.empty()) return "reference arm is empty";
+  if (s.ubatch == 0) return "ubatch is 0";
+  if (!(std::isfinite(s.self_kl_target) && s.self_kl_target > 0.0)) return "self_kl_target must be finite and > 0";
+  return {};
+}
+
+// A scalar float attribute (any HDF5 float type), finite.
+double float_attr(const h5::Reader& r, hid_t obj, const char* name) {
+  h5::Hid a = r.attr(obj, name, name);
+  h5::Hid t(H5Aget_type(a.get()));
+  if (!t.valid() || H5Tget_class(t.get()) != H5T_FLOAT) r.fail(std::string("attribute ") + name + ": expected a float");
+  h5::Hid s(H5Aget_space(a.get()));
+  if (!s.valid() || H5Sget_simple_extent_type(s.get()) != H5S_SCALAR)
+    r.fail(std::string("attribute ") + name + ": expected a scalar");
+  double v = 0.0;
+  if (H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v) < 0)
+    r.fail(std::string("cannot read attribute ") + name + ": " + h5::last_error());
+  if (!std::isfinite(v)) r.fail(std::string("attribute ") + name + " is not finite");
+  return v;
+}
+
+// An unsigned integer dataset of exactly `bytes` per element, read as stored.
+template <class T>
+std::vector<T> read_uint(const h5::Reader& r, hid_t parent, const std::string& name, const std::string& display,
+                         uint64_t n, const char* shape) {
+  h5::Hid d = r.dataset(parent, name, display, h5::Elem::integer, {n}, shape);
+  h5::Hid t(H5Dget_type(d.get()));
+  if (H5Tget_size(t.get()) != sizeof(T) || H5Tget_sign(t.get()) != H5T_SGN_NONE)
+    r.fail("dataset " + display + ": element type is not uint" + std::to_string(8 * sizeof(T)));
+  std::vector<T> out(n);
+  if (n) r.read(d.get(), sizeof(T) == 4 ? H5T_NATIVE_UINT32 : H5T_NATIVE_UINT64, out.data(), display);
+  return out;
+}
+
+}  // namespace
+
+int32_t RefDist::top() const {
+  size_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[best]) best = i;  // ids ascend: the first maximum has the lowest id
+  return ids.empty() ? -1 : static_cast<int32_t>(ids[best]);
+}
+
+void Trajectory::check_consistent() const {
+  auto bad = [](const std::string& s) { throw std::invalid_argument("trajectory: " + s); };
+  for (const auto& [name, s] : {std::pair<const char*, const std::string*>{"model_file", &model_file},
+                                {"model_sha256", &model_sha256}, {"architecture", &architecture},
+                                {"reference", &settings.reference}}) {
+    const std::string d = h5::string_defect(name, *s);
+    if (!d.empty()) bad(d);
+  }
+  if (n_vocab == 0 || n_vocab > kMaxVocab) bad("n_vocab " + std::to_string(n_vocab) + " is out of range [1, 2^24]");
+  if (prompt_tokens == 0) bad("the prompt is empty");
+  if (ref.empty()) bad("no generated position");
+  if (prompt_tokens > kMaxPositions || ref.size() > kMaxPositions) bad("more than 2^24 prompt or generated positions");
+  if (tokens.size() != static_cast<uint64_t>(prompt_tokens) + ref.size())
+    bad("token count " + std::to_string(tokens.size()) + " is not prompt_tokens + generated");
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || static_cast<uint32_t>(tokens[i]) >= n_vocab)
+      bad("token " + std::to_string(i) + " = " + std::to_string(tokens[i]) + " is out of the vocabulary");
+  std::string d = settings_defect(settings);
+  if (!d.empty()) bad(d);
+  if (!(std::isfinite(self_kl_max) && self_kl_max >= 0.0)) bad("self_kl_max must be finite and >= 0");
+  for (size_t j = 0; j < ref.size(); ++j) {
+    d = ref_defect(ref[j], n_vocab);
+    if (!d.empty()) bad("reference position " + std::to_string(j) + ": " + d);
+    if (!settings.sample && ref[j].top() != tokens[prompt_tokens + j])
+      bad("generated token " + std::to_string(j) + " is not the reference's top token (greedy)");
+  }
+}
+
+// ---- encoding -------------------------------------------------------------------------------
+
+double log_sum_exp(const float* row, uint32_t n) {
+  float m = -INFINITY;
+  for (uint32_t i = 0; i < n; ++i) m = std::max(m, row[i]);
+  double s = 0.0;
+  for (uint32_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(row[i]) - static_cast<double>(m));
+  return static_cast<double>(m) + std::log(s);
+}
+
+double rest_mass(const float* row, uint32_t n, double log_z, const std::vector<uint32_t>& kept) {
+  double s = 0.0;
+  size_t k = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (k < kept.size() && kept[k] == i) {
+      ++k;
+      continue;
+    }
+    s += std::exp(static_cast<double>(row[i]) - log_z);
+  }
+  return s;
+}
+
+double self_kl(const float* row, uint32_t n, const RefDist& d) {
+  const size_t k = d.ids.size();
+  if (k >= n || d.rest_mass <= 0.0) return 0.0;
+  const double log_u = std::log(d.rest_mass / static_cast<double>(n - k));
+  double kl = 0.0;
+  size_t j = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (j < k && d.ids[j] == i) {
+      ++j;
+      continue;
+    }
+    const double lp = static_cast<double>(row[i]) - d.log_z;
+    const double p = std::exp(lp);
+    if (p > 0.0) kl += p * (lp - log_u);
+  }
+  return std::max(kl, 0.0);
+}
+
+RefDist encode_reference(const float* row, uint32_t n, double target) {
+  if (n == 0) throw std::invalid_argument("reference row is empty");
+  for (uint32_t i = 0; i < n; ++i)
+    if (!std::isfinite(row[i])) throw std::invalid_argument("logit " + std::to_string(i) + " is not finite");
+  RefDist d;
+  d.log_z = log_sum_exp(row, n);
+
+  // Tail sums maintained while tokens move, best first, from the tail to the kept set:
+  // self_kl(k) = sum_tail p log p - r log(r / (n - k)).
+  double tail_plogp = 0.0, tail_mass = 0.0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const double lp = static_cast<double>(row[i]) - d.log_z, p = std::exp(lp);
+    if (p > 0.0) tail_plogp += p * lp;
+    tail_mass += p;
+  }
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  auto better = [row](uint32_t a, uint32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); };
+  size_t sorted = std::min<size_t>(n, 2048);
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(sorted), order.end(), better);
+
+  size_t k = 0;
+  std::vector<uint32_t> kept;
+  while (k < n) {
+    if (k == sorted) {  // rarely: a flat row needs more than the first sorted block
+      std::sort(order.begin() + static_cast<std::ptrdiff_t>(k), order.end(), better);
+      sorted = n;
+    }
+    const uint32_t id = order[k++];
+    const double lp = static_cast<double>(row[id]) - d.log_z, p = std::exp(lp);
+    if (p > 0.0) tail_plogp -= p * lp;
+    tail_mass -= p;
+    const double est = (k == n || tail_mass <= 0.0)
+                           ? 0.0
+                           : tail_plogp - tail_mass * std::log(tail_mass / static_cast<double>(n - k));
+    if (est > target) continue;
+    // The running sums cancel; confirm with the exact computation before stopping.
+    kept.assign(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k));
+    std::sort(kept.begin(), kept.end());
+    d.ids = kept;
+    d.rest_mass = rest_mass(row, n, d.log_z, d.ids);
+    if (k == n || self_kl(row, n, d) <= target) break;
+  }
+  d.logits.resize(d.ids.size());
+  for (size_t i = 0; i < d.ids.size(); ++i) d.logits[i] = row[d.ids[i]];
+  if (d.ids.size() == n) d.rest_mass = 0.0;
+  return d;
+}
+
+// ---- file -----------------------------------------------------------------------------------
+
+void write_trajectory(const std::string& path, const Trajectory& t, int zstd_level) {
+  t.check_consistent();
+  const h5::WriteSession session(path, zstd_level);
+  AtomicOutput out(path);
+  {
+    const h5::Writer w{path};
+    h5::Hid f = w.create_file(out.temp_path());
+    const hid_t root = f.get();
+    w.attr_string(root, "sjkv_format", kMagic);
+    w.attr_u32(root, "version", kVersion);
+    w.attr_string(root, "model_file", t.model_file);
+    w.attr_string(root, "model_sha256", t.model_sha256);
+    w.attr_string(root, "architecture", t.architecture);
+    w.attr_u32(root, "n_vocab", t.n_vocab);
+    w.attr_u32(root, "prompt_tokens", t.prompt_tokens);
+    w.attr_u32(root, "generated", t.generated());
+    const TrajectorySettings& s = t.settings;
+    w.attr_u32(root, "generate", s.generate);
+    w.attr_u8(root, "sample", s.sample ? 1 : 0);
+    w.attr_u64(root, "seed", s.seed);
+    auto attr_f64 = [&](const char* name, double v) {
+      w.attr_raw(root, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v, 1, true);
+    };
+    attr_f64("temperature", s.temperature);
+    w.attr_u32(root, "top_k", s.top_k);
+    attr_f64("top_p", s.top_p);
+    w.attr_string(root, "reference", s.reference);
+    w.attr_u32(root, "ubatch", s.ubatch);
+    w.attr_u32(root, "threads", s.threads);
+    attr_f64("self_kl_target", s.self_kl_target);
+    attr_f64("self_kl_max", t.self_kl_max);
+    w.dataset(root, "token_ids", "token_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, 4, {t.tokens.size()}, t.tokens.data(),
+              zstd_level);
+
+    const uint64_t G = t.ref.size();
+    std::vector<uint32_t> kept(G), ids, logits;
+    std::vector<uint64_t> log_z(G), rest(G);
+    for (size_t j = 0; j < G; ++j) {
+      const RefDist& d = t.ref[j];
+      kept[j] = static_cast<uint32_t>(d.ids.size());
+      log_z[j] = f64_bits(d.log_z);
+      rest[j] = f64_bits(d.rest_mass);
+      for (size_t i = 0; i < d.ids.size(); ++i) {
+        ids.push_back(i ? d.ids[i] - d.ids[i - 1] - 1 : d.ids[0]);  // gaps: small numbers zstd packs well
+        logits.push_back(f32_bits(d.logits[i]));
+      }
+    }
+    h5::Hid g = w.create_group(root, "reference");
+    const uint64_t K = ids.size();
+    w.dataset(g.get(), "kept", "reference/kept", H5T_STD_U32LE, H5T_NATIVE_UINT32, 4, {G}, kept.data(), zstd_level);
+    w.dataset(g.get(), "log_z", "reference/log_z", H5T_STD_U64LE, H5T_NATIVE_UINT64, 8, {G}, log_z.data(), zstd_level);
+    w.dataset(g.get(), "rest_mass", "reference/rest_mass", H5T_STD_U64LE, H5T_NATIVE_UINT64, 8, {G}, rest.data(),
+              zstd_level);
+    w.dataset(g.get(), "ids", "reference/ids", H5T_STD_U32LE, H5T_NATIVE_UINT32, 4, {K}, ids.data(), zstd_level);
+    w.dataset(g.get(), "logits", "reference/logits", H5T_STD_U32LE, H5T_NATIVE_UINT32, 4, {K}, logits.data(),
+              zstd_level);
+    w.check_status(g.close(), "group reference");
+    w.check_status(f.close(), "HDF5 file");
+  }
+  out.commit();
+}
+
+Trajectory read_trajectory(const std::string& path) {
+  const std::lock_guard<std::mutex> lock(h5::api_mutex());
+  h5::Quiet quiet;
+  const h5::Reader r{path};
+  try {
+    register_zstd_filter();
+  } catch (const std::exception& e) {
+    r.fail(e.what());
+  }
+  h5::Hid f = r.open_file();
+  const hid_t root = f.get();
+  if (!r.has_attr(root, "sjkv_format")) r.fail("not an sjkv file (no sjkv_format attribute)");
+  const std::string magic = r.string_attr(root, "sjkv_format", "sjkv_format");
+  if (magic != kMagic) r.fail("sjkv_format is '" + magic + "', expected '" + kMagic + "'");
+  r.check_version(root, "version", kVersion);
+
+  Trajectory t;
+  t.model_file = r.string_attr(root, "model_file", "model_file");
+  t.model_sha256 = r.string_attr(root, "model_sha256", "model_sha256");
+  t.architecture = r.string_attr(root, "architecture", "architecture");
+  t.n_vocab = r.u32_attr(root, "n_vocab", 1, kMaxVocab);
+  t.prompt_tokens = r.u32_attr(root, "prompt_tokens", 1, kMaxPositions);
+  const uint32_t G = r.u32_attr(root, "generated", 1, kMaxPositions);
+  TrajectorySettings& s = t.settings;
+  s.generate = r.u32_attr(root, "generate");
+  s.sample = r.uint_attr(root, "sample", "sample", 0, 1) != 0;
+  s.seed = r.uint_attr(root, "seed", "seed", 0, UINT64_MAX);
+  s.temperature = float_attr(r, root, "temperature");
+  s.top_k = r.u32_attr(root, "top_k");
+  s.top_p = float_attr(r, root, "top_p");
+  s.reference = r.string_attr(root, "reference", "reference");
+  s.ubatch = r.u32_attr(root, "ubatch", 1);
+  s.threads = r.u32_attr(root, "threads");
+  s.self_kl_target = float_attr(r, root, "self_kl_target");
+  t.self_kl_max = float_attr(r, root, "self_kl_max");
+  std::string defect = settings_defect(s);
+  if (!defect.empty()) r.fail(defect);
+
+  const uint64_t n_tokens = static_cast<uint64_t>(t.prompt_tokens) + G;
+  if (!r.has_link(root, "token_ids")) r.fail("dataset token_ids is missing");
+  t.tokens = r.token_ids(root, n_tokens, "[prompt_tokens + generated]");
+  for (size_t i = 0; i < t.tokens.size(); ++i)
+    if (static_cast<uint32_t>(t.tokens[i]) >= t.n_vocab)
+      r.fail("token_ids[" + std::to_string(i) + "] = " + std::to_string(t.tokens[i]) + " is out of the vocabulary (n_vocab " +
+             std::to_string(t.n_vocab) + ")");
+
+  h5::Hid g = r.member(root, "reference", "reference", H5I_GROUP);
+  const std::vector<uint32_t> kept = read_uint<uint32_t>(r, g.get(), "kept", "reference/kept", G, "[generated]");
+  uint64_t K = 0;
+  for (uint32_t j = 0; j < G; ++j) {
+    if (kept[j] == 0 || kept[j] > t.n_vocab)
+      r.fail("reference/kept[" + std::to_string(j) + "] = " + std::to_string(kept[j]) + " is out of range [1, n_vocab]");
+    K += kept[j];  // <= 2^32 * 2^24: no overflow
+  }
+  const std::vector<uint64_t> log_z = read_uint<uint64_t>(r, g.get(), "log_z", "reference/log_z", G, "[generated]");
+  const std::vector<uint64_t> rest =
+      read_uint<uint64_t>(r, g.get(), "rest_mass", "reference/rest_mass", G, "[generated]");
+  const std::vector<uint32_t> ids = read_uint<uint32_t>(r, g.get(), "ids", "reference/ids", K, "[sum of kept]");
+  const std::vector<uint32_t> logits =
+      read_uint<uint32_t>(r, g.get(), "logits", "reference/logits", K, "[sum of kept]");
+
+  t.ref.resize(G);
+  uint64_t at = 0;
+  for (uint32_t j = 0; j < G; ++j) {
+    RefDist& d = t.ref[j];
+    d.log_z = bits_f64(log_z[j]);
+    d.rest_mass = bits_f64(rest[j]);
+    d.ids.resize(kept[j]);
+    d.logits.resize(kept[j]);
+    uint64_t id = 0;
+    for (uint32_t i = 0; i < kept[j]; ++i, ++at) {
+      id = i ? id + 1 + ids[at] : ids[at];
+      if (id >= t.n_vocab)
+        r.fail("reference position " + std::to_string(j) + ": token id " + std::to_string(id) + " is out of range [0, " +
+               std::to_string(t.n_vocab) + ")");
+      d.ids[i] = static_cast<uint32_t>(id);
+      d.logits[i] = bits_f32(logits[at]);
+    }
+    defect = ref_defect(d, t.n_vocab);
+    if (!defect.empty()) r.fail("reference position " + std::to_string(j) + ": " + defect);
+    if (!s.sample && d.top() != t.tokens[t.prompt_tokens + j])
+      r.fail("generated token " + std::to_string(j) + " is not the reference's top token although greedy");
+  }
+  return t;
+}
+
+}  // namespace replay
+}  // namespace sjkv

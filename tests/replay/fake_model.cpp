@@ -1,0 +1,59 @@
+// Test-only stand-ins for the model loader, tokenizer and arm parser, linked into
+// sjkv-replay-fake (never into the library) so that the command line can be tested end to
+// end without a GGUF model. A "model file" is any file starting with "tiny-model".
+#include <fstream>
+#include <string>
+
+#include "sjkv/io/file_error.h"
+#include "sjkv/replay/kv.h"
+#include "sjkv/replay/model.h"
+#include "sjkv/replay/tokenizer.h"
+#include "tiny_model.h"
+
+namespace sjkv {
+namespace replay {
+
+std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions&) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw FileError(path, "cannot open");
+  std::string head(10, '\0');
+  f.read(head.data(), 10);
+  if (head != "tiny-model") throw FileError(path, "not a tiny test model");
+  return std::make_unique<sjkv_test::TinyModel>(4096);
+}
+
+std::string default_model_path() {
+  const char* env = std::getenv("SJKV_MODEL");
+  return env ? env : "";
+}
+
+namespace {
+// Bytes, shifted past the control ids 0..3; BOS is 1.
+class ByteTokenizer : public Tokenizer {
+ public:
+  std::vector<int32_t> encode(std::string_view text, bool add_special) const override {
+    std::vector<int32_t> ids;
+    if (add_special) ids.push_back(1);
+    for (unsigned char c : text) ids.push_back(4 + c);
+    return ids;
+  }
+  std::string piece(int32_t id) const override { return id >= 4 && id < 260 ? std::string(1, char(id - 4)) : ""; }
+  uint32_t n_vocab() const override { return 4096; }
+  int32_t bos() const override { return 1; }
+  int32_t eos() const override { return -1; }
+  bool is_eog(int32_t) const override { return false; }
+};
+}  // namespace
+
+std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile&) { return std::make_unique<ByteTokenizer>(); }
+
+std::unique_ptr<KvArm> make_arm(const std::string& spec) {
+  if (spec == "f32") return std::make_unique<sjkv_test::PlainArm>(false);
+  if (spec == "f16") return std::make_unique<sjkv_test::PlainArm>(true);
+  throw std::invalid_argument("unknown arm (the test build knows f32 and f16)");
+}
+
+std::vector<std::string> arm_examples() { return {"f32", "f16"}; }
+
+}  // namespace replay
+}  // namespace sjkv

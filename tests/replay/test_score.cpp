@@ -1,0 +1,305 @@
+// KL scoring, statistics, the paired bootstrap, the results folder, and the record/score
+// loops driven through a small deterministic model (a test double of the Model interface).
+#include <gtest/gtest.h>
+#include <omp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include "fake_logits.h"
+#include "tiny_model.h"
+#include "sjkv/fp16.h"
+#include "sjkv/io/capture_file.h"
+#include "sjkv/replay/results.h"
+#include "sjkv/replay/run.h"
+#include "sjkv/replay/score.h"
+
+using namespace sjkv;
+using namespace sjkv::replay;
+using sjkv_test::kGemmaVocab;
+using sjkv_test::PlainArm;
+using sjkv_test::TinyModel;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "sjkv-score-" + std::to_string(::getpid()) + "-" + name;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+RecordInput tiny_input(uint32_t generate) {
+  RecordInput in;
+  in.prompt = {1, 17, 300, 4095, 8, 9, 10, 11, 12, 13, 14};
+  in.settings.generate = generate;
+  in.settings.ubatch = 4;
+  in.model_file = "tiny.gguf";
+  in.model_sha256 = std::string(64, '0');
+  return in;
+}
+
+}  // namespace
+
+// ---- KL --------------------------------------------------------------------------------------
+
+TEST(Kl, NonNegativeAndCloseToTheFullKlOnPerturbedRows) {
+  std::mt19937_64 g(5);
+  std::normal_distribution<double> z(0.0, 1.0);
+  for (const auto& shape : sjkv_test::row_shapes()) {
+    const auto row = sjkv_test::lm_logits(kGemmaVocab, shape, 31);
+    const RefDist d = encode_reference(row.data(), kGemmaVocab, 5e-7);
+    for (double sigma : {1e-6, 1e-3, 0.03, 0.3}) {
+      std::vector<float> q(row);
+      for (float& x : q) x = static_cast<float>(x + sigma * z(g));
+      const double kl = kl_to_reference(d, q.data(), kGemmaVocab);
+      const double full = sjkv_test::full_kl(row, q);
+      EXPECT_GE(kl, 0.0) << sigma;
+      // A lower bound of the full KL (to rounding), short of it by rest_mass times the
+      // tails' KL, which for noise of this kind is about rest_mass * sigma^2 / 2.
+      EXPECT_LE(kl, full * (1 + 1e-9) + 1e-15) << sigma;
+      EXPECT_LE(full - kl, 1e-12 + 2 * d.rest_mass * sigma * sigma + 1e-6 * full) << sigma;
+    }
+  }
+}
+
+TEST(Kl, ExactlyZeroOnlyForTheIdenticalRow) {
+  const auto row = sjkv_test::lm_logits(kGemmaVocab, sjkv_test::row_shapes()[1], 8);
+  const RefDist d = encode_reference(row.data(), kGemmaVocab, 5e-7);
+  EXPECT_EQ(kl_to_reference(d, row.data(), kGemmaVocab), 0.0);
+  std::vector<float> shifted(row);
+  for (float& x : shifted) x += 3.0f;  // softmax is shift-invariant: tiny rounding only
+  EXPECT_LT(kl_to_reference(d, shifted.data(), kGemmaVocab), 1e-9);
+  std::vector<float> one_off(row);
+  one_off[static_cast<size_t>(d.top())] = std::nextafter(one_off[static_cast<size_t>(d.top())], 100.0f);
+  const double tiny = kl_to_reference(d, one_off.data(), kGemmaVocab);
+  EXPECT_GE(tiny, 0.0);
+  EXPECT_LT(tiny, 1e-12);
+}
+
+TEST(Kl, ArgmaxTakesTheLowestIdOnTies) {
+  const float row[] = {1.0f, 3.0f, 2.0f, 3.0f};
+  EXPECT_EQ(argmax(row, 4), 1);
+}
+
+// ---- statistics ------------------------------------------------------------------------------
+
+TEST(Stats, QuantilesAndMeans) {
+  EXPECT_DOUBLE_EQ(quantile({3, 1, 2, 4}, 0.5), 2.5);
+  EXPECT_DOUBLE_EQ(quantile({5}, 0.99), 5);
+  EXPECT_DOUBLE_EQ(quantile({0, 10}, 0.9), 9);
+  std::vector<std::vector<ScoreRow>> rows(2);
+  for (int i = 1; i <= 100; ++i) rows[i % 2].push_back({static_cast<double>(i), i % 4 == 0, 4.5, 5.0});
+  const ArmStats s = arm_stats("x", rows);
+  EXPECT_EQ(s.positions, 100u);
+  EXPECT_DOUBLE_EQ(s.mean_kl, 50.5);
+  EXPECT_DOUBLE_EQ(s.median_kl, 50.5);
+  EXPECT_NEAR(s.p90_kl, 90.1, 1e-9);
+  EXPECT_NEAR(s.p99_kl, 99.01, 1e-9);
+  EXPECT_DOUBLE_EQ(s.max_kl, 100);
+  EXPECT_DOUBLE_EQ(s.same_top, 0.25);
+  EXPECT_DOUBLE_EQ(s.bits_occupied, 4.5);
+  EXPECT_DOUBLE_EQ(s.bits_allocated, 5.0);
+}
+
+namespace {
+
+// Paired positions with autocorrelated difficulty; E[a] / E[b] = ratio exactly.
+void paired(std::mt19937_64& g, size_t T, size_t n, double ratio, std::vector<std::vector<double>>* a,
+            std::vector<std::vector<double>>* b) {
+  std::normal_distribution<double> z(0.0, 1.0);
+  a->assign(T, {});
+  b->assign(T, {});
+  for (size_t t = 0; t < T; ++t) {
+    double h = z(g);
+    for (size_t i = 0; i < n; ++i) {
+      h = 0.8 * h + 0.6 * z(g);
+      const double base = std::exp(h - 0.5);
+      (*b)[t].push_back(base * std::exp(0.3 * z(g) - 0.045));
+      (*a)[t].push_back(ratio * base * std::exp(0.3 * z(g) - 0.045));
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Bootstrap, DeterministicAndConsistent) {
+  std::mt19937_64 g(1);
+  std::vector<std::vector<double>> a, b;
+  paired(g, 1, 256, 1.5, &a, &b);
+  const Comparison c1 = compare_arms("a", "b", a, b), c2 = compare_arms("a", "b", a, b);
+  EXPECT_EQ(c1.ci_low, c2.ci_low);
+  EXPECT_EQ(c1.ci_high, c2.ci_high);
+  EXPECT_LT(c1.ci_low, c1.ratio);
+  EXPECT_GT(c1.ci_high, c1.ratio);
+  EXPECT_TRUE(std::isnan(c1.ci_low_traj));  // one trajectory: no trajectory CI
+  EXPECT_EQ(c1.of, 256u);
+  uint64_t lower = 0;
+  for (size_t i = 0; i < 256; ++i) lower += a[0][i] < b[0][i];
+  EXPECT_EQ(c1.lower_at, lower);
+  BootstrapOptions other;
+  other.seed = 7;
+  const Comparison c3 = compare_arms("a", "b", a, b, other);
+  EXPECT_NE(c3.ci_low, c1.ci_low);
+  EXPECT_NEAR(c3.ci_low, c1.ci_low, 0.1 * c1.ratio);
+}
+
+TEST(Bootstrap, CoversTheTrueRatio) {
+  std::mt19937_64 g(2);
+  int covered = 0, covered_traj = 0;
+  const int runs = 200;
+  BootstrapOptions opt;
+  opt.replicates = 500;
+  for (int r = 0; r < runs; ++r) {
+    std::vector<std::vector<double>> a, b;
+    paired(g, 4, 128, 1.3, &a, &b);
+    const Comparison c = compare_arms("a", "b", a, b, opt);
+    covered += c.ci_low <= 1.3 && 1.3 <= c.ci_high;
+    covered_traj += c.ci_low_traj <= 1.3 && 1.3 <= c.ci_high_traj;
+    ASSERT_FALSE(std::isnan(c.ci_low_traj));
+  }
+  std::printf("coverage of the true ratio: positions %d/%d, trajectories %d/%d\n", covered, runs, covered_traj, runs);
+  // Nominal 95%; block bootstraps of short autocorrelated series run a little narrow, and
+  // four trajectories make a coarse trajectory bootstrap.
+  EXPECT_GE(covered, runs * 85 / 100) << covered;
+  EXPECT_LE(covered, runs);
+  EXPECT_GE(covered_traj, runs * 70 / 100) << covered_traj;
+}
+
+TEST(Bootstrap, ZeroBaselineGivesNoRatio) {
+  const std::vector<std::vector<double>> a = {{0.1, 0.2}}, b = {{0.0, 0.0}};
+  const Comparison c = compare_arms("a", "b", a, b);
+  EXPECT_TRUE(std::isnan(c.ratio));
+  EXPECT_TRUE(std::isnan(c.ci_low));
+  EXPECT_EQ(c.lower_at, 0u);
+}
+
+// ---- the loops through the tiny model --------------------------------------------------------
+
+TEST(Replay, SameArmReplayIsExactlyZeroAndOthersAreNot) {
+  TinyModel m(4096);
+  const PlainArm f32(false), f16(true);
+  for (const KvArm* ref : {static_cast<const KvArm*>(&f32), static_cast<const KvArm*>(&f16)}) {
+    RecordInput in = tiny_input(24);
+    in.settings.reference = ref->spec();
+    const Trajectory t = record_trajectory(m, *ref, in);
+    ASSERT_EQ(t.generated(), 24u);
+    t.check_consistent();
+    const std::vector<ScoreRow> same = score_trajectory(m, *ref, t, in.settings.ubatch);
+    for (const ScoreRow& r : same) {
+      EXPECT_EQ(r.kl, 0.0);
+      EXPECT_TRUE(r.same_top);
+    }
+    const KvArm& other = ref == &f32 ? static_cast<const KvArm&>(f16) : static_cast<const KvArm&>(f32);
+    const std::vector<ScoreRow> diff = score_trajectory(m, other, t, in.settings.ubatch);
+    double sum = 0;
+    for (const ScoreRow& r : diff) {
+      EXPECT_GE(r.kl, 0.0);
+      sum += r.kl;
+    }
+    EXPECT_GT(sum, 0.0);
+    EXPECT_EQ(diff[0].bits_occupied, other.spec() == "f16" ? 16.0 : 32.0);
+  }
+}
+
+TEST(Replay, IdenticalForOneAndTwoThreads) {
+  TinyModel m(4096);
+  const PlainArm f32(false), f16(true);
+  RecordInput in = tiny_input(16);
+  in.settings.sample = true;
+  in.settings.seed = 42;
+  in.settings.temperature = 0.8;
+  in.settings.top_k = 50;
+  in.settings.top_p = 0.9;
+  std::vector<std::vector<ScoreRow>> rows;
+  std::vector<std::vector<int32_t>> tokens;
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    const Trajectory t = record_trajectory(m, f32, in);
+    tokens.push_back(t.tokens);
+    rows.push_back(score_trajectory(m, f16, t, 3));
+  }
+  EXPECT_EQ(tokens[0], tokens[1]);
+  ASSERT_EQ(rows[0].size(), rows[1].size());
+  for (size_t j = 0; j < rows[0].size(); ++j) EXPECT_EQ(rows[0][j].kl, rows[1][j].kl);
+}
+
+TEST(Replay, CaptureHoldsTheFullAttentionLayers) {
+  TinyModel m(4096);
+  const PlainArm f32(false);
+  Capture cap;
+  const RecordInput in = tiny_input(6);
+  const Trajectory t = record_trajectory(m, f32, in, &cap);
+  cap.check_consistent();
+  EXPECT_EQ(cap.tokens, t.tokens.size() - 1);
+  ASSERT_EQ(cap.layers.size(), 1u);
+  EXPECT_EQ(cap.layers[0].layer_id, 0u);
+  EXPECT_EQ(cap.kv_heads, 1u);
+  EXPECT_EQ(cap.head_dim, 32u);
+  const std::string path = temp_path("capture.h5");
+  write_capture(path, cap);
+  EXPECT_EQ(read_capture(path).layers[0].k, cap.layers[0].k);
+  std::remove(path.c_str());
+}
+
+TEST(Results, FolderHasEveryFile) {
+  TinyModel m(4096);
+  const PlainArm f32(false), f16(true);
+  Results res;
+  res.model_file = "tiny.gguf";
+  res.model_sha256 = std::string(64, '0');
+  res.baseline = "f32";
+  res.bootstrap.replicates = 200;
+  res.arms = {{"f32", {}}, {"f16", {}}};
+  for (uint64_t seed : {1, 2}) {
+    RecordInput in = tiny_input(12);
+    in.prompt[0] = static_cast<int32_t>(seed);
+    const Trajectory t = record_trajectory(m, f16, in);
+    res.settings = t.settings;
+    res.trajectories.push_back({"t" + std::to_string(seed) + ".h5", t.prompt_tokens, t.generated()});
+    res.arms[0].rows.push_back(score_trajectory(m, f32, t, 4));
+    res.arms[1].rows.push_back(score_trajectory(m, f16, t, 4));
+  }
+  const Report rep = summarize(res);
+  ASSERT_EQ(rep.arms.size(), 2u);
+  EXPECT_EQ(rep.arms[1].mean_kl, 0.0);  // f16 replay of an f16 trajectory
+  ASSERT_EQ(rep.comparisons.size(), 1u);
+  EXPECT_EQ(rep.comparisons[0].arm, "f16");
+  EXPECT_EQ(rep.comparisons[0].ratio, 0.0);
+  EXPECT_EQ(rep.comparisons[0].lower_at, 24u);
+  EXPECT_FALSE(std::isnan(rep.comparisons[0].ci_low_traj));
+
+  const std::string dir = temp_path("results");
+  write_results(dir, res, rep);
+  const std::string json = slurp(dir + "/results.json");
+  for (const char* key : {"\"arms\"", "\"comparisons\"", "\"mean_kl\"", "\"median_kl\"", "\"p90_kl\"", "\"p99_kl\"",
+                          "\"max_kl\"", "\"same_top\"", "\"bits_occupied\"", "\"bits_allocated\"", "\"ratio\"",
+                          "\"ci_low\"", "\"ci_high\"", "\"lower_at\"", "\"of\"", "\"trajectories\"", "\"settings\""})
+    EXPECT_NE(json.find(key), std::string::npos) << key;
+  const std::string csv = slurp(dir + "/positions.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + 2 * 2 * 12);
+  EXPECT_EQ(csv.rfind("trajectory,position,arm,kl,same_top,bits_occupied,bits_allocated\n", 0), 0u);
+  EXPECT_NE(slurp(dir + "/summary.md").find("| `f16` |"), std::string::npos);
+  for (const char* svg : {"/kl_by_position.svg", "/kl_cdf.svg", "/kl_vs_bits.svg"}) {
+    const std::string s = slurp(dir + svg);
+    EXPECT_EQ(s.rfind("<svg", 0), 0u) << svg;
+    EXPECT_NE(s.find("</svg>"), std::string::npos) << svg;
+    EXPECT_EQ(s.find("nan"), std::string::npos) << svg;
+    std::remove((dir + svg).c_str());
+  }
+  for (const char* f : {"/results.json", "/positions.csv", "/summary.md"}) std::remove((dir + f).c_str());
+  ::rmdir(dir.c_str());
+
+  res.baseline = "q4_0";
+  EXPECT_THROW(summarize(res), std::invalid_argument);
+}

@@ -1,0 +1,293 @@
+// Trajectory files and the reference encoding: self-KL on realistic rows, exact zero for an
+// identical row, round trip, and one rejected file per named defect.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "fake_logits.h"
+#include "sjkv/io/file_error.h"
+#include "sjkv/io/zstd_filter.h"
+#include "sjkv/replay/score.h"
+#include "sjkv/replay/trajectory.h"
+
+using namespace sjkv;
+using namespace sjkv::replay;
+using sjkv_test::kGemmaVocab;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "sjkv-traj-" + std::to_string(::getpid()) + "-" + name;
+}
+
+double entropy(const std::vector<float>& row) {
+  const double lz = log_sum_exp(row.data(), static_cast<uint32_t>(row.size()));
+  double h = 0;
+  for (float x : row) {
+    const double lp = x - lz;
+    h -= std::exp(lp) * lp;
+  }
+  return h;
+}
+
+// A greedy trajectory of `G` realistic positions over the Gemma vocabulary.
+Trajectory make_trajectory(uint32_t G, uint64_t seed, std::vector<std::vector<float>>* rows = nullptr) {
+  Trajectory t;
+  t.model_file = "model.gguf";
+  t.model_sha256 = std::string(64, 'a');
+  t.architecture = "gemma3";
+  t.n_vocab = kGemmaVocab;
+  t.prompt_tokens = 5;
+  t.tokens = {2, 100, 7000, 262143, 42};
+  t.settings.generate = G;
+  t.settings.reference = "f32";
+  const auto shapes = sjkv_test::row_shapes();
+  for (uint32_t j = 0; j < G; ++j) {
+    const auto row = sjkv_test::lm_logits(kGemmaVocab, shapes[j % shapes.size()], seed + j);
+    t.ref.push_back(encode_reference(row.data(), kGemmaVocab, t.settings.self_kl_target));
+    t.self_kl_max = std::max(t.self_kl_max, self_kl(row.data(), kGemmaVocab, t.ref.back()));
+    t.tokens.push_back(argmax(row.data(), kGemmaVocab));
+    if (rows) rows->push_back(row);
+  }
+  return t;
+}
+
+void expect_same(const Trajectory& a, const Trajectory& b) {
+  EXPECT_EQ(a.model_file, b.model_file);
+  EXPECT_EQ(a.model_sha256, b.model_sha256);
+  EXPECT_EQ(a.architecture, b.architecture);
+  EXPECT_EQ(a.n_vocab, b.n_vocab);
+  EXPECT_EQ(a.prompt_tokens, b.prompt_tokens);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.settings.generate, b.settings.generate);
+  EXPECT_EQ(a.settings.sample, b.settings.sample);
+  EXPECT_EQ(a.settings.seed, b.settings.seed);
+  EXPECT_EQ(a.settings.temperature, b.settings.temperature);
+  EXPECT_EQ(a.settings.top_k, b.settings.top_k);
+  EXPECT_EQ(a.settings.top_p, b.settings.top_p);
+  EXPECT_EQ(a.settings.reference, b.settings.reference);
+  EXPECT_EQ(a.settings.ubatch, b.settings.ubatch);
+  EXPECT_EQ(a.settings.threads, b.settings.threads);
+  EXPECT_EQ(a.self_kl_max, b.self_kl_max);
+  ASSERT_EQ(a.ref.size(), b.ref.size());
+  for (size_t j = 0; j < a.ref.size(); ++j) {
+    EXPECT_EQ(a.ref[j].ids, b.ref[j].ids);
+    ASSERT_EQ(a.ref[j].logits.size(), b.ref[j].logits.size());
+    EXPECT_EQ(0, std::memcmp(a.ref[j].logits.data(), b.ref[j].logits.data(), 4 * a.ref[j].logits.size()));
+    EXPECT_EQ(0, std::memcmp(&a.ref[j].log_z, &b.ref[j].log_z, 8));
+    EXPECT_EQ(0, std::memcmp(&a.ref[j].rest_mass, &b.ref[j].rest_mass, 8));
+  }
+}
+
+// Edits one file in place through HDF5 (the zstd filter is registered by the library).
+struct H5Edit {
+  hid_t f;
+  explicit H5Edit(const std::string& path) {
+    register_zstd_filter();
+    f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    EXPECT_GE(f, 0);
+  }
+  ~H5Edit() { H5Fclose(f); }
+  void set_u32_attr(const char* name, uint32_t v) {
+    H5Adelete(f, name);
+    const hid_t s = H5Screate(H5S_SCALAR);
+    const hid_t a = H5Acreate2(f, name, H5T_STD_U32LE, s, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_UINT32, &v);
+    H5Aclose(a);
+    H5Sclose(s);
+  }
+  template <class T>
+  void poke(const char* dataset, size_t index, T value, hid_t mem_type) {
+    const hid_t d = H5Dopen2(f, dataset, H5P_DEFAULT);
+    ASSERT_GE(d, 0);
+    const hid_t s = H5Dget_space(d);
+    const size_t n = static_cast<size_t>(H5Sget_simple_extent_npoints(s));
+    std::vector<T> v(n);
+    ASSERT_GE(H5Dread(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+    v.at(index) = value;
+    ASSERT_GE(H5Dwrite(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+    H5Sclose(s);
+    H5Dclose(d);
+  }
+};
+
+void expect_rejected(const std::string& path, const std::string& defect_part) {
+  try {
+    (void)read_trajectory(path);
+    ADD_FAILURE() << path << " was accepted; expected: " << defect_part;
+  } catch (const FileError& e) {
+    EXPECT_EQ(e.path(), path);
+    EXPECT_NE(std::string(e.what()).find(defect_part), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+// The measurement behind docs/FORMAT.md 9.2: per shape, kept tokens, self-KL and stored bytes.
+TEST(Reference, SelfKlBelowTargetOnRealisticRows) {
+  const auto shapes = sjkv_test::row_shapes();
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    for (uint64_t seed = 1; seed <= 2; ++seed) {
+      const auto row = sjkv_test::lm_logits(kGemmaVocab, shapes[i], 1000 * i + seed);
+      const double target = 5e-7;
+      const RefDist d = encode_reference(row.data(), kGemmaVocab, target);
+      const double skl = self_kl(row.data(), kGemmaVocab, d);
+      EXPECT_LE(skl, target) << "shape " << i;
+      EXPECT_GE(skl, 0.0);
+      EXPECT_EQ(d.top(), argmax(row.data(), kGemmaVocab));
+      if (entropy(row) < 0.5) {
+        EXPECT_LT(d.ids.size(), 1000u) << "shape " << i;
+      }
+      // The fewest are kept: dropping the kept token of the smallest logit breaks the target.
+      if (d.ids.size() > 1) {
+        RefDist fewer = d;
+        size_t worst = 0;
+        for (size_t k = 1; k < d.ids.size(); ++k)
+          if (d.logits[k] < d.logits[worst] || (d.logits[k] == d.logits[worst] && d.ids[k] > d.ids[worst])) worst = k;
+        fewer.ids.erase(fewer.ids.begin() + static_cast<std::ptrdiff_t>(worst));
+        fewer.logits.erase(fewer.logits.begin() + static_cast<std::ptrdiff_t>(worst));
+        fewer.rest_mass = rest_mass(row.data(), kGemmaVocab, d.log_z, fewer.ids);
+        EXPECT_GT(self_kl(row.data(), kGemmaVocab, fewer), target) << "shape " << i;
+      }
+      if (seed == 1)
+        std::printf("shape %zu: entropy %.3f nats, kept %zu, rest mass %.3g, self-KL %.3g\n", i, entropy(row),
+                    d.ids.size(), d.rest_mass, skl);
+    }
+  }
+}
+
+TEST(Reference, IdenticalRowScoresExactlyZero) {
+  for (const auto& shape : sjkv_test::row_shapes()) {
+    const auto row = sjkv_test::lm_logits(kGemmaVocab, shape, 77);
+    const RefDist d = encode_reference(row.data(), kGemmaVocab, 1e-7);
+    EXPECT_EQ(kl_to_reference(d, row.data(), kGemmaVocab), 0.0);
+  }
+}
+
+TEST(Reference, RejectsNonFiniteLogits) {
+  std::vector<float> row(100, 1.0f);
+  row[17] = NAN;
+  EXPECT_THROW(encode_reference(row.data(), 100, 1e-7), std::invalid_argument);
+}
+
+TEST(Reference, TinyVocabularies) {
+  const std::vector<float> row = {0.5f, 0.25f, -1.0f, 3.0f};
+  // With one token left over, spreading the rest over it is exact: three are enough.
+  const RefDist d = encode_reference(row.data(), 4, 1e-300);
+  EXPECT_EQ(d.ids, (std::vector<uint32_t>{0, 1, 3}));
+  EXPECT_EQ(self_kl(row.data(), 4, d), 0.0);
+  EXPECT_EQ(kl_to_reference(d, row.data(), 4), 0.0);
+  const RefDist one = encode_reference(row.data(), 1, 1e-300);
+  EXPECT_EQ(one.ids, (std::vector<uint32_t>{0}));
+  EXPECT_EQ(one.rest_mass, 0.0);
+}
+
+TEST(TrajectoryFile, RoundTripIsBitExact) {
+  std::vector<std::vector<float>> rows;
+  Trajectory t = make_trajectory(8, 11, &rows);
+  t.settings.seed = 1234567890123ull;
+  t.settings.ubatch = 64;
+  t.settings.threads = 2;
+  const std::string path = temp_path("roundtrip.h5");
+  write_trajectory(path, t);
+  const Trajectory back = read_trajectory(path);
+  expect_same(t, back);
+  for (size_t j = 0; j < rows.size(); ++j) EXPECT_EQ(kl_to_reference(back.ref[j], rows[j].data(), kGemmaVocab), 0.0);
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  const double bytes = static_cast<double>(f.tellg());
+  size_t kept = 0;
+  for (const RefDist& d : t.ref) kept += d.ids.size();
+  std::printf("file %.0f bytes for %zu positions: %.0f bytes per position, %.2f bytes per kept token\n", bytes,
+              t.ref.size(), bytes / t.ref.size(), bytes / kept);
+  std::remove(path.c_str());
+}
+
+TEST(TrajectoryFile, SamplingSettingsRoundTrip) {
+  Trajectory t = make_trajectory(3, 5);
+  t.settings.sample = true;
+  t.settings.temperature = 0.7;
+  t.settings.top_k = 40;
+  t.settings.top_p = 0.95;
+  t.tokens.back() = 9;  // sampled: need not be the top token
+  const std::string path = temp_path("sample.h5");
+  write_trajectory(path, t);
+  expect_same(t, read_trajectory(path));
+  std::remove(path.c_str());
+}
+
+TEST(TrajectoryFile, WriterRefusesInconsistentTrajectories) {
+  Trajectory t = make_trajectory(2, 3);
+  const std::string path = temp_path("refused.h5");
+  Trajectory bad = t;
+  bad.tokens.back() = static_cast<int32_t>(kGemmaVocab);
+  EXPECT_THROW(write_trajectory(path, bad), std::invalid_argument);
+  bad = t;
+  bad.ref[1].logits[0] = NAN;
+  EXPECT_THROW(write_trajectory(path, bad), std::invalid_argument);
+  bad = t;
+  bad.tokens.back() = bad.ref.back().top() + 1;  // greedy but not the top token
+  EXPECT_THROW(write_trajectory(path, bad), std::invalid_argument);
+  EXPECT_EQ(::access(path.c_str(), F_OK), -1);  // nothing created
+}
+
+TEST(TrajectoryFile, RejectsDamagedFiles) {
+  const Trajectory t = make_trajectory(4, 21);
+  const std::string good = temp_path("good.h5");
+  write_trajectory(good, t);
+  std::ifstream in(good, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto copy = [&](const std::string& name, size_t n) {
+    const std::string p = temp_path(name);
+    std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(n));
+    return p;
+  };
+
+  const std::string truncated = copy("truncated.h5", bytes.size() / 2);
+  try {
+    (void)read_trajectory(truncated);
+    ADD_FAILURE() << "truncated file accepted";
+  } catch (const FileError& e) {
+    EXPECT_EQ(e.path(), truncated);
+  }
+
+  const std::string version = copy("version.h5", bytes.size());
+  H5Edit(version).set_u32_attr("version", 2);
+  expect_rejected(version, "version 2 is newer than this build reads");
+
+  const std::string nan_logit = copy("nan.h5", bytes.size());
+  H5Edit(nan_logit).poke<uint32_t>("reference/logits", 3, 0x7fc00000u, H5T_NATIVE_UINT32);
+  expect_rejected(nan_logit, "is not finite");
+
+  const std::string id_range = copy("id-range.h5", bytes.size());
+  H5Edit(id_range).poke<uint32_t>("reference/ids", 0, kGemmaVocab, H5T_NATIVE_UINT32);
+  expect_rejected(id_range, "out of range");
+
+  const std::string token_range = copy("token-range.h5", bytes.size());
+  H5Edit(token_range).poke<int32_t>("token_ids", 1, static_cast<int32_t>(kGemmaVocab) + 5, H5T_NATIVE_INT32);
+  expect_rejected(token_range, "out of the vocabulary");
+
+  const std::string mass = copy("mass.h5", bytes.size());
+  H5Edit(mass).poke<uint64_t>("reference/rest_mass", 2, 0x3fe0000000000000ull, H5T_NATIVE_UINT64);  // 0.5
+  expect_rejected(mass, "sum to");
+
+  const std::string kept = copy("kept.h5", bytes.size());
+  H5Edit(kept).poke<uint32_t>("reference/kept", 0, 0, H5T_NATIVE_UINT32);
+  expect_rejected(kept, "reference/kept[0] = 0");
+
+  const std::string magic = copy("magic.h5", bytes.size());
+  {
+    H5Edit e(magic);
+    H5Adelete(e.f, "sjkv_format");
+  }
+  expect_rejected(magic, "no sjkv_format attribute");
+
+  expect_rejected(temp_path("does-not-exist.h5"), "cannot open");
+  for (const std::string& p : {good, truncated, version, nan_logit, id_range, token_range, mass, kept, magic})
+    std::remove(p.c_str());
+}
