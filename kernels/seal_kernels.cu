@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(kSealThreads) seal_kernel(RecordLayout l, uint
                                                             TrellisCodebooks cb, const uint16_t* k, const uint16_t* v,
                                                             size_t stride, size_t rec_stride, uint8_t* out,
                                                             RecordStatus* status, uint8_t* scratch,
-                                                            size_t scratch_per_block) {
+                                                            size_t scratch_per_block, bool tile_in_shared) {
   __shared__ unsigned first_bad;
   const size_t ri = blockIdx.x;
   const uint16_t* kr = k + ri * rec_stride;
@@ -375,7 +375,12 @@ __global__ void __launch_bounds__(kSealThreads) seal_kernel(RecordLayout l, uint
     }
     return;
   }
-  const SealScratch s = scratch_at(scratch + blockIdx.x * scratch_per_block, D, G);
+  SealScratch s = scratch_at(scratch + blockIdx.x * scratch_per_block, D, G);
+  if (tile_in_shared) {
+    // The balanced tile in shared memory: every balancing pass reads and writes it.
+    extern __shared__ float shared_tile[];
+    s.cur = shared_tile;
+  }
   const Tile tk{kr, stride, true, D, G};
   const Tile tv{vr, stride, false, G, D};
   if (l.body == Body::trellis) {
@@ -536,7 +541,8 @@ Status to_status(const RecordStatus& s, size_t record) {
 }
 
 struct Engine::Impl {
-  DevBuf scratch, id4, cbk, cbv, k, v, out, status, x, bad;
+  DevBuf scratch, id4, cbk, cbv, k, v, out, status;
+  bool shared_tile = true;
   std::vector<RecordStatus> host_status;
   // Upload of the 4-bit identity codebook (the built-in 4-bit table) for this engine.
   std::string identity4(const uint16_t** p) {
@@ -587,6 +593,7 @@ struct Engine::Impl {
 
 Engine::Engine() : impl_(new Impl) {}
 Engine::~Engine() { delete impl_; }
+void Engine::set_shared_tile(bool on) { impl_->shared_tile = on; }
 
 std::string Engine::seal_async(const RecordLayout& l, const SealOptions& opt, size_t n, const uint16_t* k,
                                const uint16_t* v, size_t row_stride, size_t record_stride, uint8_t* out,
@@ -635,11 +642,28 @@ std::string Engine::seal_async(const RecordLayout& l, const SealOptions& opt, si
     std::string e = impl_->scratch.ensure(chunk * per);
     if (!e.empty()) return e;
   }
+  // The tile goes to shared memory when it fits the per-block opt-in limit (D*G*4 bytes:
+  // 128 KiB at D = 256), else it stays in the global scratch.
+  const size_t tile_bytes = static_cast<size_t>(l.head_dim) * l.group * sizeof(float);
+  bool in_shared = false;
+  if (impl_->shared_tile) {
+    int dev = 0, optin = 0;
+    SJKV_CU(cudaGetDevice(&dev), "cudaGetDevice");
+    SJKV_CU(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "cudaDeviceGetAttribute");
+    // Leave room for the kernel's static shared memory (codebook, Viterbi costs).
+    const size_t static_bytes = 12 * 1024;
+    if (tile_bytes + static_bytes <= static_cast<size_t>(optin)) {
+      SJKV_CU(cudaFuncSetAttribute(seal_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(tile_bytes)),
+              "cudaFuncSetAttribute");
+      in_shared = true;
+    }
+  }
   for (size_t r0 = 0; r0 < n; r0 += chunk) {
     const size_t m = n - r0 < chunk ? n - r0 : chunk;
-    seal_kernel<<<static_cast<unsigned>(m), kSealThreads, 0, stream>>>(
+    seal_kernel<<<static_cast<unsigned>(m), kSealThreads, in_shared ? tile_bytes : 0, stream>>>(
         l, opt.iters, opt.balance, cb, k + r0 * record_stride, v + r0 * record_stride, row_stride, record_stride,
-        out + r0 * l.bytes, status + r0, static_cast<uint8_t*>(impl_->scratch.p), per);
+        out + r0 * l.bytes, status + r0, static_cast<uint8_t*>(impl_->scratch.p), per, in_shared);
     SJKV_CU(cudaGetLastError(), "seal kernel launch");
   }
   return "";

@@ -199,6 +199,23 @@ TEST(GpuSeal, TrellisRuntimeCodebooks) {
     }
 }
 
+// The tile in global memory (the path D*G too large for shared memory takes) gives the
+// same bytes as the shared-memory path.
+TEST(GpuSeal, GlobalMemoryTilePath) {
+  SJKV_REQUIRE_GPU();
+  cuda::Engine eng;
+  eng.set_shared_tile(false);
+  const Tiles x(256, 128, 3, 1234, true);
+  SealOptions o;
+  expect_same_seal(eng, make_layout(256, 128, 4, 4, Body::scalar), o, x);
+  expect_same_seal(eng, make_layout(256, 128, 3, 3, Body::scalar), o, x);
+  expect_same_seal(eng, make_layout(256, 128, 3, 2, Body::trellis), o, x);
+  expect_same_seal(eng, make_layout(256, 128, 2, 2, Body::trellis, TrellisAxis::channel), o, x);
+  o.balance = BalanceMode::best_of;
+  o.iters = 8;
+  expect_same_seal(eng, make_layout(256, 128, 4, 2, Body::scalar), o, x);
+}
+
 // A 4096-token commit of 16 layers x 4 kv heads at D = 256: 2,048 records in one call.
 TEST(GpuSeal, ThousandsOfRecordsPerLaunch) {
   SJKV_REQUIRE_GPU();

@@ -67,6 +67,10 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
+  // Seal with the balanced tile in shared memory when it fits (default), or always in global
+  // memory (for benchmarks and tests of both paths). The bytes are the same.
+  void set_shared_tile(bool on);
+
   // Device API. k / v: device fp16 halves, record i's row t at k + i*record_stride +
   // t*row_stride (record_stride 0: G*row_stride). out: device, n*l.bytes bytes, 4-byte
   // aligned. status: device, n entries. opt.codebooks: DEVICE pointers (null: built-in
