@@ -68,7 +68,9 @@ double median_ms(int warm, int runs, const std::function<void()>& fn) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Timed runs per figure: the first argument, else $BENCH_RUNS, else 25.
   int runs = 25;
+  if (const char* e = std::getenv("BENCH_RUNS")) runs = std::max(3, std::atoi(e));
   if (argc > 1) runs = std::max(3, std::atoi(argv[1]));
   if (cuda::device_count() == 0) {
     std::printf("bench_gpu_seal: no CUDA device present; skipped\n");

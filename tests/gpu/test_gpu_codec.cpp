@@ -1,6 +1,8 @@
 // Device bytes against the CPU reference: staging rows, sealed records, decoded rows.
 #include <gtest/gtest.h>
 
+#include <cuda_runtime_api.h>
+
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -186,5 +188,72 @@ TEST(GpuCodec, TunedDecodeMatchesCpuBothBodies) {
       const uint8_t* g = reinterpret_cast<const uint8_t*>(&dec[n * 2 * 128 * D]);
       for (size_t i = 0; i < 64; ++i) ASSERT_EQ(g[i], 0xEE) << "guard overwritten";
     }
+  }
+}
+
+// The device APIs write exactly their outputs: 0xEE guard bytes after each device buffer
+// stay as they were.
+TEST(GpuCodec, DeviceOutputsKeepTheirGuards) {
+  SJKV_REQUIRE_GPU();
+  const size_t guard = 64;
+  auto dev = [](size_t bytes) {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
+    return static_cast<uint8_t*>(p);
+  };
+  auto guard_ok = [&](const uint8_t* d, size_t used) {
+    std::vector<uint8_t> h(guard);
+    EXPECT_EQ(cudaMemcpy(h.data(), d + used, guard, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (uint8_t b : h)
+      if (b != 0xEE) return false;
+    return true;
+  };
+  cuda::Engine eng;
+  const uint32_t D = 256, n_rows = 333;
+  const std::vector<float> x = model_rows(n_rows, D, 3);
+  float* dx = reinterpret_cast<float*>(dev(x.size() * 4));
+  ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  for (StagingType t : {StagingType::tq6_0, StagingType::q8_0, StagingType::f16}) {
+    const size_t rb = staging_row_bytes(t, D);
+    uint8_t* rows = dev(n_rows * rb + guard);
+    uint8_t* bad = dev(n_rows * 4 + guard);
+    uint8_t* dec = dev(static_cast<size_t>(n_rows) * D * 4 + guard);
+    ASSERT_EQ(cudaMemset(rows, 0xEE, n_rows * rb + guard), cudaSuccess);
+    ASSERT_EQ(cudaMemset(bad, 0xEE, n_rows * 4 + guard), cudaSuccess);
+    ASSERT_EQ(cudaMemset(dec, 0xEE, static_cast<size_t>(n_rows) * D * 4 + guard), cudaSuccess);
+    ASSERT_EQ(eng.staging_write_async(t, dx, n_rows, D, D, rows, reinterpret_cast<int32_t*>(bad), 0), "");
+    ASSERT_EQ(eng.staging_decode_async(t, rows, n_rows, D, reinterpret_cast<float*>(dec), 0), "");
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_TRUE(guard_ok(rows, n_rows * rb)) << staging_name(t);
+    EXPECT_TRUE(guard_ok(bad, n_rows * 4)) << staging_name(t);
+    EXPECT_TRUE(guard_ok(dec, static_cast<size_t>(n_rows) * D * 4)) << staging_name(t);
+    cudaFree(rows);
+    cudaFree(bad);
+    cudaFree(dec);
+  }
+  cudaFree(dx);
+  // Record decode.
+  const size_t n = 5;
+  std::vector<uint16_t> K(n * 128 * D), V(n * 128 * D);
+  std::vector<int32_t> chf(D);
+  std::vector<const uint16_t*> kp(n), vp(n);
+  for (size_t i = 0; i < n; ++i) {
+    fill_group(D, 128, 60 + i, &K[i * 128 * D], &V[i * 128 * D], chf.data());
+    kp[i] = &K[i * 128 * D];
+    vp[i] = &V[i * 128 * D];
+  }
+  for (const RecordLayout& l : {make_layout(D, 128, 4, 4, Body::scalar), make_layout(D, 128, 3, 2, Body::trellis)}) {
+    std::vector<uint8_t> rec(n * l.bytes);
+    ASSERT_TRUE(seal_records(l, SealOptions{}, n, kp.data(), vp.data(), D, rec.data()).ok());
+    uint8_t* drec = dev(rec.size());
+    const size_t out_bytes = n * 2 * 128 * D * 4;
+    uint8_t* dout = dev(out_bytes + guard);
+    ASSERT_EQ(cudaMemcpy(drec, rec.data(), rec.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemset(dout, 0xEE, out_bytes + guard), cudaSuccess);
+    ASSERT_EQ(eng.decode_async(l, TrellisCodebooks{}, n, drec, reinterpret_cast<float*>(dout), 0), "");
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_TRUE(guard_ok(dout, out_bytes));
+    cudaFree(drec);
+    cudaFree(dout);
   }
 }
