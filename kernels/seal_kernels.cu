@@ -633,11 +633,13 @@ std::string Engine::seal_async(const RecordLayout& l, const SealOptions& opt, si
     if (!e.empty()) return e;
   }
   const size_t per = scratch_bytes(l.head_dim, l.group);
-  // At most ~512 MiB of scratch (and 65535 blocks) per launch; more records run in chunks.
-  size_t chunk = (size_t{512} << 20) / per;
+  // At most ~1 GiB of scratch (and 65535 blocks) per launch; more records run in chunks of
+  // equal size, so no launch is a small tail.
+  size_t chunk = (size_t{1} << 30) / per;
   if (chunk < 1) chunk = 1;
   if (chunk > 65535) chunk = 65535;
-  if (chunk > n) chunk = n;
+  const size_t n_chunks = (n + chunk - 1) / chunk;
+  chunk = (n + n_chunks - 1) / n_chunks;
   {
     std::string e = impl_->scratch.ensure(chunk * per);
     if (!e.empty()) return e;
