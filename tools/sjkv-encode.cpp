@@ -89,8 +89,10 @@ std::string json_str(const std::string& s) {
 }
 
 int run_encode(const EncodeArgs& a) {
-  if (a.device == "cuda")
-    throw std::invalid_argument("--device cuda: the CUDA encode path is not part of this build; use --device cpu");
+  std::string device_used;
+  const EncodeDevice device = resolve_encode_device(
+      a.device == "cuda" ? EncodeDevice::cuda : a.device == "cpu" ? EncodeDevice::cpu : EncodeDevice::automatic,
+      &device_used);
   ImportOptions io;
   io.head_dim = a.head_dim;
   io.layers = a.layers;
@@ -101,6 +103,7 @@ int run_encode(const EncodeArgs& a) {
   eo.config = config_from(a);
   eo.config.head_dim = cap.head_dim;
   eo.n_ubatch = a.ubatch;
+  eo.device = device;
   // Raw table files, at most one per bit width; each side takes the file of its width.
   std::vector<RawCodebook> tables;
   for (const std::string& f : a.codebooks) {
@@ -140,9 +143,9 @@ int run_encode(const EncodeArgs& a) {
   bar.finish();
   write_snapshot(a.output, snap);
   if (!a.quiet)
-    std::fprintf(stderr, "%s: %s: %u layers, %u tokens, B=%u -> %s (%s, device cpu)\n", kTool, a.input.c_str(),
+    std::fprintf(stderr, "%s: %s: %u layers, %u tokens, B=%u -> %s (%s, device %s)\n", kTool, a.input.c_str(),
                  static_cast<unsigned>(snap.layers.size()), snap.N, snap.B, a.output.c_str(),
-                 snap.config.name().c_str());
+                 snap.config.name().c_str(), device_used.c_str());
   return cli::kOk;
 }
 

@@ -65,7 +65,8 @@ Status LayerCache::store(uint32_t p, const float* k, const float* v) {
   return st;
 }
 
-Status LayerCache::seal(uint32_t from, uint32_t to, const SealOptions& opt, SealPath path, int n_threads) {
+Status LayerCache::seal(uint32_t from, uint32_t to, const SealOptions& opt, SealPath path, int n_threads,
+                        const RecordSealer* sealer) {
   if (to <= from) return Status{};
   const uint32_t D = cfg_.head_dim, G = cfg_.group;
   const uint32_t n_grp = (to - from) / G;
@@ -88,6 +89,7 @@ Status LayerCache::seal(uint32_t from, uint32_t to, const SealOptions& opt, Seal
     }
   const uint32_t g0 = (from - cfg_.sink) / G;
   uint8_t* out = body_.data() + static_cast<size_t>(g0) * n_head_kv_ * layout_.bytes;
+  if (sealer && *sealer) return (*sealer)(layout_, opt, n_rec, kp.data(), vp.data(), D, out);
   return seal_records(layout_, opt, n_rec, kp.data(), vp.data(), D, out, path, n_threads);
 }
 
@@ -129,7 +131,7 @@ Status SequenceCache::seal_pending(uint32_t* groups_sealed) {
   const uint32_t from = policy_.B, to = policy_.B_pending;
   if (groups_sealed) *groups_sealed = to > from ? (to - from) / cfg_.group : 0;
   for (auto& layer : layers_) {
-    Status st = layer.seal(from, to, opt_, path_, n_threads_);
+    Status st = layer.seal(from, to, opt_, path_, n_threads_, &sealer_);
     if (!st.ok()) return st;
   }
   if (to > from) ++commits_;

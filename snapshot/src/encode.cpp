@@ -11,7 +11,33 @@
 #include "sjkv/hadamard.h"
 #include "sjkv/trellis.h"
 
+#if defined(SJKV_SNAPSHOT_CUDA)
+#include <memory>
+
+#include "sjkv/cuda/codec_cuda.h"
+#endif
+
 namespace sjkv {
+
+EncodeDevice resolve_encode_device(EncodeDevice d, std::string* what) {
+  if (d == EncodeDevice::cpu) {
+    if (what) *what = "cpu";
+    return d;
+  }
+#if defined(SJKV_SNAPSHOT_CUDA)
+  const int n = cuda::device_count();
+  if (n > 0) {
+    if (what) *what = "cuda (" + cuda::device_name(0) + ")";
+    return EncodeDevice::cuda;
+  }
+  if (d == EncodeDevice::cuda) throw std::invalid_argument("--device cuda: no CUDA device present");
+#else
+  if (d == EncodeDevice::cuda)
+    throw std::invalid_argument("--device cuda: this build has no CUDA kernels; use --device cpu");
+#endif
+  if (what) *what = "cpu";
+  return EncodeDevice::cpu;
+}
 
 namespace {
 
@@ -68,6 +94,20 @@ Snapshot encode_capture(const Capture& cap, const EncodeOptions& opt) {
   so.codebooks = opt.codebooks;
   SequenceCache seq(cfg, shape, so, opt.path, threads);
   if (!seq.status().ok()) throw std::invalid_argument(seq.status().message());
+  if (resolve_encode_device(opt.device, nullptr) == EncodeDevice::cuda) {
+#if defined(SJKV_SNAPSHOT_CUDA)
+    auto engine = std::make_shared<cuda::Engine>();
+    seq.set_sealer([engine](const RecordLayout& l, const SealOptions& o, size_t n_rec, const uint16_t* const* k,
+                            const uint16_t* const* v, size_t stride, uint8_t* out) {
+      std::vector<Status> st;
+      const std::string err = engine->seal(l, o, n_rec, k, v, stride, out, &st);
+      if (!err.empty()) throw std::runtime_error("CUDA seal failed: " + err);
+      for (const Status& s : st)
+        if (!s.ok()) return s;  // the lowest failing record, as seal_records reports it
+      return Status{};
+    });
+#endif
+  }
 
   std::vector<float> k, v;
   const uint32_t N = cap.tokens;

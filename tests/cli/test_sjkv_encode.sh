@@ -425,11 +425,27 @@ expect_rc "encode onto a directory" 2 encode in.kvd -o out/isdir.h5 -q
 one_line_error "encode onto a directory" out/isdir.h5 ""
 check "encode onto a directory: no temporary file" bash -c "! compgen -G 'out/.isdir.h5.tmp-*' >/dev/null"
 check "encode onto a directory: the directory is still there" test -d out/isdir.h5
-expect_rc "encode --device cuda" 2 encode in.kvd -o cuda.h5 --device cuda
-one_line_error "encode --device cuda" "--device cuda" "cuda"
-no_output_left "encode --device cuda" cuda.h5
 expect_rc "encode --device cpu" 0 encode in.kvd -o cpu.h5 --device cpu -q --tail 128 --tail-max 256 --ubatch 64
 check "--device cpu gives the same bytes as auto" cmp -s cpu.h5 a44-t1.h5
+expect_rc "encode --device cpu (not quiet)" 0 encode in.kvd -o cpu2.h5 --device cpu --tail 128 --tail-max 256 --ubatch 64
+check "--device cpu says it used the cpu" grep -q "device cpu)" "$ERR"
+# auto says which device it used: a CUDA device when the build has the kernels and one is
+# present, else the CPU. --device cuda then seals on it with the CPU's bytes, or without one
+# exits 2 with a one-line error and no output.
+expect_rc "encode --device auto (not quiet)" 0 encode in.kvd -o auto.h5 --device auto --tail 128 --tail-max 256 --ubatch 64
+check "--device auto names the device it used" grep -Eq "device (cpu|cuda \(.+\))\)" "$ERR"
+check "--device auto gives the cpu's bytes" cmp -s auto.h5 cpu.h5
+if grep -q "device cuda (" "$ERR"; then
+  expect_rc "encode --device cuda" 0 encode in.kvd -o cuda.h5 --device cuda -q --tail 128 --tail-max 256 --ubatch 64
+  check "--device cuda gives the cpu's bytes" cmp -s cuda.h5 cpu.h5
+  expect_rc "encode --device cuda 3/2t" 0 encode in.kvd -o cuda32.h5 --device cuda -q --bits 3/2 --ubatch 64
+  expect_rc "encode --device cpu 3/2t" 0 encode in.kvd -o cpu32.h5 --device cpu -q --bits 3/2 --ubatch 64
+  check "--device cuda gives the cpu's bytes at 3/2t" cmp -s cuda32.h5 cpu32.h5
+else
+  expect_rc "encode --device cuda" 2 encode in.kvd -o cuda.h5 --device cuda
+  one_line_error "encode --device cuda" "--device cuda" "cuda"
+  no_output_left "encode --device cuda" cuda.h5
+fi
 
 # Nothing stray anywhere in the scratch tree
 stray=$(find "$SCRATCH" -name '.*.tmp-*' | head -3)

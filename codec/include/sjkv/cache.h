@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "sjkv/cache_view.h"
@@ -20,6 +21,12 @@ struct CacheShape {
   uint32_t n_ubatch = 512;
 };
 
+// A replacement for seal_records (same arguments and result, minus path and threads), e.g.
+// a GPU sealer; the cache calls it with all records of one layer per commit.
+using RecordSealer = std::function<Status(const RecordLayout&, const SealOptions&, size_t n_records,
+                                          const uint16_t* const* k_rows, const uint16_t* const* v_rows,
+                                          size_t row_stride, uint8_t* out)>;
+
 class LayerCache {
  public:
   LayerCache(const CodecConfig& cfg, uint32_t n_head_kv, uint32_t n_ctx, uint32_t cap);
@@ -33,7 +40,8 @@ class LayerCache {
   Status encode_entry(uint32_t p, const float* k, const float* v, uint8_t* entry) const;
   void write_entry(uint32_t p, const uint8_t* entry);
   // Seal groups [from, to) from the staged rows (positions multiple of G past the sink).
-  Status seal(uint32_t from, uint32_t to, const SealOptions& opt, SealPath path, int n_threads);
+  Status seal(uint32_t from, uint32_t to, const SealOptions& opt, SealPath path, int n_threads,
+              const RecordSealer* sealer = nullptr);
 
   CacheView view(uint32_t B, uint32_t N) const;
   uint32_t cap() const { return cap_; }
@@ -82,6 +90,8 @@ class SequenceCache {
   const CodecConfig& config() const { return cfg_; }
   const CacheShape& shape() const { return shape_; }
   uint32_t commits() const { return commits_; }
+  // Seal with `f` instead of the CPU sealer (an empty function restores the CPU).
+  void set_sealer(RecordSealer f) { sealer_ = std::move(f); }
 
  private:
   Status seal_pending(uint32_t* groups_sealed);
@@ -92,6 +102,7 @@ class SequenceCache {
   int n_threads_;
   JournalPolicy policy_{};
   std::vector<LayerCache> layers_;
+  RecordSealer sealer_;
   std::vector<std::vector<uint8_t>> entries_;
   uint32_t n_ = 0, commits_ = 0;
   Status status_;

@@ -1,0 +1,474 @@
+// Device code of the tuned seal, decode and staging kernels (kernels/seal_kernels.cu).
+// Included inside namespace sjkv::cuda::<anonymous> by the .cu file and, on the host, by
+// tests/test_seal_simt.cpp, which runs these very functions under a thread-per-lane
+// emulation of the CUDA execution model (barriers, warp shuffles, atomics), so the
+// kernels' indexing, synchronisation and bytes are checked on machines without a GPU.
+// Not a standalone header: the includer provides the CUDA names (or their emulation) and
+// SJKV_DYN_SHARED(type, name), the block's dynamic shared memory as `type* name`.
+#pragma once
+
+constexpr unsigned kSealThreads = 256;
+constexpr unsigned kSealWarps = kSealThreads / 32;
+constexpr unsigned kFull = 0xffffffffu;
+
+// ---- per-record scratch in global memory -------------------------------------------------
+
+struct SealScratch {
+  double* L_row;
+  double* L_col;
+  float* cur;
+  float* s_row;
+  float* s_col;
+  float* best_row;
+  float* best_col;
+  float* lo;
+  float* step;
+  float* sd_row;
+  float* sd_col;
+  float* y;         // [warps][V]
+  uint8_t* choice;  // [warps][V][64]
+};
+
+// Bytes of one record's scratch for D x G (V = max(D, G)), 256-byte aligned.
+__host__ __device__ inline size_t scratch_bytes(uint32_t D, uint32_t G) {
+  const size_t V = D > G ? D : G;
+  size_t b = 2 * V * sizeof(double) + static_cast<size_t>(D) * G * sizeof(float) + 9 * V * sizeof(float) +
+             kSealWarps * V * sizeof(float) + kSealWarps * V * kTrellisStates;
+  return (b + 255) & ~size_t{255};
+}
+
+__device__ inline SealScratch scratch_at(uint8_t* base, uint32_t D, uint32_t G) {
+  const size_t V = D > G ? D : G;
+  SealScratch s;
+  double* d = reinterpret_cast<double*>(base);
+  s.L_row = d;
+  s.L_col = d + V;
+  float* f = reinterpret_cast<float*>(d + 2 * V);
+  s.cur = f;
+  f += static_cast<size_t>(D) * G;
+  s.s_row = f; f += V;
+  s.s_col = f; f += V;
+  s.best_row = f; f += V;
+  s.best_col = f; f += V;
+  s.lo = f; f += V;
+  s.step = f; f += V;
+  s.sd_row = f; f += V;
+  s.sd_col = f; f += V;
+  f += V;  // spare
+  s.y = f;
+  f += kSealWarps * V;
+  s.choice = reinterpret_cast<uint8_t*>(f);
+  return s;
+}
+
+// One side's tile M [R][C] read from fp16 rows: K: M[d][t], V: M[t][d].
+struct Tile {
+  const uint16_t* rows;
+  size_t stride;
+  bool is_k;
+  uint32_t R, C;
+  __device__ float M(uint32_t r, uint32_t c) const {
+    return f16_to_f32(is_k ? rows[static_cast<size_t>(c) * stride + r] : rows[static_cast<size_t>(r) * stride + c]);
+  }
+};
+
+// The pairwise combine of the 8 chunk sums held by 8 consecutive lanes (contract tree).
+__device__ inline double combine8_xor(double v) {
+  v = op::dadd(v, __shfl_xor_sync(kFull, v, 1));
+  v = op::dadd(v, __shfl_xor_sync(kFull, v, 2));
+  v = op::dadd(v, __shfl_xor_sync(kFull, v, 4));
+  return v;
+}
+
+// Sample std (reduction contract) of nseq sequences of n values: sequence s element i at
+// base[s*seq_step + i*elem_step]. 8 lanes per sequence; every thread of the block calls it.
+__device__ void sstd_all(const float* base, uint32_t nseq, size_t seq_step, size_t elem_step, uint32_t n,
+                         float* sd) {
+  const uint32_t lane8 = threadIdx.x & 7u, grp = threadIdx.x >> 3, ngrp = blockDim.x >> 3;
+  const uint32_t k = n / 8;
+  for (uint32_t s0 = 0; s0 < nseq; s0 += ngrp) {
+    const uint32_t s = s0 + grp;
+    const bool act = s < nseq;
+    const float* x = base + (act ? s : 0u) * seq_step;
+    double acc = 0.0;
+    if (act)
+      for (uint32_t i = lane8 * k; i < lane8 * k + k; ++i) acc = op::dadd(acc, static_cast<double>(x[i * elem_step]));
+    const double mean = op::ddiv(combine8_xor(acc), static_cast<double>(n));
+    double m2 = 0.0;
+    if (act)
+      for (uint32_t i = lane8 * k; i < lane8 * k + k; ++i) {
+        const double d = op::dsub(static_cast<double>(x[i * elem_step]), mean);
+        m2 = op::fma64(d, d, m2);
+      }
+    m2 = combine8_xor(m2);
+    if (act && lane8 == 0) sd[s] = bal::sstd_finish(m2, n);
+  }
+}
+
+__device__ void recompute(const Tile& T, const SealScratch& s) {
+  const uint32_t n = T.R * T.C;
+  for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const uint32_t r = i / T.C, c = i % T.C;
+    s.cur[i] = bal::rescale(T.M(r, c), s.s_col[c], s.s_row[r]);
+  }
+}
+
+// (max/min column std) + (max/min row std) of the current tile, as tile_imbalance_ref.
+__device__ double imbalance(const Tile& T, const SealScratch& s) {
+  __shared__ double result;
+  sstd_all(s.cur, T.C, 1, T.C, T.R, s.sd_col);
+  sstd_all(s.cur, T.R, T.C, 1, T.C, s.sd_row);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float cmax = 0.0f, cmin = 0.0f, rmax = 0.0f, rmin = 0.0f;
+    for (uint32_t c = 0; c < T.C; ++c) {
+      const float sd = s.sd_col[c];
+      cmax = c == 0 ? sd : op::maxS(cmax, sd);
+      cmin = c == 0 ? sd : op::minS(cmin, sd);
+    }
+    for (uint32_t r = 0; r < T.R; ++r) {
+      const float sd = s.sd_row[r];
+      rmax = r == 0 ? sd : op::maxS(rmax, sd);
+      rmin = r == 0 ? sd : op::minS(rmin, sd);
+    }
+    result = op::dadd(bal::spread_ratio(cmax, cmin), bal::spread_ratio(rmax, rmin));
+  }
+  __syncthreads();
+  const double r = result;
+  __syncthreads();
+  return r;
+}
+
+__device__ void keep_best(const Tile& T, const SealScratch& s) {
+  for (uint32_t r = threadIdx.x; r < T.R; r += blockDim.x) s.best_row[r] = s.s_row[r];
+  for (uint32_t c = threadIdx.x; c < T.C; c += blockDim.x) s.best_col[c] = s.s_col[c];
+}
+
+// balance_tile_ref, block-parallel. Leaves s.cur, s.s_row, s.s_col as the reference does.
+__device__ void balance(const Tile& T, uint32_t iters, BalanceMode mode, const SealScratch& s) {
+  for (uint32_t r = threadIdx.x; r < T.R; r += blockDim.x) { s.s_row[r] = 1.0f; s.L_row[r] = 0.0; }
+  for (uint32_t c = threadIdx.x; c < T.C; c += blockDim.x) { s.s_col[c] = 1.0f; s.L_col[c] = 0.0; }
+  __syncthreads();
+  recompute(T, s);
+  __syncthreads();
+  double best = 0.0;
+  const bool best_of = mode == BalanceMode::best_of;
+  if (best_of) {
+    best = imbalance(T, s);
+    keep_best(T, s);
+    __syncthreads();
+  }
+  for (uint32_t it = 0; it < iters; ++it) {
+    sstd_all(s.cur, T.C, 1, T.C, T.R, s.sd_col);
+    __syncthreads();
+    for (uint32_t c = threadIdx.x; c < T.C; c += blockDim.x) {
+      s.L_col[c] = bal::update_log(s.L_col[c], s.sd_col[c]);
+      s.s_col[c] = bal::scale_of_log(s.L_col[c]);
+    }
+    __syncthreads();
+    recompute(T, s);
+    __syncthreads();
+    sstd_all(s.cur, T.R, T.C, 1, T.C, s.sd_row);
+    __syncthreads();
+    for (uint32_t r = threadIdx.x; r < T.R; r += blockDim.x) {
+      s.L_row[r] = bal::update_log(s.L_row[r], s.sd_row[r]);
+      s.s_row[r] = bal::scale_of_log(s.L_row[r]);
+    }
+    __syncthreads();
+    recompute(T, s);
+    __syncthreads();
+    if (best_of) {
+      const double imb = imbalance(T, s);
+      if (imb <= best) {  // ties go to the later pass
+        best = imb;
+        keep_best(T, s);
+      }
+      __syncthreads();
+    }
+  }
+  if (best_of) {
+    for (uint32_t r = threadIdx.x; r < T.R; r += blockDim.x) s.s_row[r] = s.best_row[r];
+    for (uint32_t c = threadIdx.x; c < T.C; c += blockDim.x) s.s_col[c] = s.best_col[c];
+    __syncthreads();
+    recompute(T, s);
+    __syncthreads();
+  }
+}
+
+// Balance, then the per-row affine of §5.4 (seal_side_prepare_ref), one thread per row.
+__device__ void prepare(const RecordLayout& l, const Tile& T, uint32_t iters, BalanceMode mode,
+                        const SealScratch& s, uint8_t* rec) {
+  balance(T, iters, mode, s);
+  const uint32_t qmax = (1u << (T.is_k ? l.bits_k : l.bits_v)) - 1u;
+  for (uint32_t r = threadIdx.x; r < T.R; r += blockDim.x) {
+    const float* row = s.cur + static_cast<size_t>(r) * T.C;
+    float lo = row[0], hi = row[0];
+    for (uint32_t c = 1; c < T.C; ++c) { lo = op::minS(lo, row[c]); hi = op::maxS(hi, row[c]); }
+    const float step = bal::affine_step(lo, hi, qmax);
+    const float sr = s.s_row[r];
+    s.lo[r] = lo;
+    s.step[r] = step;
+    const uint32_t i = T.is_k ? k_ch_idx(l, r) : r;
+    store_u16(rec + (T.is_k ? l.k_scale : l.v_scale) + 2 * i, f32_to_f16(op::fmul(sr, step)));
+    store_u16(rec + (T.is_k ? l.k_zero : l.v_zero) + 2 * i, f32_to_f16(op::fmul(sr, lo)));
+  }
+  __syncthreads();
+}
+
+__device__ void columns(const RecordLayout& l, const Tile& T, const SealScratch& s, uint8_t* rec) {
+  for (uint32_t c = threadIdx.x; c < T.C; c += blockDim.x) {
+    const uint16_t h = f32_to_f16(s.s_col[c]);
+    if (T.is_k) store_u16(rec + l.k_tok + 2 * c, h); else store_u16(rec + l.v_ch + 2 * v_ch_idx(l, c), h);
+  }
+}
+
+__device__ void scalar_side(const RecordLayout& l, const Tile& T, uint32_t iters, BalanceMode mode,
+                            const SealScratch& s, uint8_t* rec) {
+  prepare(l, T, iters, mode, s, rec);
+  const Side side = T.is_k ? Side::k : Side::v;
+  const uint32_t b = T.is_k ? l.bits_k : l.bits_v;
+  const uint32_t qmax = (1u << b) - 1u;
+  uint32_t* words = reinterpret_cast<uint32_t*>(rec + (T.is_k ? l.k_payload : l.v_payload));
+  const uint32_t n = T.R * T.C;
+  for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const uint32_t r = i / T.C, c = i % T.C;
+    const uint32_t q = bal::rtn_code(s.cur[i], s.lo[r], s.step[r], qmax);
+    if (q == 0) continue;
+    const uint32_t t = T.is_k ? c : r, d = T.is_k ? r : c;
+    const uint32_t bit = code_bit(l, side, t, d);
+    const uint32_t w = bit >> 5, sh = bit & 31u;
+    atomicOr(&words[w], q << sh);
+    if (sh + b > 32) atomicOr(&words[w + 1], q >> (32 - sh));
+  }
+  columns(l, T, s, rec);
+  __syncthreads();
+}
+
+__device__ void trellis_side(const RecordLayout& l, const Tile& T, uint32_t iters, BalanceMode mode,
+                             const uint16_t* table, const SealScratch& s, uint8_t* rec) {
+  __shared__ float cbf[kTrellisMaxEntries];
+  __shared__ float phi[kSealWarps][2][kTrellisStates];
+  const uint32_t b = T.is_k ? l.bits_k : l.bits_v;
+  const uint32_t nb = 1u << b;
+  for (uint32_t w = threadIdx.x; w < trellis_entries(b); w += blockDim.x) cbf[w] = f16_to_f32(table[w]);
+  prepare(l, T, iters, mode, s, rec);  // ends with a barrier, so cbf is complete too
+  uint8_t* payload = rec + (T.is_k ? l.k_payload : l.v_payload);
+  const bool ch_axis = l.axis == TrellisAxis::channel;
+  const uint32_t S = l.trellis_seqs(), n = l.trellis_len();
+  const uint32_t V = l.head_dim > l.group ? l.head_dim : l.group;
+  const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
+  float* y = s.y + static_cast<size_t>(warp) * V;
+  uint8_t* choice = s.choice + static_cast<size_t>(warp) * V * kTrellisStates;
+  for (uint32_t q = warp; q < S; q += kSealWarps) {
+    for (uint32_t i = lane; i < n; i += 32) {
+      const uint32_t t = ch_axis ? q : i, d = ch_axis ? i : q;
+      const uint32_t r = T.is_k ? d : t, c = T.is_k ? t : d;
+      y[i] = trellis::target(s.cur[static_cast<size_t>(r) * T.C + c], s.lo[r], s.step[r]);
+    }
+    float* cur = phi[warp][0];
+    float* nxt = phi[warp][1];
+    cur[lane] = 0.0f;
+    cur[lane + 32] = 0.0f;
+    __syncwarp();
+    for (uint32_t i = n; i-- > 0;) {
+      const float yi = y[i];
+      for (uint32_t h = 0; h < 2; ++h) {
+        const uint32_t st = lane + 32 * h;
+        float best = f32_from_bits(0x7f800000u);
+        uint32_t bj = 0;
+        for (uint32_t j = 0; j < nb; ++j) {
+          const uint32_t w = st + kTrellisStates * j;
+          const float cost = trellis::branch_cost(yi, cbf[w], cur[trellis::next_state(w, b)]);
+          if (cost < best) {
+            best = cost;
+            bj = j;
+          }
+        }
+        nxt[st] = best;
+        choice[static_cast<size_t>(i) * kTrellisStates + st] = static_cast<uint8_t>(bj);
+      }
+      __syncwarp();
+      float* tmp = cur;
+      cur = nxt;
+      nxt = tmp;
+    }
+    if (lane == 0) {
+      uint32_t st = 0;
+      const uint32_t seq_bit = q * n * b;
+      for (uint32_t i = 0; i < n; ++i) {
+        const uint32_t c = choice[static_cast<size_t>(i) * kTrellisStates + st];
+        put_bits(payload, seq_bit + i * b, b, c);
+        st = trellis::next_state(st + kTrellisStates * c, b);
+      }
+    }
+    __syncwarp();
+  }
+  __syncthreads();
+  for (uint32_t r = threadIdx.x; r < T.R; r += blockDim.x) {
+    trellis::RefitSums sums;
+    for (uint32_t c = 0; c < T.C; ++c) {
+      const uint32_t t = T.is_k ? c : r, d = T.is_k ? r : c;
+      trellis::refit_add(sums, s.cur[static_cast<size_t>(r) * T.C + c], cbf[trellis::window_at(l, rec, T.is_k ? Side::k : Side::v, t, d)]);
+    }
+    double a, bz;
+    if (!trellis::refit_solve(sums, T.C, &a, &bz)) continue;
+    uint16_t sc, zp;
+    trellis::refit_store(s.s_row[r], a, bz, &sc, &zp);
+    const uint32_t i = T.is_k ? k_ch_idx(l, r) : r;
+    store_u16(rec + (T.is_k ? l.k_scale : l.v_scale) + 2 * i, sc);
+    store_u16(rec + (T.is_k ? l.k_zero : l.v_zero) + 2 * i, zp);
+  }
+  columns(l, T, s, rec);
+  __syncthreads();
+}
+
+__global__ void __launch_bounds__(kSealThreads) seal_kernel(RecordLayout l, uint32_t iters, BalanceMode mode,
+                                                            TrellisCodebooks cb, const uint16_t* k, const uint16_t* v,
+                                                            size_t stride, size_t rec_stride, uint8_t* out,
+                                                            RecordStatus* status, uint8_t* scratch,
+                                                            size_t scratch_per_block, bool tile_in_shared) {
+  __shared__ unsigned first_bad;
+  const size_t ri = blockIdx.x;
+  const uint16_t* kr = k + ri * rec_stride;
+  const uint16_t* vr = v + ri * rec_stride;
+  uint8_t* rec = out + ri * l.bytes;
+  const uint32_t D = l.head_dim, G = l.group;
+  if (threadIdx.x == 0) first_bad = UINT_MAX;
+  uint32_t* words = reinterpret_cast<uint32_t*>(rec);
+  for (uint32_t i = threadIdx.x; i < l.bytes / 4; i += blockDim.x) words[i] = 0;
+  __syncthreads();
+  // First NaN/Inf: K before V, token-major, as check_finite_rows.
+  const uint32_t tile = D * G;
+  for (uint32_t i = threadIdx.x; i < 2 * tile; i += blockDim.x) {
+    const uint32_t j = i % tile, t = j / D, d = j % D;
+    const uint16_t h = (i < tile ? kr : vr)[static_cast<size_t>(t) * stride + d];
+    if ((h & 0x7c00u) == 0x7c00u) atomicMin(&first_bad, i);
+  }
+  __syncthreads();
+  if (first_bad != UINT_MAX) {
+    if (threadIdx.x == 0) {
+      const uint32_t j = first_bad % tile;
+      status[ri] = RecordStatus{static_cast<uint32_t>(ErrorCode::non_finite_input), first_bad < tile ? 0u : 1u, j / D,
+                                j % D};
+    }
+    return;
+  }
+  SealScratch s = scratch_at(scratch + blockIdx.x * scratch_per_block, D, G);
+  if (tile_in_shared) {
+    // The balanced tile in shared memory: every balancing pass reads and writes it.
+    SJKV_DYN_SHARED(float, shared_tile);
+    s.cur = shared_tile;
+  }
+  const Tile tk{kr, stride, true, D, G};
+  const Tile tv{vr, stride, false, G, D};
+  if (l.body == Body::trellis) {
+    trellis_side(l, tk, iters, mode, codebook_table(cb, Side::k, l.bits_k), s, rec);
+    trellis_side(l, tv, iters, mode, codebook_table(cb, Side::v, l.bits_v), s, rec);
+  } else {
+    scalar_side(l, tk, iters, mode, s, rec);
+    scalar_side(l, tv, iters, mode, s, rec);
+  }
+  if (threadIdx.x == 0) status[ri] = RecordStatus{0, 0, 0, 0};
+}
+
+
+// Decode: one warp per row (record r, row j: K rows 0..G-1 then V rows), lanes over d, the
+// per-element formula of decode_k_row_* / decode_v_row_*.
+__global__ void decode_rows_kernel(RecordLayout l, TrellisCodebooks cb, size_t n, const uint8_t* recs, float* out) {
+  const size_t row = (blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x) >> 5;
+  const uint32_t lane = threadIdx.x & 31u;
+  const size_t per = 2 * static_cast<size_t>(l.group);
+  if (row >= n * per) return;
+  const size_t r = row / per;
+  const uint32_t j = static_cast<uint32_t>(row % per);
+  const uint8_t* rec = recs + r * l.bytes;
+  float* o = out + row * l.head_dim;
+  const bool trel = l.body == Body::trellis;
+  if (j < l.group) {
+    const uint32_t t = j;
+    const uint16_t* table = trel ? codebook_table(cb, Side::k, l.bits_k) : nullptr;
+    const float tok = f16_to_f32(load_u16(rec + l.k_tok + 2 * t));
+    for (uint32_t d = lane; d < l.head_dim; d += 32) {
+      const uint32_t i = k_ch_idx(l, d);
+      const float sc = f16_to_f32(load_u16(rec + l.k_scale + 2 * i));
+      const float zp = f16_to_f32(load_u16(rec + l.k_zero + 2 * i));
+      const float q = trel ? trellis_q(l, rec, Side::k, t, d, table) : scalar_q(l, rec, Side::k, t, d);
+      o[d] = op::fmul(op::fadd(op::fmul(q, sc), zp), tok);
+    }
+  } else {
+    const uint32_t t = j - l.group;
+    const uint16_t* table = trel ? codebook_table(cb, Side::v, l.bits_v) : nullptr;
+    const float sc = f16_to_f32(load_u16(rec + l.v_scale + 2 * t));
+    const float zp = f16_to_f32(load_u16(rec + l.v_zero + 2 * t));
+    for (uint32_t d = lane; d < l.head_dim; d += 32) {
+      const float ch = f16_to_f32(load_u16(rec + l.v_ch + 2 * v_ch_idx(l, d)));
+      const float q = trel ? trellis_q(l, rec, Side::v, t, d, table) : scalar_q(l, rec, Side::v, t, d);
+      o[d] = op::fmul(op::fadd(op::fmul(q, sc), zp), ch);
+    }
+  }
+}
+
+// Staging write: one block per row. The row is copied to shared memory, rotated with the
+// butterflies of hadamard_inplace (each pair's two results depend only on that pair, so the
+// pairs of a stage run in parallel), then encoded one staging block per thread.
+__global__ void staging_write_kernel(StagingType t, const float* x, size_t n_rows, uint32_t D, uint32_t rot,
+                                     uint8_t* out, int32_t* bad) {
+  SJKV_DYN_SHARED(float, sx);
+  __shared__ int32_t first;
+  const size_t r = blockIdx.x;
+  if (r >= n_rows) return;
+  const float* xr = x + r * D;
+  for (uint32_t i = threadIdx.x; i < D; i += blockDim.x) sx[i] = xr[i];
+  if (threadIdx.x == 0) first = INT_MAX;
+  __syncthreads();
+  if (rot > 1) {
+    for (uint32_t h = 1; h < rot; h <<= 1) {
+      for (uint32_t p = threadIdx.x; p < D / 2; p += blockDim.x) {
+        const uint32_t o = (p / (rot / 2)) * rot, q = p % (rot / 2);
+        const uint32_t j = o + (q / h) * 2 * h + q % h;
+        const float a = sx[j], b = sx[j + h];
+        sx[j] = op::fadd(a, b);
+        sx[j + h] = op::fsub(a, b);
+      }
+      __syncthreads();
+    }
+    const float sc = hadamard_scale(rot);
+    for (uint32_t i = threadIdx.x; i < D; i += blockDim.x) sx[i] = op::fmul(sx[i], sc);
+    __syncthreads();
+  }
+  const uint32_t bv = staging_block_values(t), nblk = D / bv;
+  const uint32_t rb = staging_row_bytes(t, D);
+  for (uint32_t blk = threadIdx.x; blk < nblk; blk += blockDim.x) {
+    // staging_encode_row_checked on one block: the row-level rule (first refused block,
+    // its first non-finite value else its largest magnitude) is applied below.
+    const int32_t b = staging_encode_row_checked(t, sx + blk * bv, bv, out + r * rb + blk * (rb / nblk));
+    if (b >= 0) atomicMin(&first, static_cast<int32_t>(blk * bv) + b);
+  }
+  __syncthreads();
+  if (bad && threadIdx.x == 0) bad[r] = first == INT_MAX ? -1 : first;
+}
+
+// Ring / staging rows decoded, a thread per value (the per-value formulas of staging.h).
+__global__ void staging_decode_kernel(StagingType t, const uint8_t* rows, size_t n_rows, uint32_t D, float* out) {
+  const size_t idx = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (idx >= n_rows * D) return;
+  const size_t r = idx / D;
+  const uint32_t i = static_cast<uint32_t>(idx % D);
+  const uint8_t* row = rows + r * staging_row_bytes(t, D);
+  float v = 0.0f;
+  switch (t) {
+    case StagingType::tq6_0: {
+      const uint8_t* blk = row + (i / kTq6BlockValues) * kTq6BlockBytes;
+      v = op::fmul(tq6_centroid(tq6_block_code(blk, i % kTq6BlockValues)), f16_to_f32(load_u16(blk)));
+      break;
+    }
+    case StagingType::q8_0: {
+      const uint8_t* blk = row + (i / kQ8BlockValues) * kQ8BlockBytes;
+      v = op::fmul(f16_to_f32(load_u16(blk)), static_cast<float>(static_cast<int8_t>(blk[2 + i % kQ8BlockValues])));
+      break;
+    }
+    case StagingType::f16: v = f16_to_f32(load_u16(row + 2 * i)); break;
+  }
+  out[idx] = v;
+}
+
