@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_span_kernel(CacheView v
   const uint32_t s = blockIdx.x * kWarps + warp;
   if (s >= n_spans) return;
   const uint32_t p0 = s * span, p1 = p0 + span < end ? p0 + span : end;
-  const uint32_t rb = v.row_bytes(), H = v.n_head_kv, d0 = lane * CPL;
+  const uint32_t d0 = lane * CPL;
 
   float m[RB], S[RB], acc[RB][CPL];
 #pragma unroll
@@ -66,66 +66,15 @@ __global__ void __launch_bounds__(kWarps * 32) attention_span_kernel(CacheView v
 #pragma unroll
     for (int k = 0; k < CPL; ++k) acc[r][k] = 0.0f;
   }
-  // Per-record factors of this lane's channels, reloaded when the span enters a new group.
-  uint32_t cur_g = 0xffffffffu;
-  float ksc[CPL], kzp[CPL], vch[CPL];
+  LaneRecordFactors<CPL> f;  // reloaded when the span enters a new group
   for (uint32_t p = p0; p < p1; ++p) {
     float kv[CPL], vv[CPL];
-    if (p >= v.sink && p < v.B) {
-      const uint32_t g = (p - v.sink) / l.group, t = (p - v.sink) % l.group;
-      const uint8_t* rec = v.body + (static_cast<size_t>(g) * H + h) * l.bytes;
-      if (g != cur_g) {
-        cur_g = g;
-#pragma unroll
-        for (int k = 0; k < CPL; ++k) {
-          const uint32_t i = k_ch_idx(l, d0 + k);
-          ksc[k] = f16_to_f32(load_u16(rec + l.k_scale + 2 * i));
-          kzp[k] = f16_to_f32(load_u16(rec + l.k_zero + 2 * i));
-          vch[k] = f16_to_f32(load_u16(rec + l.v_ch + 2 * v_ch_idx(l, d0 + k)));
-        }
-      }
-      const float tok = f16_to_f32(load_u16(rec + l.k_tok + 2 * t));
-      const float vsc = f16_to_f32(load_u16(rec + l.v_scale + 2 * t));
-      const float vzp = f16_to_f32(load_u16(rec + l.v_zero + 2 * t));
-#pragma unroll
-      for (int k = 0; k < CPL; ++k) {
-        kv[k] = decode_affine(record_q(l, rec, Side::k, t, d0 + k, tab_s[0]), ksc[k], kzp[k], tok);
-        vv[k] = decode_affine(record_q(l, rec, Side::v, t, d0 + k, tab_s[1]), vsc, vzp, vch[k]);
-      }
-    } else if (p < v.sink && !v.sink_inherit) {
-      const uint16_t* e = v.sink_f16 + (static_cast<size_t>(p) * H + h) * 2 * D;
-#pragma unroll
-      for (int k = 0; k < CPL; ++k) {
-        kv[k] = f16_to_f32(e[d0 + k]);
-        vv[k] = f16_to_f32(e[D + d0 + k]);
-      }
-    } else {
-      const uint8_t* e = p < v.sink ? v.sink_staged + (static_cast<size_t>(p) * H + h) * 2 * rb
-                                     : v.ring + (static_cast<size_t>(ring_slot(p, v.sink, v.cap)) * H + h) * 2 * rb;
-#pragma unroll
-      for (int k = 0; k < CPL; ++k) {
-        kv[k] = staging_decode_value(v.staging, e, d0 + k);
-        vv[k] = staging_decode_value(v.staging, e + rb, d0 + k);
-      }
-    }
+    attention_lane_rows<CPL>(v, p, h, d0, tab_s[0], tab_s[1], f, kv, vv);
 #pragma unroll
     for (int r = 0; r < RB; ++r) {
-      float part = 0.0f;
-#pragma unroll
-      for (int k = 0; k < CPL; ++k) part = op::fadd(part, op::fmul(q_s[(r * CPL + k) * 32 + lane], kv[k]));
+      const float part = attention_lane_dot<CPL>([&](int k) { return q_s[(r * CPL + k) * 32 + lane]; }, kv);
       const float sc = op::fmul(warp_sum(part), scale);
-      float corr, w;
-      if (sc > m[r]) {
-        corr = m[r] == -INFINITY ? 0.0f : expf(op::fsub(m[r], sc));
-        m[r] = sc;
-        w = 1.0f;
-      } else {
-        corr = 1.0f;
-        w = expf(op::fsub(sc, m[r]));
-      }
-#pragma unroll
-      for (int k = 0; k < CPL; ++k) acc[r][k] = op::fadd(op::fmul(acc[r][k], corr), op::fmul(vv[k], w));
-      S[r] = op::fadd(op::fmul(S[r], corr), w);
+      attention_lane_update<CPL>(sc, m[r], S[r], acc[r], vv);
     }
   }
 #pragma unroll
@@ -146,19 +95,9 @@ __global__ void attention_merge_kernel(uint32_t D, uint32_t n_spans, Workspace w
   const size_t row = blockIdx.x;
   const float* m = ws.m + row * n_spans;
   const float* S = ws.S + row * n_spans;
-  float M = -INFINITY;
-  for (uint32_t s = 0; s < n_spans; ++s)
-    if (S[s] != 0.0f) M = op::maxS(M, m[s]);
-  for (uint32_t d = threadIdx.x; d < D; d += blockDim.x) {
-    float tot = 0.0f, a = 0.0f;
-    for (uint32_t s = 0; s < n_spans; ++s) {
-      if (S[s] == 0.0f) continue;
-      const float f = expf(op::fsub(m[s], M));
-      tot = op::fadd(tot, op::fmul(S[s], f));
-      a = op::fadd(a, op::fmul(ws.acc[(row * n_spans + s) * D + d], f));
-    }
-    out[row * D + d] = tot == 0.0f ? 0.0f : op::fdiv(a, tot);
-  }
+  for (uint32_t d = threadIdx.x; d < D; d += blockDim.x)
+    out[row * D + d] =
+        attention_merge_value(n_spans, m, S, [&](uint32_t s) { return ws.acc[(row * n_spans + s) * D + d]; });
 }
 
 uint32_t rows_per_block(uint32_t D, uint32_t n_rep) {

@@ -188,6 +188,85 @@ std::vector<double> exact_attention(const CacheView& view, const float* q, uint3
   return out;
 }
 
+// The span and merge kernels run lane by lane on the CPU with the same host-device steps
+// (attention_cuda.h): decoded values, lane partial dot products, the xor-butterfly sum and
+// the merge order are those of the GPU, so the only difference left is expf.
+template <int CPL>
+void emulate_cpl(const CacheView& v, const std::vector<float>& q, uint32_t n_rep, uint32_t qpos, float scale,
+                 uint32_t span, std::vector<float>& out) {
+  constexpr uint32_t D = CPL * 32;
+  const uint32_t H = v.n_head_kv, end = std::min(v.N, qpos + 1), rows = H * n_rep;
+  out.assign(static_cast<size_t>(rows) * D, 0.0f);
+  if (end == 0) return;
+  const uint32_t n_spans = (end + span - 1) / span;
+  const bool tr = v.layout.body == Body::trellis;
+  const uint16_t* tk = tr ? codebook_table(v.codebooks, Side::k, v.layout.bits_k) : nullptr;
+  const uint16_t* tv = tr ? codebook_table(v.codebooks, Side::v, v.layout.bits_v) : nullptr;
+  std::vector<float> pm(static_cast<size_t>(rows) * n_spans), pS(pm.size()), pacc(pm.size() * D);
+  for (uint32_t row = 0; row < rows; ++row) {
+    const uint32_t h = row / n_rep;
+    for (uint32_t s = 0; s < n_spans; ++s) {
+      cuda::LaneRecordFactors<CPL> f[32];
+      float m[32], S[32], acc[32][CPL], kv[32][CPL], vv[32][CPL], part[32], tmp[32];
+      for (int l = 0; l < 32; ++l) {
+        m[l] = -INFINITY;
+        S[l] = 0.0f;
+        for (int k = 0; k < CPL; ++k) acc[l][k] = 0.0f;
+      }
+      for (uint32_t p = s * span; p < std::min(end, (s + 1) * span); ++p) {
+        for (uint32_t l = 0; l < 32; ++l) {
+          cuda::attention_lane_rows<CPL>(v, p, h, l * CPL, tk, tv, f[l], kv[l], vv[l]);
+          part[l] = cuda::attention_lane_dot<CPL>([&](int k) { return q[static_cast<size_t>(row) * D + l * CPL + k]; },
+                                                  kv[l]);
+        }
+        for (uint32_t o = 16; o > 0; o >>= 1) {
+          for (uint32_t l = 0; l < 32; ++l) tmp[l] = op::fadd(part[l], part[l ^ o]);
+          std::copy(tmp, tmp + 32, part);
+        }
+        for (uint32_t l = 0; l < 32; ++l) {
+          ASSERT_EQ(f32_bits(part[l]), f32_bits(part[0])) << "butterfly lanes disagree";
+          cuda::attention_lane_update<CPL>(op::fmul(part[l], scale), m[l], S[l], acc[l], vv[l]);
+        }
+      }
+      const size_t idx = static_cast<size_t>(row) * n_spans + s;
+      pm[idx] = m[0];
+      pS[idx] = S[0];
+      for (uint32_t l = 0; l < 32; ++l)
+        for (int k = 0; k < CPL; ++k) pacc[idx * D + l * CPL + k] = acc[l][k];
+    }
+    for (uint32_t d = 0; d < D; ++d)
+      out[static_cast<size_t>(row) * D + d] =
+          cuda::attention_merge_value(n_spans, &pm[static_cast<size_t>(row) * n_spans],
+                                      &pS[static_cast<size_t>(row) * n_spans],
+                                      [&](uint32_t sp) { return pacc[(static_cast<size_t>(row) * n_spans + sp) * D + d]; });
+  }
+}
+
+void emulate(const CacheView& v, const std::vector<float>& q, uint32_t n_rep, uint32_t qpos, float scale, uint32_t span,
+             std::vector<float>& out) {
+  switch (v.head_dim()) {
+    case 32: emulate_cpl<1>(v, q, n_rep, qpos, scale, span, out); break;
+    case 64: emulate_cpl<2>(v, q, n_rep, qpos, scale, span, out); break;
+    case 128: emulate_cpl<4>(v, q, n_rep, qpos, scale, span, out); break;
+    case 256: emulate_cpl<8>(v, q, n_rep, qpos, scale, span, out); break;
+    case 512: emulate_cpl<16>(v, q, n_rep, qpos, scale, span, out); break;
+    default: FAIL() << "head_dim " << v.head_dim();
+  }
+}
+
+// Max |x - exact| against the binary64 softmax, over a row, with the row's magnitude.
+struct RowError {
+  double err = 0, mag = 0;
+};
+RowError row_error(const float* x, const std::vector<double>& ex) {
+  RowError e;
+  for (size_t d = 0; d < ex.size(); ++d) {
+    e.mag = std::max(e.mag, std::fabs(ex[d]));
+    e.err = std::max(e.err, std::fabs(x[d] - ex[d]));
+  }
+  return e;
+}
+
 void check(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
 
 // Runs the device API on a poisoned output buffer followed by a guard region; returns the
@@ -271,6 +350,16 @@ TEST_P(GpuAttention, MatchesReferenceWithinTolerance) {
           ASSERT_NO_FATAL_FAILURE(run_gpu(dv, q, n_rep, qpos, scale, span, gpu));
           ASSERT_NO_FATAL_FAILURE(run_gpu(dv, q, n_rep, qpos, scale, span, again));
           ASSERT_EQ(0, std::memcmp(gpu.data(), again.data(), gpu.size() * 4)) << "not deterministic";
+          // Same steps on the CPU: equal up to the device expf (a few ulps in the weights).
+          std::vector<float> emu;
+          const uint32_t used_span = span ? span : cuda::attention_pick_span(H, n_rep, D, end);
+          ASSERT_NO_FATAL_FAILURE(emulate(view, q, n_rep, qpos, scale, used_span, emu));
+          for (size_t i = 0; i < gpu.size(); ++i) {
+            const double mag = row_error(&refs[(i / D) * D], exact[i / D]).mag;
+            ASSERT_LE(std::fabs(gpu[i] - emu[i]), std::ldexp(mag, -18))
+                << c.name << " n " << n << " qpos " << qpos << " n_rep " << n_rep << " span " << span << " element "
+                << i << ": gpu " << gpu[i] << " cpu lane emulation " << emu[i];
+          }
           for (uint32_t h = 0; h < H; ++h)
             for (uint32_t j = 0; j < n_rep; ++j) {
               const size_t row = static_cast<size_t>(h) * n_rep + j;
@@ -330,6 +419,49 @@ TEST(GpuAttentionHost, ConvenienceApiMatchesDeviceApi) {
 }
 
 // ---- host-device helpers, checked on the CPU (no GPU needed) ---------------------------------
+
+// The kernels' steps run lane by lane on the CPU against the reference, with the same
+// tolerance as the GPU test: every region, body type, GQA width and span cut.
+TEST(AttentionHelpers, LaneEmulationMatchesReferenceWithinTolerance) {
+  const Case cases[] = {
+      {"s44_tq6_sinkf16", 128, 4, 4, Body::scalar, StagingType::tq6_0, SinkType::f16, false},
+      {"t32_q8_inherit", 128, 3, 2, Body::trellis, StagingType::q8_0, SinkType::inherit, false},
+      {"t44_q8_runtime", 128, 4, 4, Body::trellis, StagingType::q8_0, SinkType::f16, true},
+      {"D64_s42_f16_inherit", 64, 4, 2, Body::scalar, StagingType::f16, SinkType::inherit, false},
+  };
+  for (const Case& c : cases) {
+    const CodecConfig cfg = make_cfg(c);
+    const uint32_t H = 2, D = c.D, n = 1300;
+    const Rows rows = make_rows(D, H, n, cfg.rotation(), 99 + c.bk);
+    Built b;
+    ASSERT_NO_FATAL_FAILURE(build(c, rows, n, b));
+    const CacheView view = b.cache->view(0);
+    ASSERT_GT(view.B, view.sink);
+    ASSERT_LT(view.B, view.N);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    XorShift64 rng(12);
+    for (uint32_t qpos : {90u, 700u, n - 1})
+      for (uint32_t n_rep : {1u, 3u}) {
+        const uint32_t end = std::min(view.N, qpos + 1);
+        const std::vector<float> q = make_queries(rows, cfg.rotation(), n_rep, end, scale, view, rng);
+        std::vector<float> ref(D), kbuf(D), vbuf(D), emu;
+        for (uint32_t span : {7u, 128u, 1u << 20}) {
+          ASSERT_NO_FATAL_FAILURE(emulate(view, q, n_rep, qpos, scale, span, emu));
+          for (uint32_t row = 0; row < H * n_rep; ++row) {
+            const uint32_t h = row / n_rep;
+            attention_ref(view, &q[static_cast<size_t>(row) * D], h, qpos, scale, ref.data(), kbuf.data(), vbuf.data());
+            const std::vector<double> ex = exact_attention(view, &q[static_cast<size_t>(row) * D], h, end, scale);
+            const RowError er = row_error(ref.data(), ex), ee = row_error(&emu[static_cast<size_t>(row) * D], ex);
+            ASSERT_GT(er.mag, 0.0);
+            EXPECT_LE(ee.err, 2.0 * er.err + std::ldexp(er.mag, -20))
+                << c.name << " qpos " << qpos << " n_rep " << n_rep << " span " << span << " row " << row
+                << ": emulation err " << ee.err / er.mag << " ref err " << er.err / er.mag;
+          }
+        }
+      }
+  }
+}
+
 
 TEST(AttentionHelpers, PerElementRecordDecodeEqualsRowDecode) {
   struct Cfg {
