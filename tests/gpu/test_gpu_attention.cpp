@@ -353,7 +353,9 @@ TEST_P(GpuAttention, MatchesReferenceWithinTolerance) {
           // Same steps on the CPU: equal up to the device expf (a few ulps in the weights).
           // Once per query set (the emulation is slow), with the span that cuts records most.
           std::vector<float> emu;
-          if (span == 7 && n_rep <= 4) ASSERT_NO_FATAL_FAILURE(emulate(view, q, n_rep, qpos, scale, span, emu));
+          if (span == 7 && n_rep <= 4) {
+            ASSERT_NO_FATAL_FAILURE(emulate(view, q, n_rep, qpos, scale, span, emu));
+          }
           for (size_t i = 0; i < emu.size(); ++i) {
             const double mag = row_error(&refs[(i / D) * D], exact[i / D]).mag;
             ASSERT_LE(std::fabs(gpu[i] - emu[i]), std::ldexp(mag, -18))
