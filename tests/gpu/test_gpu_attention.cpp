@@ -43,6 +43,9 @@ struct Case {
   bool runtime_tables;  // trellis sealed and decoded with non-reference tables
 };
 
+// Test names and ctest listings show the case name, not the struct's bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 // Rotated K/V rows [n][H][D] with per-channel profiles (~4% outlier key channels, biases)
 // and per-token factors; k_raw keeps the unrotated keys to build queries from.
 struct Rows {
