@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <map>
+#include <memory>
 #include <sstream>
 
 #include "cli_common.h"
@@ -16,6 +18,11 @@
 #include "sjkv/train/sha256.h"
 #include "sjkv/train/train.h"
 #include "sjkv/trellis.h"
+
+#if defined(SJKV_TRAIN_TOOL_CUDA)
+#include "sjkv/cuda/codec_cuda.h"
+#include "sjkv/cuda/train_cuda.h"
+#endif
 
 using namespace sjkv;
 using namespace sjkv::train;
@@ -38,6 +45,7 @@ struct TrainArgs {
   std::string init;  // codebook file, or empty: identity
   std::string staging = "tq6_0";
   std::string axis = "token";
+  std::string device = "auto";  // auto | cpu | cuda: where the Lloyd encode + sum passes run
   uint32_t sink = 128, iters = 16;
   ImportOptions io;
 };
@@ -71,8 +79,32 @@ std::vector<float> decoded(const uint16_t* t, uint32_t n) {
   return f;
 }
 
+// The device the Lloyd passes run on: "cpu" or "cuda". --device cuda without a usable GPU
+// (or without CUDA in this build) is an input problem: one line, exit 2.
+std::string resolve_device(const std::string& asked, std::string* name) {
+  int n = 0;
+  name->clear();
+#if defined(SJKV_TRAIN_TOOL_CUDA)
+  n = cuda::device_count();
+  if (n > 0) *name = cuda::device_name(0);
+#endif
+  if (asked == "cpu") return "cpu";
+#if defined(SJKV_TRAIN_TOOL_CUDA)
+  const char* why = "no CUDA device present";
+#else
+  const char* why = "this build has no CUDA support";
+#endif
+  if (asked == "cuda" && n == 0) throw std::invalid_argument(std::string("--device cuda: ") + why);
+  return n > 0 ? "cuda" : "cpu";
+}
+
 int run_train(const TrainArgs& a) {
   if (a.bits < 2 || a.bits > 4) throw cli::UsageError("--bits must be 2, 3 or 4");
+  std::string device_name;
+  const std::string device = resolve_device(a.device, &device_name);
+  if (!a.quiet)
+    std::fprintf(stderr, "%s: Lloyd passes on %s%s\n", kTool, device == "cuda" ? "cuda: " : "cpu",
+                 device == "cuda" ? device_name.c_str() : "");
   if (!(a.heldout >= 0.0 && a.heldout < 1.0)) throw cli::UsageError("--heldout must be in [0, 1)");
   if (!(a.tol >= 0.0)) throw cli::UsageError("--tol must be >= 0");
   const uint32_t ne = trellis_entries(a.bits);
@@ -136,6 +168,24 @@ int run_train(const TrainArgs& a) {
   std::vector<uint16_t> id(ne);
   identity_codebook(a.bits, id.data());
   for (int s = 0; s < 2; ++s) {
+#if defined(SJKV_TRAIN_TOOL_CUDA)
+    // Targets stay on the device for the whole side; the pass gives the CPU pass's bits.
+    std::map<const Targets*, std::unique_ptr<cuda::LloydPass>> on_device;
+    if (device == "cuda")
+      lo.pass = [&](const Targets& t, uint32_t bits, const float* cbf, std::vector<double>* sum,
+                    std::vector<uint64_t>* cnt) {
+        std::unique_ptr<cuda::LloydPass>& p = on_device[&t];
+        if (!p) {
+          p.reset(new cuda::LloydPass);
+          const std::string e = p->upload(t.y.data(), t.sequences(), t.len);
+          if (!e.empty()) throw std::runtime_error("CUDA: " + e);
+        }
+        double mse = 0;
+        const std::string e = p->run(bits, cbf, &mse, sum, cnt);
+        if (!e.empty()) throw std::runtime_error("CUDA: " + e);
+        return mse;
+      };
+#endif
     if (set.heldout_records)
       lo.real_mse = [&, s](const std::vector<uint16_t>& table) {
         double mk, mv;
@@ -380,6 +430,9 @@ int main(int argc, char** argv) {
   app.add_option("--layers", a.io.layers, "llama.cpp state files: layers to keep, as positions in the file");
   app.add_option("--layer-ids", a.io.layer_ids, "llama.cpp state files: the model's layer number of each kept layer");
   app.add_option("--kv-sections", a.io.kv_sections, "llama.cpp state files: cache sections to read (0 = all)");
+  app.add_option("--device", a.device,
+                 "Where the Lloyd passes run: auto (a GPU when present), cpu or cuda; the codebook does not depend on it")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   app.add_flag("--json", a.json, "Print a JSON summary on stdout");
   app.add_flag("-q,--quiet", a.quiet, "No progress or per-iteration lines on stderr");
   try {

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "sjkv/hadamard.h"
+#include "sjkv/lloyd.h"
 #include "sjkv/record.h"
 #include "sjkv/seal.h"
 #include "sjkv/staging.h"
@@ -290,7 +291,7 @@ void heldout_real_mse(const TrainingSet& set, const uint16_t* k_table, const uin
 
 namespace {
 
-constexpr size_t kChunk = 512;  // sequences per partial sum; fixed so results do not depend on threads
+constexpr size_t kChunk = kLloydChunk;  // the order of sjkv/lloyd.h, shared with the CUDA pass
 
 int nthreads(int t) { return t > 0 ? t : omp_get_max_threads(); }
 
@@ -324,17 +325,7 @@ double run_pass(const Targets& t, uint32_t bits, const float* cbf, int threads, 
       for (size_t s = c0; s < c1; ++s) {
         const float* y = t.y.data() + s * len;
         viterbi_fast(y, static_cast<uint32_t>(len), bits, cbf, scratch.data(), codes.data(), wins.data());
-        uint32_t st = 0;
-        for (size_t i = 0; i < len; ++i) {
-          const uint32_t w = st + kTrellisStates * codes[i];
-          const double d = static_cast<double>(y[i]) - static_cast<double>(cbf[w]);
-          e += d * d;
-          if (stats) {
-            cs[w] += static_cast<double>(y[i]);
-            ++cc[w];
-          }
-          st = trellis::next_state(w, bits);
-        }
+        e = lloyd_accumulate(y, codes.data(), static_cast<uint32_t>(len), bits, cbf, e, cs, cc);
       }
       err[static_cast<size_t>(ci)] = e;
     }
@@ -382,19 +373,24 @@ LloydResult lloyd_train(const Targets& train, const Targets& heldout, uint32_t b
   for (uint32_t w = 0; w < ne; ++w) res.table[w] = f16_to_f32(init[w]);
   std::vector<double> sum;
   std::vector<uint64_t> cnt;
+  auto pass = [&](const Targets& t, const float* cbf, std::vector<double>* s, std::vector<uint64_t>* c) {
+    if (opt.pass) return opt.pass(t, bits, cbf, s, c);
+    return run_pass(t, bits, cbf, opt.threads, s != nullptr, s, c);
+  };
+  auto mse = [&](const Targets& t, const float* cbf) { return pass(t, cbf, nullptr, nullptr); };
   auto used = [&] {
     uint32_t u = 0;
     for (uint64_t c : cnt) u += c ? 1 : 0;
     return u;
   };
-  double prev = run_pass(train, bits, res.table.data(), opt.threads, true, &sum, &cnt);
+  double prev = pass(train, res.table.data(), &sum, &cnt);
   auto real = [&](const std::vector<float>& table) {
     if (!opt.real_mse) return std::numeric_limits<double>::quiet_NaN();
     std::vector<uint16_t> h(table.size());
     for (size_t w = 0; w < table.size(); ++w) h[w] = f32_to_f16(table[w]);
     return opt.real_mse(h);
   };
-  LloydIteration it0{0, prev, trellis_mse(heldout, bits, res.table.data(), opt.threads), used(), real(res.table)};
+  LloydIteration it0{0, prev, mse(heldout, res.table.data()), used(), real(res.table)};
   res.history.push_back(it0);
   if (opt.on_iteration) opt.on_iteration(it0);
   for (uint32_t i = 1; i <= opt.max_iters; ++i) {
@@ -403,13 +399,13 @@ LloydResult lloyd_train(const Targets& train, const Targets& heldout, uint32_t b
       if (cnt[w]) next[w] = static_cast<float>(sum[w] / static_cast<double>(cnt[w]));
     std::vector<double> nsum;
     std::vector<uint64_t> ncnt;
-    const double cur = run_pass(train, bits, next.data(), opt.threads, true, &nsum, &ncnt);
+    const double cur = pass(train, next.data(), &nsum, &ncnt);
     if (!(cur <= prev)) break;  // not taken: keep the previous table
     res.table = std::move(next);
     sum = std::move(nsum);
     cnt = std::move(ncnt);
     res.iterations = i;
-    LloydIteration li{i, cur, trellis_mse(heldout, bits, res.table.data(), opt.threads), used(), real(res.table)};
+    LloydIteration li{i, cur, mse(heldout, res.table.data()), used(), real(res.table)};
     res.history.push_back(li);
     if (opt.on_iteration) opt.on_iteration(li);
     const double gain = prev > 0 ? (prev - cur) / prev : 0.0;
@@ -422,8 +418,8 @@ LloydResult lloyd_train(const Targets& train, const Targets& heldout, uint32_t b
     res.table_f16[w] = f32_to_f16(res.table[w]);
     rounded[w] = f16_to_f32(res.table_f16[w]);
   }
-  res.train_mse_f16 = trellis_mse(train, bits, rounded.data(), opt.threads);
-  res.heldout_mse_f16 = trellis_mse(heldout, bits, rounded.data(), opt.threads);
+  res.train_mse_f16 = mse(train, rounded.data());
+  res.heldout_mse_f16 = mse(heldout, rounded.data());
   return res;
 }
 

@@ -218,6 +218,35 @@ SJKV_HD inline void decode_v_row_trellis(const RecordLayout& l, const uint8_t* r
   }
 }
 
+// Per-element forms of the decoders above (same operations, same order), for kernels that
+// decode a part of a row (a lane's channels) and keep a record's factors in registers.
+// (q*scale + zero) * f: f is Ktok[t] on the K side, Vch[d] on the V side.
+SJKV_HD inline float decode_affine(float q, float scale, float zero, float f) {
+  return op::fmul(op::fadd(op::fmul(q, scale), zero), f);
+}
+
+// Code value of (t, d) of either body; `table` is the side's codebook (unused for scalar).
+SJKV_HD inline float record_q(const RecordLayout& l, const uint8_t* rec, Side side, uint32_t t, uint32_t d,
+                              const uint16_t* table) {
+  return l.body == Body::trellis ? trellis_q(l, rec, side, t, d, table) : scalar_q(l, rec, side, t, d);
+}
+
+// K value (t, d) and V value (t, d): element d of decode_k_row_ref / decode_v_row_ref.
+SJKV_HD inline float decode_k_value(const RecordLayout& l, const uint8_t* rec, uint32_t t, uint32_t d,
+                                    const TrellisCodebooks& cb = TrellisCodebooks{}) {
+  const uint32_t i = k_ch_idx(l, d);
+  return decode_affine(record_q(l, rec, Side::k, t, d, codebook_table(cb, Side::k, l.bits_k)),
+                       f16_to_f32(load_u16(rec + l.k_scale + 2 * i)), f16_to_f32(load_u16(rec + l.k_zero + 2 * i)),
+                       f16_to_f32(load_u16(rec + l.k_tok + 2 * t)));
+}
+
+SJKV_HD inline float decode_v_value(const RecordLayout& l, const uint8_t* rec, uint32_t t, uint32_t d,
+                                    const TrellisCodebooks& cb = TrellisCodebooks{}) {
+  return decode_affine(record_q(l, rec, Side::v, t, d, codebook_table(cb, Side::v, l.bits_v)),
+                       f16_to_f32(load_u16(rec + l.v_scale + 2 * t)), f16_to_f32(load_u16(rec + l.v_zero + 2 * t)),
+                       f16_to_f32(load_u16(rec + l.v_ch + 2 * v_ch_idx(l, d))));
+}
+
 // Either body, by l.body (host and device).
 SJKV_HD inline void decode_k_row_ref(const RecordLayout& l, const uint8_t* rec, uint32_t t, float* out,
                                      const TrellisCodebooks& cb = TrellisCodebooks{}) {

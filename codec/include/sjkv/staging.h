@@ -203,6 +203,23 @@ SJKV_HD inline void staging_decode_row(StagingType t, const uint8_t* in, uint32_
   }
 }
 
+// Value i of a staged row: element i of staging_decode_row (same operations), for kernels
+// that decode a part of a row.
+SJKV_HD inline float staging_decode_value(StagingType t, const uint8_t* in, uint32_t i) {
+  switch (t) {
+    case StagingType::tq6_0: {
+      const uint8_t* blk = in + (i / kTq6BlockValues) * kTq6BlockBytes;
+      return op::fmul(tq6_centroid(tq6_block_code(blk, i % kTq6BlockValues)), f16_to_f32(load_u16(blk)));
+    }
+    case StagingType::q8_0: {
+      const uint8_t* blk = in + (i / kQ8BlockValues) * kQ8BlockBytes;
+      return op::fmul(f16_to_f32(load_u16(blk)), static_cast<float>(static_cast<int8_t>(blk[2 + i % kQ8BlockValues])));
+    }
+    case StagingType::f16: return f16_to_f32(load_u16(in + 2 * i));
+  }
+  return 0.0f;
+}
+
 // The seal input of a staged row (CODEC-SPEC §5.1): decode, then round every value to fp16.
 SJKV_HD inline void staging_seal_input(StagingType t, const uint8_t* in, uint32_t d, float* scratch,
                                        uint16_t* out) {
