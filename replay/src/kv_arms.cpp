@@ -39,6 +39,9 @@ class RowSource {
   virtual ~RowSource() = default;
   // K and V of (h, p) as stored (rotated basis where the arm rotates).
   virtual void stored_row(uint32_t h, uint32_t p, float* k, float* v) const = 0;
+  // One head's D values: a query into the stored K basis, an output back from the V basis.
+  virtual void rotate_query(float* x) const = 0;
+  virtual void unrotate_output(float* x) const = 0;
 };
 
 constexpr uint32_t kTile = 128;
@@ -59,12 +62,11 @@ void check_shape(const LayerShape& s) {
   if (s.head_dim == 0) throw std::invalid_argument("layer " + std::to_string(s.layer) + ": head_dim is 0");
 }
 
-void fused_attend(const LayerShape& s, const RowSource& src, uint32_t rot_k, uint32_t rot_v, uint32_t pos0,
-                  uint32_t n, const float* q, float scale, float* out) {
+void fused_attend(const LayerShape& s, const RowSource& src, uint32_t pos0, uint32_t n, const float* q, float scale,
+                  float* out) {
   const uint32_t D = s.head_dim, H = s.n_head, Hkv = s.n_head_kv, gq = H / Hkv;
   std::vector<float> qr(q, q + static_cast<size_t>(n) * H * D);
-  if (rot_k)
-    for (size_t r = 0; r < static_cast<size_t>(n) * H; ++r) hadamard_blocks(qr.data() + r * D, D, rot_k);
+  for (size_t r = 0; r < static_cast<size_t>(n) * H; ++r) src.rotate_query(qr.data() + r * D);
   const uint32_t end = pos0 + n;
   const uint32_t lo = s.window && pos0 + 1 > s.window ? pos0 + 1 - s.window : 0;
   const uint32_t nq = n * gq;
@@ -123,7 +125,7 @@ void fused_attend(const LayerShape& s, const RowSource& src, uint32_t rot_k, uin
       float* o = out + (static_cast<size_t>(i) * H + head) * D;
       const float inv = sum[qi] > 0.0f ? 1.0f / sum[qi] : 0.0f;
       for (uint32_t d = 0; d < D; ++d) o[d] = acc[static_cast<size_t>(qi) * D + d] * inv;
-      if (rot_v) hadamard_blocks(o, D, rot_v);
+      src.unrotate_output(o);
     }
   }
 }
@@ -140,15 +142,40 @@ uint32_t llama_k_rotation(uint32_t d) {
   return r;
 }
 
+// Rotation of one head's row: none, blocks of the orthonormal Hadamard transform, or the
+// TurboQuant fork's signed transform on 128-value groups.
+struct Rotation {
+  uint32_t block = 0;   // 0: none
+  bool turbo = false;   // signed (s2 .* H(s1 .* x)); block is 128
+  void forward(float* x, uint32_t d) const {
+    if (!block) return;
+    if (!turbo) return hadamard_blocks(x, d, block);
+    for (uint32_t o = 0; o < d; o += 128) {
+      fmt::turbo_signs(x + o, fmt::kTurboSigns1);
+      hadamard_inplace(x + o, 128);
+      fmt::turbo_signs(x + o, fmt::kTurboSigns2);
+    }
+  }
+  void inverse(float* x, uint32_t d) const {
+    if (!block) return;
+    if (!turbo) return hadamard_blocks(x, d, block);
+    for (uint32_t o = 0; o < d; o += 128) {
+      fmt::turbo_signs(x + o, fmt::kTurboSigns2);
+      hadamard_inplace(x + o, 128);
+      fmt::turbo_signs(x + o, fmt::kTurboSigns1);
+    }
+  }
+};
+
 class RowLayer final : public InspectableKv, private RowSource {
  public:
-  RowLayer(const LayerShape& s, RowFormat f, uint32_t rot_k, uint32_t rot_v, std::string name)
+  RowLayer(const LayerShape& s, RowFormat f, Rotation rot_k, Rotation rot_v, std::string name)
       : s_(s), f_(f), rot_k_(rot_k), rot_v_(rot_v), name_(std::move(name)), rb_(fmt::row_bytes(f, s.head_dim)) {
     check_shape(s);
     if (s.head_dim % fmt::block_values(f) != 0)
       throw std::invalid_argument(name_ + ": head_dim " + std::to_string(s.head_dim) + " is not a multiple of the " +
                                   std::to_string(fmt::block_values(f)) + "-value block");
-    if ((rot_k && s.head_dim % rot_k) || (rot_v && s.head_dim % rot_v))
+    if ((rot_k.block && s.head_dim % rot_k.block) || (rot_v.block && s.head_dim % rot_v.block))
       throw std::invalid_argument(name_ + ": head_dim " + std::to_string(s.head_dim) + " does not take the rotation");
     const size_t reserve = static_cast<size_t>(s.n_ctx) * s.n_head_kv * rb_;
     k_.reserve(reserve);
@@ -166,9 +193,8 @@ class RowLayer final : public InspectableKv, private RowSource {
     for (size_t r = 0; r < rows; ++r) {
       for (int side = 0; side < 2; ++side) {
         const float* x = (side == 0 ? k : v) + r * D;
-        const uint32_t rot = side == 0 ? rot_k_ : rot_v_;
         std::copy(x, x + D, tmp.begin());
-        if (rot) hadamard_blocks(tmp.data(), D, rot);
+        (side == 0 ? rot_k_ : rot_v_).forward(tmp.data(), D);
         if (!fmt::encode_row(f_, tmp.data(), D, (side == 0 ? nk : nv).data() + r * rb_))
           throw std::runtime_error(name_ + ": non-finite " + (side == 0 ? "K" : "V") + " value at position " +
                                    std::to_string(pos0 + r / Hkv) + ", head " + std::to_string(r % Hkv));
@@ -181,7 +207,7 @@ class RowLayer final : public InspectableKv, private RowSource {
 
   void attend(uint32_t pos0, uint32_t n, const float* q, float scale, float* out) override {
     if (pos0 + n > n_) throw std::runtime_error(name_ + ": attend past the stored positions");
-    fused_attend(s_, *this, rot_k_, rot_v_, pos0, n, q, scale, out);
+    fused_attend(s_, *this, pos0, n, q, scale, out);
   }
 
   LayerBits bits() const override {
@@ -195,14 +221,16 @@ class RowLayer final : public InspectableKv, private RowSource {
   uint32_t n_stored() const override { return n_; }
   void decode_row(uint32_t h, uint32_t p, float* k, float* v) const override {
     stored_row(h, p, k, v);
-    if (rot_k_) hadamard_blocks(k, s_.head_dim, rot_k_);
-    if (rot_v_) hadamard_blocks(v, s_.head_dim, rot_v_);
+    rot_k_.inverse(k, s_.head_dim);
+    rot_v_.inverse(v, s_.head_dim);
   }
-  uint32_t k_rotation() const override { return rot_k_; }
-  uint32_t v_rotation() const override { return rot_v_; }
+  uint32_t k_rotation() const override { return rot_k_.block; }
+  uint32_t v_rotation() const override { return rot_v_.block; }
   std::string storage_name() const override { return name_; }
 
  private:
+  void rotate_query(float* x) const override { rot_k_.forward(x, s_.head_dim); }
+  void unrotate_output(float* x) const override { rot_v_.inverse(x, s_.head_dim); }
   void stored_row(uint32_t h, uint32_t p, float* k, float* v) const override {
     const size_t off = (static_cast<size_t>(p) * s_.n_head_kv + h) * rb_;
     fmt::decode_row(f_, k_.data() + off, s_.head_dim, k);
@@ -211,7 +239,7 @@ class RowLayer final : public InspectableKv, private RowSource {
 
   LayerShape s_;
   RowFormat f_;
-  uint32_t rot_k_, rot_v_;
+  Rotation rot_k_, rot_v_;
   std::string name_;
   uint32_t rb_;
   uint32_t n_ = 0;
@@ -299,7 +327,7 @@ class SjLayer final : public InspectableKv, private RowSource {
   void attend(uint32_t pos0, uint32_t n, const float* q, float scale, float* out) override {
     if (!cache_ || pos0 + n > cache_->n_stored()) throw std::runtime_error(cfg_.name() + ": attend past the stored positions");
     view_ = cache_->view(0);
-    fused_attend(s_, *this, cfg_.rotation(), cfg_.rotation(), pos0, n, q, scale, out);
+    fused_attend(s_, *this, pos0, n, q, scale, out);
   }
 
   LayerBits bits() const override {
@@ -326,6 +354,8 @@ class SjLayer final : public InspectableKv, private RowSource {
   std::string storage_name() const override { return cfg_.name(); }
 
  private:
+  void rotate_query(float* x) const override { hadamard_blocks(x, s_.head_dim, cfg_.rotation()); }
+  void unrotate_output(float* x) const override { hadamard_blocks(x, s_.head_dim, cfg_.rotation()); }
   // The row resolution rule of CODEC-SPEC §8.2 with the codec's fast row decoders.
   void stored_row(uint32_t h, uint32_t p, float* k, float* v) const override {
     const CacheView& cv = view_;
@@ -399,15 +429,15 @@ class RowArm final : public KvArm {
   RowArm(const std::string& spec, RowFormat f, bool rot) : f_(f), rot_(rot) { spec_ = spec; }
   std::unique_ptr<LayerKv> make_layer(const LayerShape& s) const override {
     const bool plain = f_ == RowFormat::f32 || f_ == RowFormat::f16 || f_ == RowFormat::bf16;
-    if (!s.full_attention && !plain) return std::make_unique<RowLayer>(s, RowFormat::f16, 0, 0, "f16");
-    uint32_t rk = 0, rv = 0;
+    if (!s.full_attention && !plain) return std::make_unique<RowLayer>(s, RowFormat::f16, Rotation{}, Rotation{}, "f16");
+    Rotation rk, rv;
     if (rot_) {
-      rk = llama_k_rotation(s.head_dim);
-      rv = rk ? 64 : 0;
+      rk.block = llama_k_rotation(s.head_dim);
+      rv.block = rk.block ? 64 : 0;
     } else if (f_ == RowFormat::turbo3 || f_ == RowFormat::turbo4) {
-      rk = rv = 128;  // the fork's 128-value rotation group
+      rk = rv = Rotation{128, true};  // the fork's signed rotation of 128-value groups
     } else if (f_ == RowFormat::tq6_0) {
-      rk = rv = s.head_dim < 256 ? s.head_dim : 256;  // as the codec rotates its staged rows
+      rk.block = rv.block = s.head_dim < 256 ? s.head_dim : 256;  // as the codec rotates its staged rows
     }
     return std::make_unique<RowLayer>(s, f_, rk, rv, spec_);
   }
@@ -424,7 +454,7 @@ class SjArm final : public KvArm {
     spec_ = spec;
   }
   std::unique_ptr<LayerKv> make_layer(const LayerShape& s) const override {
-    if (!s.full_attention) return std::make_unique<RowLayer>(s, RowFormat::f16, 0, 0, "f16");
+    if (!s.full_attention) return std::make_unique<RowLayer>(s, RowFormat::f16, Rotation{}, Rotation{}, "f16");
     reg_->add(s.layer);
     return std::make_unique<SjLayer>(s, cfg_, tier_edge_, reg_);
   }

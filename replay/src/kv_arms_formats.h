@@ -2,9 +2,10 @@
 // Block layouts and rounding follow ggml's reference row quantizers (ggml/src/ggml-quants.c,
 // quantize_row_*_ref, and ggml-common.h for the block structs): same block sizes, same
 // scale rule, same rounding, so our caches hold the bytes llama.cpp's caches would. The
-// TurboQuant-style rows follow the public llama-cpp-turboquant fork (ggml-turbo-quant.c):
-// fp16 group norm + Lloyd-Max centroids of N(0, 1/128) on 128-value rotated groups.
-// Written from the published layouts, not copied.
+// TurboQuant-style rows follow the public llama-cpp-turboquant fork (TheTom, ggml-common.h
+// block_turbo3_0 / block_turbo4_0 and the CUDA writer k_set_rows_turbo*): one 128-value
+// group per block, fp16 corrected norm, centroid codes of the group rotated by the fork's
+// signed Walsh-Hadamard transform. Written from the published layouts, not copied.
 #pragma once
 
 #include <algorithm>
@@ -27,8 +28,7 @@ enum class RowFormat : uint32_t { f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, 
 inline uint32_t block_values(RowFormat f) {
   switch (f) {
     case RowFormat::f32: case RowFormat::f16: case RowFormat::bf16: return 1;
-    case RowFormat::turbo3: return 128;   // four 32-value blocks share one rotated group
-    case RowFormat::turbo4: case RowFormat::tq6_0: return 128;
+    case RowFormat::turbo3: case RowFormat::turbo4: case RowFormat::tq6_0: return 128;
     default: return 32;
   }
 }
@@ -43,8 +43,8 @@ inline uint32_t block_bytes(RowFormat f) {
     case RowFormat::q5_0: return 22;    // fp16 d, 4 B high bits, 16 B nibbles
     case RowFormat::q5_1: return 24;    // fp16 d, fp16 m, 4 B high bits, 16 B nibbles
     case RowFormat::iq4_nl: return 18;  // fp16 d, 16 B nibbles into the non-linear table
-    case RowFormat::turbo3: return 56;  // 4 x (fp16 norm, 8 B low 2 bits, 4 B high bit)
-    case RowFormat::turbo4: return 68;  // fp16 norm, fp16 rnorm, 64 B nibbles
+    case RowFormat::turbo3: return 50;  // fp16 norm, 32 B low 2 bits, 16 B high bit
+    case RowFormat::turbo4: return 68;  // fp16 norm, fp16 rnorm (0, reserved), 64 B nibbles
     case RowFormat::tq6_0: return kTq6BlockBytes;
   }
   return 0;
@@ -57,7 +57,8 @@ inline double bits_per_value(RowFormat f) { return 8.0 * block_bytes(f) / block_
 static constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
 
-// TurboQuant fork centroids (Lloyd-Max for N(0, 1/128)) and their decision midpoints.
+// TurboQuant fork centroids and their decision midpoints (turbo-quant.cuh; the fork calls
+// both tables Lloyd-Max for N(0, 1/128)).
 static constexpr float kTurbo3Centroids[8] = {-0.190685f, -0.117832f, -0.065717f, -0.021460f,
                                               0.021460f,  0.065717f,  0.117832f,  0.190685f};
 static constexpr float kTurbo3Mid[7] = {-0.154259f, -0.091775f, -0.043589f, 0.0f, 0.043589f, 0.091775f, 0.154259f};
@@ -65,9 +66,21 @@ static constexpr float kTurbo4Centroids[16] = {-0.173926f, -0.117195f, -0.089527
                                                -0.051262f, -0.035597f, -0.020989f, -0.006938f,
                                                0.006938f,  0.020989f,  0.035597f,  0.051262f,
                                                0.068756f,  0.089527f,  0.117195f,  0.173926f};
-static constexpr float kTurbo4Mid[15] = {-0.145560f, -0.103361f, -0.079142f, -0.060009f, -0.043430f,
-                                         -0.028293f, -0.013963f, 0.0f,       0.013963f,  0.028293f,
-                                         0.043430f,  0.060009f,  0.079142f,  0.103361f,  0.145560f};
+static constexpr float kTurbo4Mid[15] = {-0.145561f, -0.103361f, -0.079142f, -0.060009f, -0.043430f,
+                                         -0.028293f, -0.013964f, 0.0f,       0.013964f,  0.028293f,
+                                         0.043430f,  0.060009f,  0.079142f,  0.103361f,  0.145561f};
+
+// The fork's rotation of a 128-value group: R x = s2 .* H128(s1 .* x) with H128 the
+// orthonormal Walsh-Hadamard transform and s1, s2 fixed sign vectors ("seed=42",
+// TURBO_WHT_SIGNS1/2); bit i of these words is set where the sign is -1. Inverse: R^T y =
+// s1 .* H128(s2 .* y).
+static constexpr uint32_t kTurboSigns1[4] = {0xe46a0359u, 0x42f85949u, 0xa4c63bbbu, 0x49f250a9u};
+static constexpr uint32_t kTurboSigns2[4] = {0x16acee90u, 0x3f628fdcu, 0xb7a5357au, 0xbea56562u};
+
+inline void turbo_signs(float* x, const uint32_t* w) {
+  for (uint32_t i = 0; i < 128; ++i)
+    if ((w[i / 32] >> (i % 32)) & 1u) x[i] = -x[i];
+}
 
 inline uint16_t f32_to_bf16(float x) {  // ggml_compute_fp32_to_bf16: RNE, NaN kept quiet
   const uint32_t u = f32_bits(x);
@@ -217,7 +230,8 @@ inline int centroid_index(float v, const float* mid, int n_mid) {
 }
 
 // One 128-value group, already rotated: norm, normalise, nearest centroid, and the fork's
-// norm correction (stored norm = |x| / |centroids|) so the group keeps its length.
+// norm correction (stored norm = |x| / |centroids|) so the group keeps its length. The fork
+// takes the norm before rotating; the rotation is orthonormal, so only rounding differs.
 inline float turbo_codes(const float* x, const float* mid, int n_mid, const float* cent, uint8_t* idx) {
   float norm_sq = 0.0f;
   for (int i = 0; i < 128; ++i) norm_sq += x[i] * x[i];
@@ -234,16 +248,11 @@ inline float turbo_codes(const float* x, const float* mid, int n_mid, const floa
 
 inline void turbo3_group(const float* x, uint8_t* y) {
   uint8_t idx[128];
-  const uint16_t n = f32_to_f16(turbo_codes(x, kTurbo3Mid, 7, kTurbo3Centroids, idx));
-  for (int b = 0; b < 4; ++b) {
-    uint8_t* blk = y + 14 * b;
-    std::memset(blk, 0, 14);
-    store_u16(blk, n);
-    for (int j = 0; j < 32; ++j) {
-      const uint8_t c = idx[32 * b + j];
-      blk[2 + j / 4] = static_cast<uint8_t>(blk[2 + j / 4] | ((c & 3u) << (2 * (j % 4))));
-      if (c & 4u) blk[10 + j / 8] = static_cast<uint8_t>(blk[10 + j / 8] | (1u << (j % 8)));
-    }
+  std::memset(y, 0, 50);
+  store_u16(y, f32_to_f16(turbo_codes(x, kTurbo3Mid, 7, kTurbo3Centroids, idx)));
+  for (int j = 0; j < 128; ++j) {
+    y[2 + j / 4] = static_cast<uint8_t>(y[2 + j / 4] | ((idx[j] & 3u) << (2 * (j % 4))));
+    if (idx[j] & 4u) y[34 + j / 8] = static_cast<uint8_t>(y[34 + j / 8] | (1u << (j % 8)));
   }
 }
 
@@ -347,16 +356,14 @@ inline void decode_row(RowFormat f, const uint8_t* in, uint32_t d, float* x) {
         }
         break;
       }
-      case RowFormat::turbo3:
-        for (int k = 0; k < 4; ++k) {
-          const uint8_t* blk = y + 14 * k;
-          const float n = f16_to_f32(load_u16(blk));
-          for (int j = 0; j < 32; ++j) {
-            const int c = ((blk[2 + j / 4] >> (2 * (j % 4))) & 3) | (((blk[10 + j / 8] >> (j % 8)) & 1) << 2);
-            xb[32 * k + j] = kTurbo3Centroids[c] * n;
-          }
+      case RowFormat::turbo3: {
+        const float n = f16_to_f32(load_u16(y));
+        for (int j = 0; j < 128; ++j) {
+          const int c = ((y[2 + j / 4] >> (2 * (j % 4))) & 3) | (((y[34 + j / 8] >> (j % 8)) & 1) << 2);
+          xb[j] = kTurbo3Centroids[c] * n;
         }
         break;
+      }
       case RowFormat::turbo4: {
         const float n = f16_to_f32(load_u16(y));
         for (int i = 0; i < 128; ++i) xb[i] = kTurbo4Centroids[(y[4 + i / 2] >> (4 * (i % 2))) & 15] * n;
