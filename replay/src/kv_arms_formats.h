@@ -44,7 +44,7 @@ inline uint32_t block_bytes(RowFormat f) {
     case RowFormat::q5_1: return 24;    // fp16 d, fp16 m, 4 B high bits, 16 B nibbles
     case RowFormat::iq4_nl: return 18;  // fp16 d, 16 B nibbles into the non-linear table
     case RowFormat::turbo3: return 50;  // fp16 norm, 32 B low 2 bits, 16 B high bit
-    case RowFormat::turbo4: return 68;  // fp16 norm, fp16 rnorm (0, reserved), 64 B nibbles
+    case RowFormat::turbo4: return 66;  // fp16 norm, 64 B nibbles (the fork's later layout without rnorm)
     case RowFormat::tq6_0: return kTq6BlockBytes;
   }
   return 0;
@@ -258,10 +258,9 @@ inline void turbo3_group(const float* x, uint8_t* y) {
 
 inline void turbo4_group(const float* x, uint8_t* y) {
   uint8_t idx[128];
-  std::memset(y, 0, 68);
+  std::memset(y, 0, 66);
   store_u16(y, f32_to_f16(turbo_codes(x, kTurbo4Mid, 15, kTurbo4Centroids, idx)));
-  store_u16(y + 2, 0);  // rnorm: the fork's 4-bit mode leaves the QJL residual norm at zero
-  for (int i = 0; i < 128; ++i) y[4 + i / 2] = static_cast<uint8_t>(y[4 + i / 2] | (idx[i] << (4 * (i % 2))));
+  for (int i = 0; i < 128; ++i) y[2 + i / 2] = static_cast<uint8_t>(y[2 + i / 2] | (idx[i] << (4 * (i % 2))));
 }
 
 // Encode one row of d values. Returns false on a non-finite input value.
@@ -366,7 +365,7 @@ inline void decode_row(RowFormat f, const uint8_t* in, uint32_t d, float* x) {
       }
       case RowFormat::turbo4: {
         const float n = f16_to_f32(load_u16(y));
-        for (int i = 0; i < 128; ++i) xb[i] = kTurbo4Centroids[(y[4 + i / 2] >> (4 * (i % 2))) & 15] * n;
+        for (int i = 0; i < 128; ++i) xb[i] = kTurbo4Centroids[(y[2 + i / 2] >> (4 * (i % 2))) & 15] * n;
         break;
       }
       case RowFormat::tq6_0: tq6_decode_block(y, xb); break;

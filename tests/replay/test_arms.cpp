@@ -530,7 +530,7 @@ TEST(ArmAttention, NonFiniteRowsAreRefused) {
 TEST(ArmBits, BlockFormatsHandComputed) {
   const std::vector<std::pair<std::string, double>> cases = {
       {"f32", 32}, {"f16", 16}, {"bf16", 16}, {"q8_0", 8.5}, {"q4_0", 4.5}, {"q4_0:rot", 4.5}, {"q4_1", 5.0},
-      {"q5_0", 5.5}, {"q5_1", 6.0}, {"iq4_nl", 4.5}, {"turbo3", 3.125}, {"turbo4", 4.25}, {"tq6_0", 6.125}};
+      {"q5_0", 5.5}, {"q5_1", 6.0}, {"iq4_nl", 4.5}, {"turbo3", 3.125}, {"turbo4", 4.125}, {"tq6_0", 6.125}};
   const Data d = make_data(100, 128, 2, 1, 23);
   for (const auto& c : cases) {
     SCOPED_TRACE(c.first);
