@@ -39,6 +39,12 @@ class RowSource {
   virtual ~RowSource() = default;
   // K and V of (h, p) as stored (rotated basis where the arm rotates).
   virtual void stored_row(uint32_t h, uint32_t p, float* k, float* v) const = 0;
+  // Rows [p0, p1) of head h into k, v ([p1 - p0][D]); sources with per-record state
+  // (scales shared by a group's rows) override it to do that work once per call.
+  virtual void decode_rows(uint32_t h, uint32_t p0, uint32_t p1, uint32_t D, float* k, float* v) const {
+    for (uint32_t p = p0; p < p1; ++p)
+      stored_row(h, p, k + static_cast<size_t>(p - p0) * D, v + static_cast<size_t>(p - p0) * D);
+  }
   // One head's D values: a query into the stored K basis, an output back from the V basis.
   virtual void rotate_query(float* x) const = 0;
   virtual void unrotate_output(float* x) const = 0;
@@ -83,10 +89,14 @@ void fused_attend(const LayerShape& s, const RowSource& src, uint32_t pos0, uint
       // whatever the ubatch split, so a row-format arm gives the same bytes for any split.
       for (uint32_t t0 = lo / kTile * kTile; t0 < end; t0 += kTile) {
         const uint32_t t1 = std::min(end, t0 + kTile);
-#pragma omp for schedule(static)
-        for (int r = static_cast<int>(std::max(t0, lo) - t0); r < static_cast<int>(t1 - t0); ++r)
-          src.stored_row(h, t0 + static_cast<uint32_t>(r), kt.data() + static_cast<size_t>(r) * D,
-                         vt.data() + static_cast<size_t>(r) * D);
+        {  // contiguous row chunks per thread, so record state is set up once per chunk
+          const uint32_t r0 = std::max(t0, lo) - t0, rows = t1 - t0 - r0;
+          const uint32_t nt = static_cast<uint32_t>(omp_get_num_threads()), id = static_cast<uint32_t>(omp_get_thread_num());
+          const uint32_t a = r0 + rows * id / nt, b = r0 + rows * (id + 1) / nt;
+          if (a < b)
+            src.decode_rows(h, t0 + a, t0 + b, D, kt.data() + static_cast<size_t>(a) * D, vt.data() + static_cast<size_t>(a) * D);
+        }
+#pragma omp barrier
 #pragma omp for schedule(static)
         for (int qi = 0; qi < static_cast<int>(nq); ++qi) {
           const uint32_t i = static_cast<uint32_t>(qi) / gq, head = h * gq + static_cast<uint32_t>(qi) % gq;
@@ -224,6 +234,9 @@ class RowLayer final : public InspectableKv, private RowSource {
     rot_k_.inverse(k, s_.head_dim);
     rot_v_.inverse(v, s_.head_dim);
   }
+  void stored_rows(uint32_t h, uint32_t p0, uint32_t p1, float* k, float* v) const override {
+    decode_rows(h, p0, p1, s_.head_dim, k, v);
+  }
   uint32_t k_rotation() const override { return rot_k_.block; }
   uint32_t v_rotation() const override { return rot_v_.block; }
   std::string storage_name() const override { return name_; }
@@ -348,6 +361,12 @@ class SjLayer final : public InspectableKv, private RowSource {
     hadamard_blocks(k, s_.head_dim, cfg_.rotation());
     hadamard_blocks(v, s_.head_dim, cfg_.rotation());
   }
+  void stored_rows(uint32_t h, uint32_t p0, uint32_t p1, float* k, float* v) const override {
+    const CacheView saved = view_;
+    view_ = cache_->view(0);
+    decode_rows(h, p0, p1, s_.head_dim, k, v);
+    view_ = saved;
+  }
   uint32_t k_rotation() const override { return cfg_.rotation(); }
   uint32_t v_rotation() const override { return cfg_.rotation(); }
   const SequenceCache* codec_cache() const override { return cache_.get(); }
@@ -356,6 +375,57 @@ class SjLayer final : public InspectableKv, private RowSource {
  private:
   void rotate_query(float* x) const override { hadamard_blocks(x, s_.head_dim, cfg_.rotation()); }
   void unrotate_output(float* x) const override { hadamard_blocks(x, s_.head_dim, cfg_.rotation()); }
+
+  void decode_rows(uint32_t h, uint32_t p0, uint32_t p1, uint32_t D, float* k, float* v) const override {
+    const CacheView& cv = view_;
+    uint32_t p = p0;
+    while (p < p1) {
+      const size_t o = static_cast<size_t>(p - p0) * D;
+      if (p >= cv.sink && p < cv.B) {
+        const uint32_t g = (p - cv.sink) / cv.layout.group, t = (p - cv.sink) % cv.layout.group;
+        const uint32_t pe = std::min({p1, cv.B, cv.sink + (g + 1) * cv.layout.group});
+        const uint8_t* rec = cv.body + (static_cast<size_t>(g) * cv.n_head_kv + h) * cv.layout.bytes;
+        decode_record_rows(cv.layout, rec, t, t + (pe - p), cv.codebooks, k + o, v + o);
+        p = pe;
+      } else {
+        stored_row(h, p, k + o, v + o);
+        ++p;
+      }
+    }
+  }
+
+  // Rows [ta, tb) of one record, as decode_k_row / decode_v_row compute them (same
+  // operations in the same order, so the same floats), with the per-channel scales read
+  // once instead of once per row.
+  static void decode_record_rows(const RecordLayout& l, const uint8_t* rec, uint32_t ta, uint32_t tb,
+                                 const TrellisCodebooks& cb, float* k, float* v) {
+    const uint32_t D = l.head_dim;
+    const float* F = fmt::f16_table();
+    std::vector<float> ksc(D), kzp(D), vch(D);
+    for (uint32_t d = 0; d < D; ++d) {
+      const uint32_t i = k_ch_idx(l, d);
+      ksc[d] = F[load_u16(rec + l.k_scale + 2 * i)];
+      kzp[d] = F[load_u16(rec + l.k_zero + 2 * i)];
+      vch[d] = F[load_u16(rec + l.v_ch + 2 * v_ch_idx(l, d))];
+    }
+    const bool trellis = l.body == Body::trellis;
+    const uint16_t* kt = trellis ? codebook_table(cb, Side::k, l.bits_k) : nullptr;
+    const uint16_t* vtab = trellis ? codebook_table(cb, Side::v, l.bits_v) : nullptr;
+    for (uint32_t t = ta; t < tb; ++t) {
+      float* kr = k + static_cast<size_t>(t - ta) * D;
+      float* vr = v + static_cast<size_t>(t - ta) * D;
+      const float tok = F[load_u16(rec + l.k_tok + 2 * t)];
+      const float vs = F[load_u16(rec + l.v_scale + 2 * t)], vz = F[load_u16(rec + l.v_zero + 2 * t)];
+      for (uint32_t d = 0; d < D; ++d) {
+        const float q = trellis ? F[kt[trellis::window_at(l, rec, Side::k, t, d)]] : scalar_q(l, rec, Side::k, t, d);
+        kr[d] = op::fmul(op::fadd(op::fmul(q, ksc[d]), kzp[d]), tok);
+      }
+      for (uint32_t d = 0; d < D; ++d) {
+        const float q = trellis ? F[vtab[trellis::window_at(l, rec, Side::v, t, d)]] : scalar_q(l, rec, Side::v, t, d);
+        vr[d] = op::fmul(op::fadd(op::fmul(q, vs), vz), vch[d]);
+      }
+    }
+  }
   // The row resolution rule of CODEC-SPEC §8.2 with the codec's fast row decoders.
   void stored_row(uint32_t h, uint32_t p, float* k, float* v) const override {
     const CacheView& cv = view_;
@@ -369,15 +439,21 @@ class SjLayer final : public InspectableKv, private RowSource {
     }
     if (p < cv.sink && !cv.sink_inherit) {
       const uint16_t* e = cv.sink_f16 + (static_cast<size_t>(p) * cv.n_head_kv + h) * 2 * D;
+      const float* F = fmt::f16_table();
       for (uint32_t d = 0; d < D; ++d) {
-        k[d] = f16_to_f32(e[d]);
-        v[d] = f16_to_f32(e[D + d]);
+        k[d] = F[e[d]];
+        v[d] = F[e[D + d]];
       }
       return;
     }
     const uint32_t rb = cv.row_bytes();
     const uint8_t* e = p < cv.sink ? cv.sink_staged + (static_cast<size_t>(p) * cv.n_head_kv + h) * 2 * rb
                                    : cv.ring + (static_cast<size_t>(ring_slot(p, cv.sink, cv.cap)) * cv.n_head_kv + h) * 2 * rb;
+    if (cv.staging == StagingType::f16) {
+      fmt::decode_row(RowFormat::f16, e, D, k);
+      fmt::decode_row(RowFormat::f16, e + rb, D, v);
+      return;
+    }
     staging_decode_row(cv.staging, e, D, k);
     staging_decode_row(cv.staging, e + rb, D, v);
   }

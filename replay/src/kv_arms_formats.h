@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "sjkv/fp16.h"
 #include "sjkv/layout.h"
@@ -81,6 +82,18 @@ inline void turbo_signs(float* x, const uint32_t* w) {
   for (uint32_t i = 0; i < 128; ++i)
     if ((w[i / 32] >> (i % 32)) & 1u) x[i] = -x[i];
 }
+
+// F(h) for every fp16 pattern, built once from the codec's exact widening: the same floats,
+// one load instead of the bit manipulation (rows and scales are decoded per attention).
+inline const float* f16_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t h = 0; h < 65536; ++h) t[h] = f16_to_f32(static_cast<uint16_t>(h));
+    return t;
+  }();
+  return table.data();
+}
+inline float f16f(const uint8_t* p) { return f16_table()[load_u16(p)]; }
 
 inline uint16_t f32_to_bf16(float x) {  // ggml_compute_fp32_to_bf16: RNE, NaN kept quiet
   const uint32_t u = f32_bits(x);
@@ -298,7 +311,11 @@ inline void decode_row(RowFormat f, const uint8_t* in, uint32_t d, float* x) {
   const uint32_t bv = block_values(f), bb = block_bytes(f);
   switch (f) {
     case RowFormat::f32: std::memcpy(x, in, 4u * d); return;
-    case RowFormat::f16: for (uint32_t i = 0; i < d; ++i) x[i] = f16_to_f32(load_u16(in + 2 * i)); return;
+    case RowFormat::f16: {
+      const float* t = f16_table();
+      for (uint32_t i = 0; i < d; ++i) x[i] = t[load_u16(in + 2 * i)];
+      return;
+    }
     case RowFormat::bf16: for (uint32_t i = 0; i < d; ++i) x[i] = bf16_to_f32(load_u16(in + 2 * i)); return;
     default: break;
   }
@@ -307,12 +324,12 @@ inline void decode_row(RowFormat f, const uint8_t* in, uint32_t d, float* x) {
     float* xb = x + b * bv;
     switch (f) {
       case RowFormat::q8_0: {
-        const float s = f16_to_f32(load_u16(y));
+        const float s = f16f(y);
         for (int j = 0; j < 32; ++j) xb[j] = static_cast<float>(static_cast<int8_t>(y[2 + j])) * s;
         break;
       }
       case RowFormat::q4_0: {
-        const float s = f16_to_f32(load_u16(y));
+        const float s = f16f(y);
         for (int j = 0; j < 16; ++j) {
           xb[j] = static_cast<float>((y[2 + j] & 15) - 8) * s;
           xb[16 + j] = static_cast<float>((y[2 + j] >> 4) - 8) * s;
@@ -320,7 +337,7 @@ inline void decode_row(RowFormat f, const uint8_t* in, uint32_t d, float* x) {
         break;
       }
       case RowFormat::q4_1: {
-        const float s = f16_to_f32(load_u16(y)), m = f16_to_f32(load_u16(y + 2));
+        const float s = f16f(y), m = f16f(y + 2);
         for (int j = 0; j < 16; ++j) {
           xb[j] = static_cast<float>(y[4 + j] & 15) * s + m;
           xb[16 + j] = static_cast<float>(y[4 + j] >> 4) * s + m;
@@ -330,7 +347,7 @@ inline void decode_row(RowFormat f, const uint8_t* in, uint32_t d, float* x) {
       case RowFormat::q5_0:
       case RowFormat::q5_1: {
         const bool has_m = f == RowFormat::q5_1;
-        const float s = f16_to_f32(load_u16(y)), m = has_m ? f16_to_f32(load_u16(y + 2)) : 0.0f;
+        const float s = f16f(y), m = has_m ? f16f(y + 2) : 0.0f;
         const uint8_t* qhp = y + (has_m ? 4 : 2);
         const uint8_t* qs = qhp + 4;
         const uint32_t qh = qhp[0] | (qhp[1] << 8) | (qhp[2] << 16) | (static_cast<uint32_t>(qhp[3]) << 24);
@@ -348,7 +365,7 @@ inline void decode_row(RowFormat f, const uint8_t* in, uint32_t d, float* x) {
         break;
       }
       case RowFormat::iq4_nl: {
-        const float s = f16_to_f32(load_u16(y));
+        const float s = f16f(y);
         for (int j = 0; j < 16; ++j) {
           xb[j] = s * kIq4nlValues[y[2 + j] & 15];
           xb[16 + j] = s * kIq4nlValues[y[2 + j] >> 4];
@@ -356,7 +373,7 @@ inline void decode_row(RowFormat f, const uint8_t* in, uint32_t d, float* x) {
         break;
       }
       case RowFormat::turbo3: {
-        const float n = f16_to_f32(load_u16(y));
+        const float n = f16f(y);
         for (int j = 0; j < 128; ++j) {
           const int c = ((y[2 + j / 4] >> (2 * (j % 4))) & 3) | (((y[34 + j / 8] >> (j % 8)) & 1) << 2);
           xb[j] = kTurbo3Centroids[c] * n;
@@ -364,7 +381,7 @@ inline void decode_row(RowFormat f, const uint8_t* in, uint32_t d, float* x) {
         break;
       }
       case RowFormat::turbo4: {
-        const float n = f16_to_f32(load_u16(y));
+        const float n = f16f(y);
         for (int i = 0; i < 128; ++i) xb[i] = kTurbo4Centroids[(y[2 + i / 2] >> (4 * (i % 2))) & 15] * n;
         break;
       }

@@ -442,6 +442,34 @@ TEST(ArmAttention, FusedMatchesReferenceForEveryArm) {
   }
 }
 
+// The rows attend reads for the codec arms are the codec's own (resolve_row), bit for bit,
+// across sink, body records (scalar, trellis, channel axis) and ring.
+TEST(ArmAttention, CodecArmRowsEqualResolveRow) {
+  const uint32_t N = 700;
+  const Data d = make_data(N, 128, 4, 2, 31);
+  for (const std::string spec : {"sj:4/4:tail=128", "sj:4/2:tail=128", "sj:3/2t:tail=128", "sj:3/3t:axis=channel:tail=128",
+                                 "sj:4/4:sink=192:tail=128", "kvarn:4/4:tail=0", "sj:3/3t:staging=q8_0:tail=128"}) {
+    SCOPED_TRACE(spec);
+    const RunResult r = run_arm(spec, d, N, 64, {});
+    const InspectableKv* kv = dynamic_cast<const InspectableKv*>(r.layer.get());
+    const CacheView view = kv->codec_cache()->view(0);
+    ASSERT_GT(view.B, view.sink);
+    std::vector<float> K(static_cast<size_t>(N) * 128), V(K.size()), kr(128), vr(128);
+    for (uint32_t h = 0; h < 2; ++h) {
+      kv->stored_rows(h, 0, N, K.data(), V.data());
+      for (uint32_t p = 0; p < N; ++p) {
+        resolve_row(view, p, h, kr.data(), vr.data());
+        ASSERT_EQ(std::memcmp(kr.data(), &K[static_cast<size_t>(p) * 128], 128 * sizeof(float)), 0) << p;
+        ASSERT_EQ(std::memcmp(vr.data(), &V[static_cast<size_t>(p) * 128], 128 * sizeof(float)), 0) << p;
+      }
+      // An unaligned range starting inside a record reads the same rows.
+      kv->stored_rows(h, 200, 333, K.data(), V.data());
+      resolve_row(view, 250, h, kr.data(), vr.data());
+      EXPECT_EQ(std::memcmp(kr.data(), &K[50 * 128], 128 * sizeof(float)), 0);
+    }
+  }
+}
+
 TEST(ArmAttention, SlidingWindowIsHonoured) {
   const uint32_t N = 320, W = 48;
   const Data d = make_data(N, 64, 2, 1, 5);
