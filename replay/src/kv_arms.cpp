@@ -316,6 +316,11 @@ class SjLayer final : public InspectableKv, private RowSource {
       sh.n_ubatch = std::max(s_.n_ubatch, 1u);
       cache_ = std::make_unique<SequenceCache>(cfg_, sh);
       if (!cache_->status().ok()) throw std::invalid_argument(cfg_.name() + ": " + cache_->status().message());
+      const RecordLayout l = cfg_.layout();
+      if (l.body == Body::scalar) {
+        kbits_ = code_bits(l, Side::k);
+        vbits_ = code_bits(l, Side::v);
+      }
     }
     if (pos0 + n > s_.n_ctx)
       throw std::runtime_error(cfg_.name() + ": ubatch ends at " + std::to_string(pos0 + n) + " past n_ctx " +
@@ -394,14 +399,29 @@ class SjLayer final : public InspectableKv, private RowSource {
     }
   }
 
+  // Bit offsets of the codes of tokens 0..15 of a record (per side, [16][D]) and the step
+  // per further 16 tokens: code_bit() is linear in t / 16 for every scalar layout.
+  struct CodeBits {
+    std::vector<uint32_t> off;
+    uint32_t step = 0;
+  };
+  static CodeBits code_bits(const RecordLayout& l, Side side) {
+    CodeBits c;
+    c.off.resize(16u * l.head_dim);
+    for (uint32_t t = 0; t < 16; ++t)
+      for (uint32_t d = 0; d < l.head_dim; ++d) c.off[t * l.head_dim + d] = code_bit(l, side, t, d);
+    c.step = code_bit(l, side, 16, 0) - code_bit(l, side, 0, 0);
+    return c;
+  }
+
   // Rows [ta, tb) of one record, as decode_k_row / decode_v_row compute them (same
   // operations in the same order, so the same floats), with the per-channel scales read
-  // once instead of once per row.
-  static void decode_record_rows(const RecordLayout& l, const uint8_t* rec, uint32_t ta, uint32_t tb,
-                                 const TrellisCodebooks& cb, float* k, float* v) {
+  // once instead of once per row and the code addresses from a table.
+  void decode_record_rows(const RecordLayout& l, const uint8_t* rec, uint32_t ta, uint32_t tb,
+                          const TrellisCodebooks& cb, float* k, float* v) const {
     const uint32_t D = l.head_dim;
     const float* F = fmt::f16_table();
-    std::vector<float> ksc(D), kzp(D), vch(D);
+    std::vector<float> ksc(D), kzp(D), vch(D), qk(D), qv(D);
     for (uint32_t d = 0; d < D; ++d) {
       const uint32_t i = k_ch_idx(l, d);
       ksc[d] = F[load_u16(rec + l.k_scale + 2 * i)];
@@ -409,23 +429,30 @@ class SjLayer final : public InspectableKv, private RowSource {
       vch[d] = F[load_u16(rec + l.v_ch + 2 * v_ch_idx(l, d))];
     }
     const bool trellis = l.body == Body::trellis;
-    const uint16_t* kt = trellis ? codebook_table(cb, Side::k, l.bits_k) : nullptr;
+    const uint16_t* ktab = trellis ? codebook_table(cb, Side::k, l.bits_k) : nullptr;
     const uint16_t* vtab = trellis ? codebook_table(cb, Side::v, l.bits_v) : nullptr;
     for (uint32_t t = ta; t < tb; ++t) {
+      if (trellis) {
+        for (uint32_t d = 0; d < D; ++d) qk[d] = F[ktab[trellis::window_at(l, rec, Side::k, t, d)]];
+        for (uint32_t d = 0; d < D; ++d) qv[d] = F[vtab[trellis::window_at(l, rec, Side::v, t, d)]];
+      } else {
+        const uint32_t* ok = &kbits_.off[(t % 16) * D];
+        const uint32_t* ov = &vbits_.off[(t % 16) * D];
+        const uint32_t bk = (t / 16) * kbits_.step, bv = (t / 16) * vbits_.step;
+        const uint8_t* pk = rec + l.k_payload;
+        const uint8_t* pv = rec + l.v_payload;
+        for (uint32_t d = 0; d < D; ++d) qk[d] = static_cast<float>(get_bits(pk, ok[d] + bk, l.bits_k));
+        for (uint32_t d = 0; d < D; ++d) qv[d] = static_cast<float>(get_bits(pv, ov[d] + bv, l.bits_v));
+      }
       float* kr = k + static_cast<size_t>(t - ta) * D;
       float* vr = v + static_cast<size_t>(t - ta) * D;
       const float tok = F[load_u16(rec + l.k_tok + 2 * t)];
       const float vs = F[load_u16(rec + l.v_scale + 2 * t)], vz = F[load_u16(rec + l.v_zero + 2 * t)];
-      for (uint32_t d = 0; d < D; ++d) {
-        const float q = trellis ? F[kt[trellis::window_at(l, rec, Side::k, t, d)]] : scalar_q(l, rec, Side::k, t, d);
-        kr[d] = op::fmul(op::fadd(op::fmul(q, ksc[d]), kzp[d]), tok);
-      }
-      for (uint32_t d = 0; d < D; ++d) {
-        const float q = trellis ? F[vtab[trellis::window_at(l, rec, Side::v, t, d)]] : scalar_q(l, rec, Side::v, t, d);
-        vr[d] = op::fmul(op::fadd(op::fmul(q, vs), vz), vch[d]);
-      }
+      for (uint32_t d = 0; d < D; ++d) kr[d] = op::fmul(op::fadd(op::fmul(qk[d], ksc[d]), kzp[d]), tok);
+      for (uint32_t d = 0; d < D; ++d) vr[d] = op::fmul(op::fadd(op::fmul(qv[d], vs), vz), vch[d]);
     }
   }
+
   // The row resolution rule of CODEC-SPEC §8.2 with the codec's fast row decoders.
   void stored_row(uint32_t h, uint32_t p, float* k, float* v) const override {
     const CacheView& cv = view_;
@@ -463,6 +490,7 @@ class SjLayer final : public InspectableKv, private RowSource {
   bool tier_edge_;
   std::shared_ptr<EdgeRegistry> reg_;
   std::unique_ptr<SequenceCache> cache_;
+  CodeBits kbits_, vbits_;  // scalar bodies only
   mutable CacheView view_;
 };
 
