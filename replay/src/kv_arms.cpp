@@ -530,10 +530,12 @@ constexpr RowFormatName kRowFormats[] = {
 
 class RowArm final : public KvArm {
  public:
-  RowArm(const std::string& spec, RowFormat f, bool rot) : f_(f), rot_(rot) { spec_ = spec; }
+  RowArm(const std::string& spec, RowFormat f, bool rot, bool swa_same) : f_(f), rot_(rot), swa_same_(swa_same) {
+    spec_ = spec;
+  }
   std::unique_ptr<LayerKv> make_layer(const LayerShape& s) const override {
     const bool plain = f_ == RowFormat::f32 || f_ == RowFormat::f16 || f_ == RowFormat::bf16;
-    if (!s.full_attention && !plain) return std::make_unique<RowLayer>(s, RowFormat::f16, Rotation{}, Rotation{}, "f16");
+    if (!s.full_attention && !plain && !swa_same_) return std::make_unique<RowLayer>(s, RowFormat::f16, Rotation{}, Rotation{}, "f16");
     Rotation rk, rv;
     if (rot_) {
       rk.block = llama_k_rotation(s.head_dim);
@@ -549,6 +551,7 @@ class RowArm final : public KvArm {
  private:
   RowFormat f_;
   bool rot_;
+  bool swa_same_;  // sliding layers in this format too (as llama.cpp's iSWA cache does)
 };
 
 class SjArm final : public KvArm {
@@ -593,13 +596,16 @@ std::unique_ptr<KvArm> parse(const std::string& spec) {
   const std::string& head = parts[0];
   for (const auto& r : kRowFormats) {
     if (head != r.name) continue;
-    bool rot = false;
+    const bool plain = r.f == RowFormat::f32 || r.f == RowFormat::f16 || r.f == RowFormat::bf16;
+    bool rot = false, swa = false;
     for (size_t i = 1; i < parts.size(); ++i) {
       if (parts[i] == "rot" && r.ggml_block && !rot) rot = true;
       else if (parts[i] == "rot" && !r.ggml_block) bad(spec, std::string(r.name) + " takes no ':rot' (only the ggml block formats do)");
+      else if (parts[i] == "swa=same" && !plain && !swa) swa = true;
+      else if (parts[i] == "swa=same" && plain) bad(spec, std::string(r.name) + " already stores sliding layers in its own type");
       else bad(spec, "unknown option '" + parts[i] + "'");
     }
-    return std::make_unique<RowArm>(spec, r.f, rot);
+    return std::make_unique<RowArm>(spec, r.f, rot, swa);
   }
   if (head == "tq5_0")
     bad(spec, "tq5_0 is not implemented: no public block layout for it was found (see docs/REPLAY.md)");
@@ -674,7 +680,7 @@ std::unique_ptr<KvArm> make_arm(const std::string& spec) { return parse(spec); }
 
 std::vector<std::string> arm_examples() {
   return {"f32",      "f16",        "bf16",       "q8_0",          "q8_0:rot",          "q4_0",
-          "q4_0:rot", "q4_1",       "q4_1:rot",   "q5_0",          "q5_0:rot",          "q5_1",
+          "q4_0:rot", "q4_0:rot:swa=same", "q8_0:rot:swa=same", "q4_1",       "q4_1:rot",   "q5_0",          "q5_0:rot",          "q5_1",
           "q5_1:rot", "iq4_nl",     "iq4_nl:rot", "turbo3",        "turbo4",            "tq6_0",
           "kvarn:4/4:tail=0",       "kvarn:4/4:tail=1024",         "sj:4/4",            "sj:3/3t",
           "sj:3/2t",  "sj:2/2t",    "sj:4/2",     "sj:3/2t:axis=channel",

@@ -201,7 +201,7 @@ TEST(Arms, EverySpecRoundTrips) {
     // A sliding layer of a compressed arm is fp16; the plain-type arms keep their type.
     auto slide = arm->make_layer(shape(128, 4, 2, 2048, 512, 0));
     const std::string sname = inspect(slide)->storage_name();
-    if (spec == "f32" || spec == "bf16") EXPECT_EQ(sname, spec);
+    if (spec == "f32" || spec == "bf16" || spec.find(":swa=same") != std::string::npos) EXPECT_EQ(sname, spec);
     else EXPECT_EQ(sname, "f16");
   }
   EXPECT_EQ(make_arm("sj:3/2t:axis=channel")->make_layer(shape(128, 4, 2, 2048))->bits().occupied, 0.0);
@@ -214,6 +214,8 @@ TEST(Arms, InvalidSpecsAreRejectedWithAReason) {
       {"f16:rot", "takes no ':rot'"},
       {"q4_0:rot:rot", "unknown option"},
       {"q4_0:fast", "unknown option"},
+      {"f16:swa=same", "already stores sliding layers"},
+      {"sj:4/4:swa=same", "unknown option"},
       {"tq5_0", "no public block layout"},
       {"sj", "missing widths"},
       {"sj:5/5", "bits"},
