@@ -325,6 +325,11 @@ class SjLayer final : public InspectableKv, private RowSource {
     if (pos0 + n > s_.n_ctx)
       throw std::runtime_error(cfg_.name() + ": ubatch ends at " + std::to_string(pos0 + n) + " past n_ctx " +
                                std::to_string(s_.n_ctx));
+    // The ring is sized for two ubatches of n_ubatch (policy.h ring_capacity); a larger one
+    // would overwrite rows not yet sealed.
+    if (n > std::max(s_.n_ubatch, 1u))
+      throw std::runtime_error(cfg_.name() + ": ubatch of " + std::to_string(n) + " exceeds n_ubatch " +
+                               std::to_string(s_.n_ubatch));
     const Status st = cache_->begin_ubatch(pos0, n);
     if (!st.ok()) throw std::runtime_error(cfg_.name() + ": seal failed: " + st.message());
   }

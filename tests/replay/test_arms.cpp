@@ -545,6 +545,12 @@ TEST(ArmAttention, QuantizedArmsAreCloseToF32) {
     EXPECT_LT(rel(spec), 0.3) << spec;
 }
 
+TEST(ArmAttention, OversizedUbatchIsRefused) {
+  auto layer = make_arm("sj:4/4")->make_layer(shape(128, 2, 1, 1024));  // n_ubatch 64
+  EXPECT_THROW(layer->begin_ubatch(0, 65), std::runtime_error);
+  EXPECT_THROW(layer->begin_ubatch(1000, 64), std::runtime_error);  // past n_ctx
+}
+
 TEST(ArmAttention, NonFiniteRowsAreRefused) {
   for (const std::string spec : {"q4_0", "f16", "sj:4/4"}) {
     auto layer = make_arm(spec)->make_layer(shape(128, 2, 1, 64));
