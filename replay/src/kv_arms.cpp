@@ -50,7 +50,7 @@ class RowSource {
   virtual void unrotate_output(float* x) const = 0;
 };
 
-constexpr uint32_t kTile = 128;
+constexpr uint32_t kTile = 256;  // positions per tile: 2 * 256 * D floats of buffer, two barriers per tile
 
 inline float dot8(const float* a, const float* b, uint32_t n) {
   float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -481,9 +481,10 @@ class SjLayer final : public InspectableKv, private RowSource {
     const uint32_t rb = cv.row_bytes();
     const uint8_t* e = p < cv.sink ? cv.sink_staged + (static_cast<size_t>(p) * cv.n_head_kv + h) * 2 * rb
                                    : cv.ring + (static_cast<size_t>(ring_slot(p, cv.sink, cv.cap)) * cv.n_head_kv + h) * 2 * rb;
-    if (cv.staging == StagingType::f16) {
-      fmt::decode_row(RowFormat::f16, e, D, k);
-      fmt::decode_row(RowFormat::f16, e + rb, D, v);
+    if (cv.staging == StagingType::f16 || cv.staging == StagingType::tq6_0) {
+      const RowFormat f = cv.staging == StagingType::f16 ? RowFormat::f16 : RowFormat::tq6_0;
+      fmt::decode_row(f, e, D, k);
+      fmt::decode_row(f, e + rb, D, v);
       return;
     }
     staging_decode_row(cv.staging, e, D, k);
