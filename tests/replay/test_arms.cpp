@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -138,9 +139,9 @@ InspectableKv* inspect(const std::unique_ptr<LayerKv>& l) {
 
 // Runs `spec` over N positions in ubatches of `ub`; at the ubatches listed in `check`
 // attends and compares to the naive reference (and, for codec arms, attention_ref).
-// Tolerance: |fused - ref| <= 1e-4 * max|V| + 1e-6: the fused pass is binary32 with an
+// Tolerance: |fused - ref| <= 2e-5 * max|V| + 1e-6: the fused pass is binary32 with an
 // online softmax, the reference double; both read the same decoded values, so only
-// rounding separates them (observed ~1e-6 relative).
+// rounding separates them (observed <= 5e-6 absolute at max|V| = 14, i.e. ~3e-7 relative).
 struct RunResult {
   double max_err = 0, max_err_codec = 0, vmax = 0;
   uint32_t checks = 0;
@@ -445,10 +446,12 @@ TEST(ArmAttention, FusedMatchesReferenceForEveryArm) {
     SCOPED_TRACE(spec);
     const RunResult r = run_arm(spec, d, N, ub, {0, 3, 21});
     EXPECT_EQ(r.checks, 3u);
-    EXPECT_LE(r.max_err, 1e-4 * r.vmax + 1e-6) << "vmax " << r.vmax;
+    std::printf("  %-40s max |fused - ref| %.2e  vs attention_ref %.2e  (max|V| %.1f)\n", spec.c_str(), r.max_err,
+                r.max_err_codec, r.vmax);
+    EXPECT_LE(r.max_err, 2e-5 * r.vmax + 1e-6) << "vmax " << r.vmax;
     auto* kv = dynamic_cast<InspectableKv*>(r.layer.get());
     if (const SequenceCache* c = kv->codec_cache()) {
-      EXPECT_LE(r.max_err_codec, 1e-4 * r.vmax + 1e-6);
+      EXPECT_LE(r.max_err_codec, 2e-5 * r.vmax + 1e-6);
       if (spec.rfind("sj:", 0) == 0 || spec.find("tail=0") != std::string::npos) {
         EXPECT_GT(c->policy().B, 128u) << "body not exercised";
       }
@@ -488,7 +491,7 @@ TEST(ArmAttention, SlidingWindowIsHonoured) {
   const uint32_t N = 320, W = 48;
   const Data d = make_data(N, 64, 2, 1, 5);
   const RunResult r = run_arm("f16", d, N, 64, {0, 2, 4}, W);
-  EXPECT_LE(r.max_err, 1e-4 * r.vmax + 1e-6);
+  EXPECT_LE(r.max_err, 2e-5 * r.vmax + 1e-6);
   // The window changes the answer: the same arm without it differs.
   const RunResult full = run_arm("f16", d, N, 64, {4}, 0);
   std::vector<float> a(64 * 2 * 64), b(a.size());
