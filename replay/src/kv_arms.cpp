@@ -267,10 +267,14 @@ class RowLayer final : public InspectableKv, private RowSource {
 // compressed layers apart; make_layer is called for every layer before the first ubatch.
 struct EdgeRegistry {
   std::mutex mu;
-  bool any = false;
+  bool any = false, decided = false;
   uint32_t first = 0, last = 0;
   void add(uint32_t l) {
     std::lock_guard<std::mutex> g(mu);
+    // A new first or last layer after some layer chose its tier would have changed that
+    // choice (layers of a second sequence from the same arm are fine).
+    if (decided && (l < first || l > last))
+      throw std::logic_error("tier=edge: layer " + std::to_string(l) + " made after the first ubatch");
     if (!any) first = last = l;
     first = std::min(first, l);
     last = std::max(last, l);
@@ -278,6 +282,7 @@ struct EdgeRegistry {
   }
   bool is_edge(uint32_t l) {
     std::lock_guard<std::mutex> g(mu);
+    decided = true;
     return l == first || l == last;
   }
 };

@@ -629,6 +629,12 @@ TEST(ArmTier, EdgeLayersRunAt44) {
   for (auto& l : three) l->begin_ubatch(0, 1);
   EXPECT_EQ(inspect(three[1])->storage_name().rfind("sj:3/3t:", 0), 0u);  // middle layer keeps 3/3t
   EXPECT_EQ(inspect(three[0])->storage_name().rfind("sj:4/4:", 0), 0u);
+  // A new edge layer after the tiers were chosen is a caller bug, not a silent mis-tiering;
+  // the same layers again (a second sequence) are fine and tier the same way.
+  EXPECT_THROW(mid->make_layer(shape(128, 2, 1, 256, 0, 11)), std::logic_error);
+  auto again = mid->make_layer(shape(128, 2, 1, 256, 0, 5));
+  again->begin_ubatch(0, 1);
+  EXPECT_EQ(inspect(again)->storage_name().rfind("sj:3/3t:", 0), 0u);
 }
 
 }  // namespace
