@@ -619,7 +619,7 @@ std::unique_ptr<KvArm> parse(const std::string& spec) {
     return std::make_unique<RowArm>(spec, r.f, rot, swa);
   }
   if (head == "tq5_0")
-    bad(spec, "tq5_0 is not implemented: no public block layout for it was found (see docs/REPLAY.md)");
+    bad(spec, "tq5_0 is not implemented: its centroid table and bit order are not public (docs/REPLAY.md)");
   if (head == "kvarn" || head == "sj") {
     const bool sj = head == "sj";
     if (parts.size() < 2) bad(spec, "missing widths, e.g. " + head + ":4/4");

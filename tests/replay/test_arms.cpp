@@ -217,7 +217,7 @@ TEST(Arms, InvalidSpecsAreRejectedWithAReason) {
       {"q4_0:fast", "unknown option"},
       {"f16:swa=same", "already stores sliding layers"},
       {"sj:4/4:swa=same", "unknown option"},
-      {"tq5_0", "no public block layout"},
+      {"tq5_0", "tq5_0 is not implemented"},
       {"sj", "missing widths"},
       {"sj:5/5", "bits"},
       {"sj:4/x", "widths"},
