@@ -52,15 +52,48 @@ class RowSource {
 
 constexpr uint32_t kTile = 256;  // positions per tile: 2 * 256 * D floats of buffer, two barriers per tile
 
-inline float dot8(const float* a, const float* b, uint32_t n) {
-  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  uint32_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (uint32_t j = 0; j < 8; ++j) s[j] += a[i + j] * b[i + j];
-  float t = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-  for (; i < n; ++i) t += a[i] * b[i];
-  return t;
+}  // namespace
+
+namespace detail {
+
+// One query against rows [0, n) of a decoded tile: scores, then the online-softmax update of
+// (m, S, acc). Built twice (AVX2 and baseline) and picked at load time; neither build may
+// contract or reassociate (no FMA target, no fast-math), and the 8-lane dot product keeps
+// the same lanes in both, so both give the same floats.
+__attribute__((target_clones("avx2", "default")))
+void tile_update(const float* qv, const float* kt, const float* vt, uint32_t n, uint32_t D, float scale, float* sc,
+                 float& m, float& S, float* acc) {
+  float mt = -std::numeric_limits<float>::infinity();
+  for (uint32_t p = 0; p < n; ++p) {
+    const float* kr = kt + static_cast<size_t>(p) * D;
+    float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    uint32_t i = 0;
+    for (; i + 8 <= D; i += 8)
+      for (uint32_t j = 0; j < 8; ++j) l[j] += qv[i + j] * kr[i + j];
+    float t = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    for (; i < D; ++i) t += qv[i] * kr[i];
+    sc[p] = t * scale;
+    mt = std::max(mt, sc[p]);
+  }
+  if (mt > m) {
+    const float corr = std::isinf(m) ? 0.0f : std::exp(m - mt);
+    for (uint32_t d = 0; d < D; ++d) acc[d] *= corr;
+    S *= corr;
+    m = mt;
+  }
+  float sw = S;
+  for (uint32_t p = 0; p < n; ++p) {
+    const float w = std::exp(sc[p] - m);
+    sw += w;
+    const float* vv = vt + static_cast<size_t>(p) * D;
+    for (uint32_t d = 0; d < D; ++d) acc[d] += w * vv[d];
+  }
+  S = sw;
 }
+
+}  // namespace detail
+
+namespace {
 
 void check_shape(const LayerShape& s) {
   if (s.n_head == 0 || s.n_head_kv == 0 || s.n_head % s.n_head_kv != 0)
@@ -106,27 +139,8 @@ void fused_attend(const LayerShape& s, const RowSource& src, uint32_t pos0, uint
           if (s.window && qpos + 1 > s.window) a = std::max(a, qpos + 1 - s.window);
           if (a >= b) continue;
           const float* qv = qr.data() + (static_cast<size_t>(i) * H + head) * D;
-          float mt = -std::numeric_limits<float>::infinity();
-          for (uint32_t p = a; p < b; ++p) {
-            sc[p - a] = dot8(qv, kt.data() + static_cast<size_t>(p - t0) * D, D) * scale;
-            mt = std::max(mt, sc[p - a]);
-          }
-          float* ac = acc.data() + static_cast<size_t>(qi) * D;
-          if (mt > mx[qi]) {
-            const float corr = std::isinf(mx[qi]) ? 0.0f : std::exp(mx[qi] - mt);
-            for (uint32_t d = 0; d < D; ++d) ac[d] *= corr;
-            sum[qi] *= corr;
-            mx[qi] = mt;
-          }
-          const float m = mx[qi];
-          float sw = sum[qi];
-          for (uint32_t p = a; p < b; ++p) {
-            const float w = std::exp(sc[p - a] - m);
-            sw += w;
-            const float* vv = vt.data() + static_cast<size_t>(p - t0) * D;
-            for (uint32_t d = 0; d < D; ++d) ac[d] += w * vv[d];
-          }
-          sum[qi] = sw;
+          detail::tile_update(qv, kt.data() + static_cast<size_t>(a - t0) * D, vt.data() + static_cast<size_t>(a - t0) * D,
+                              b - a, D, scale, sc, mx[qi], sum[qi], acc.data() + static_cast<size_t>(qi) * D);
         }
       }
     }
