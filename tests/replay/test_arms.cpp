@@ -408,6 +408,17 @@ TEST(ArmQuantizers, Turbo3BlockHandWorked) {
   EXPECT_EQ(y, x);
 }
 
+TEST(ArmQuantizers, LlamaRotationSizes) {
+  // K: the largest power of two >= 64 dividing D; V: 64; none unless D % 64 == 0.
+  const uint32_t dims[][3] = {{64, 64, 64}, {128, 128, 64}, {192, 64, 64}, {256, 256, 64}, {512, 512, 64}, {96, 0, 0}};
+  for (const auto& c : dims) {
+    auto layer = make_arm("q8_0:rot")->make_layer(shape(c[0], 2, 1, 64));
+    EXPECT_EQ(inspect(layer)->k_rotation(), c[1]) << c[0];
+    EXPECT_EQ(inspect(layer)->v_rotation(), c[2]) << c[0];
+  }
+  EXPECT_EQ(inspect(make_arm("q8_0")->make_layer(shape(128, 2, 1, 64)))->k_rotation(), 0u);
+}
+
 TEST(ArmQuantizers, RotatedArmStoresTheRotatedRow) {
   // q4_0:rot at D = 128 holds q4_0 of H128 k (K) and of 64-blocks of H64 v (V).
   const Data d = make_data(1, 128, 1, 1, 7);
