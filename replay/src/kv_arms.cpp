@@ -1,0 +1,717 @@
+// The cache arms of sjkv-replay (docs/REPLAY.md "Arms"): spec parsing, the row-format
+// layers (f32/f16/bf16, ggml block formats, TurboQuant-style rows) and the SJ-KVaRN /
+// KVarN layers driven by the codec's SequenceCache, all attended to by one fused pass.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kv_arms_formats.h"
+#include "sjkv/cache.h"
+#include "sjkv/config.h"
+#include "sjkv/hadamard.h"
+#include "sjkv/replay/arms.h"
+#include "sjkv/replay/kv.h"
+#include "sjkv/seal.h"
+
+namespace sjkv {
+namespace replay {
+namespace {
+
+using fmt::RowFormat;
+
+// ---------------------------------------------------------------------------------------
+// Fused attention: one pass over the stored positions in tiles. Each tile's rows are
+// decoded once per KV head (in parallel, one row per thread) into a small buffer and then
+// used by every query of the ubatch and every query head of the GQA group (in parallel, one
+// query per thread, online softmax carried across tiles in a fixed order). The decoded cache
+// never exists beyond one tile.
+
+class RowSource {
+ public:
+  virtual ~RowSource() = default;
+  // K and V of (h, p) as stored (rotated basis where the arm rotates).
+  virtual void stored_row(uint32_t h, uint32_t p, float* k, float* v) const = 0;
+  // Rows [p0, p1) of head h into k, v ([p1 - p0][D]); sources with per-record state
+  // (scales shared by a group's rows) override it to do that work once per call.
+  virtual void decode_rows(uint32_t h, uint32_t p0, uint32_t p1, uint32_t D, float* k, float* v) const {
+    for (uint32_t p = p0; p < p1; ++p)
+      stored_row(h, p, k + static_cast<size_t>(p - p0) * D, v + static_cast<size_t>(p - p0) * D);
+  }
+  // One head's D values: a query into the stored K basis, an output back from the V basis.
+  virtual void rotate_query(float* x) const = 0;
+  virtual void unrotate_output(float* x) const = 0;
+};
+
+constexpr uint32_t kTile = 256;  // positions per tile: 2 * 256 * D floats of buffer, two barriers per tile
+
+}  // namespace
+
+namespace detail {
+
+// One query against rows [0, n) of a decoded tile: scores, then the online-softmax update of
+// (m, S, acc). Built twice (AVX2 and baseline) and picked at load time; neither build may
+// contract or reassociate (no FMA target, no fast-math), and the 8-lane dot product keeps
+// the same lanes in both, so both give the same floats.
+__attribute__((target_clones("avx2", "default")))
+void tile_update(const float* qv, const float* kt, const float* vt, uint32_t n, uint32_t D, float scale, float* sc,
+                 float& m, float& S, float* acc) {
+  float mt = -std::numeric_limits<float>::infinity();
+  for (uint32_t p = 0; p < n; ++p) {
+    const float* kr = kt + static_cast<size_t>(p) * D;
+    float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    uint32_t i = 0;
+    for (; i + 8 <= D; i += 8)
+      for (uint32_t j = 0; j < 8; ++j) l[j] += qv[i + j] * kr[i + j];
+    float t = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    for (; i < D; ++i) t += qv[i] * kr[i];
+    sc[p] = t * scale;
+    mt = std::max(mt, sc[p]);
+  }
+  if (mt > m) {
+    const float corr = std::isinf(m) ? 0.0f : std::exp(m - mt);
+    for (uint32_t d = 0; d < D; ++d) acc[d] *= corr;
+    S *= corr;
+    m = mt;
+  }
+  float sw = S;
+  for (uint32_t p = 0; p < n; ++p) {
+    const float w = std::exp(sc[p] - m);
+    sw += w;
+    const float* vv = vt + static_cast<size_t>(p) * D;
+    for (uint32_t d = 0; d < D; ++d) acc[d] += w * vv[d];
+  }
+  S = sw;
+}
+
+}  // namespace detail
+
+namespace {
+
+void check_shape(const LayerShape& s) {
+  if (s.n_head == 0 || s.n_head_kv == 0 || s.n_head % s.n_head_kv != 0)
+    throw std::invalid_argument("layer " + std::to_string(s.layer) + ": n_head must be a positive multiple of n_head_kv");
+  if (s.head_dim == 0) throw std::invalid_argument("layer " + std::to_string(s.layer) + ": head_dim is 0");
+}
+
+void fused_attend(const LayerShape& s, const RowSource& src, uint32_t pos0, uint32_t n, const float* q, float scale,
+                  float* out) {
+  const uint32_t D = s.head_dim, H = s.n_head, Hkv = s.n_head_kv, gq = H / Hkv;
+  std::vector<float> qr(q, q + static_cast<size_t>(n) * H * D);
+  for (size_t r = 0; r < static_cast<size_t>(n) * H; ++r) src.rotate_query(qr.data() + r * D);
+  const uint32_t end = pos0 + n;
+  const uint32_t lo = s.window && pos0 + 1 > s.window ? pos0 + 1 - s.window : 0;
+  const uint32_t nq = n * gq;
+  std::vector<float> kt(static_cast<size_t>(kTile) * D), vt(static_cast<size_t>(kTile) * D);
+  std::vector<float> acc(static_cast<size_t>(nq) * D), mx(nq), sum(nq);
+  for (uint32_t h = 0; h < Hkv; ++h) {
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    std::fill(mx.begin(), mx.end(), -std::numeric_limits<float>::infinity());
+    std::fill(sum.begin(), sum.end(), 0.0f);
+#pragma omp parallel
+    {
+      float sc[kTile];
+      // Tiles on absolute multiples of kTile: the same positions meet in the same order
+      // whatever the ubatch split, so a row-format arm gives the same bytes for any split.
+      for (uint32_t t0 = lo / kTile * kTile; t0 < end; t0 += kTile) {
+        const uint32_t t1 = std::min(end, t0 + kTile);
+        {  // contiguous row chunks per thread, so record state is set up once per chunk
+          const uint32_t r0 = std::max(t0, lo) - t0, rows = t1 - t0 - r0;
+          const uint32_t nt = static_cast<uint32_t>(omp_get_num_threads()), id = static_cast<uint32_t>(omp_get_thread_num());
+          const uint32_t a = r0 + rows * id / nt, b = r0 + rows * (id + 1) / nt;
+          if (a < b)
+            src.decode_rows(h, t0 + a, t0 + b, D, kt.data() + static_cast<size_t>(a) * D, vt.data() + static_cast<size_t>(a) * D);
+        }
+#pragma omp barrier
+#pragma omp for schedule(static)
+        for (int qi = 0; qi < static_cast<int>(nq); ++qi) {
+          const uint32_t i = static_cast<uint32_t>(qi) / gq, head = h * gq + static_cast<uint32_t>(qi) % gq;
+          const uint32_t qpos = pos0 + i;
+          uint32_t a = t0;
+          const uint32_t b = std::min(t1, qpos + 1);
+          if (s.window && qpos + 1 > s.window) a = std::max(a, qpos + 1 - s.window);
+          if (a >= b) continue;
+          const float* qv = qr.data() + (static_cast<size_t>(i) * H + head) * D;
+          detail::tile_update(qv, kt.data() + static_cast<size_t>(a - t0) * D, vt.data() + static_cast<size_t>(a - t0) * D,
+                              b - a, D, scale, sc, mx[qi], sum[qi], acc.data() + static_cast<size_t>(qi) * D);
+        }
+      }
+    }
+    for (uint32_t qi = 0; qi < nq; ++qi) {
+      const uint32_t i = qi / gq, head = h * gq + qi % gq;
+      float* o = out + (static_cast<size_t>(i) * H + head) * D;
+      const float inv = sum[qi] > 0.0f ? 1.0f / sum[qi] : 0.0f;
+      for (uint32_t d = 0; d < D; ++d) o[d] = acc[static_cast<size_t>(qi) * D + d] * inv;
+      src.unrotate_output(o);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Row-format layers: every position's K and V rows encoded on their own.
+
+// llama.cpp's K rotation: the largest power of two >= 64 dividing D (its V rotation is 64),
+// only when D % 64 == 0 (src/llama-kv-cache.cpp, build_input_k_rot / build_input_v_rot).
+uint32_t llama_k_rotation(uint32_t d) {
+  if (d % 64 != 0) return 0;
+  uint32_t r = 64;
+  while (d % (2 * r) == 0) r *= 2;
+  return r;
+}
+
+// Rotation of one head's row: none, blocks of the orthonormal Hadamard transform, or the
+// TurboQuant fork's signed transform on 128-value groups.
+struct Rotation {
+  uint32_t block = 0;   // 0: none
+  bool turbo = false;   // signed (s2 .* H(s1 .* x)); block is 128
+  void forward(float* x, uint32_t d) const {
+    if (!block) return;
+    if (!turbo) return hadamard_blocks(x, d, block);
+    for (uint32_t o = 0; o < d; o += 128) {
+      fmt::turbo_signs(x + o, fmt::kTurboSigns1);
+      hadamard_inplace(x + o, 128);
+      fmt::turbo_signs(x + o, fmt::kTurboSigns2);
+    }
+  }
+  void inverse(float* x, uint32_t d) const {
+    if (!block) return;
+    if (!turbo) return hadamard_blocks(x, d, block);
+    for (uint32_t o = 0; o < d; o += 128) {
+      fmt::turbo_signs(x + o, fmt::kTurboSigns2);
+      hadamard_inplace(x + o, 128);
+      fmt::turbo_signs(x + o, fmt::kTurboSigns1);
+    }
+  }
+};
+
+class RowLayer final : public InspectableKv, private RowSource {
+ public:
+  RowLayer(const LayerShape& s, RowFormat f, Rotation rot_k, Rotation rot_v, std::string name)
+      : s_(s), f_(f), rot_k_(rot_k), rot_v_(rot_v), name_(std::move(name)), rb_(fmt::row_bytes(f, s.head_dim)) {
+    check_shape(s);
+    if (s.head_dim % fmt::block_values(f) != 0)
+      throw std::invalid_argument(name_ + ": head_dim " + std::to_string(s.head_dim) + " is not a multiple of the " +
+                                  std::to_string(fmt::block_values(f)) + "-value block");
+    if ((rot_k.block && s.head_dim % rot_k.block) || (rot_v.block && s.head_dim % rot_v.block))
+      throw std::invalid_argument(name_ + ": head_dim " + std::to_string(s.head_dim) + " does not take the rotation");
+    const size_t reserve = static_cast<size_t>(s.n_ctx) * s.n_head_kv * rb_;
+    k_.reserve(reserve);
+    v_.reserve(reserve);
+  }
+
+  void begin_ubatch(uint32_t, uint32_t) override {}
+
+  void store(uint32_t pos0, uint32_t n, const float* k, const float* v) override {
+    if (pos0 != n_) throw std::runtime_error(name_ + ": store at " + std::to_string(pos0) + ", expected " + std::to_string(n_));
+    const uint32_t D = s_.head_dim, Hkv = s_.n_head_kv;
+    const size_t rows = static_cast<size_t>(n) * Hkv;
+    std::vector<uint8_t> nk(rows * rb_), nv(rows * rb_);
+    std::vector<float> tmp(D);
+    for (size_t r = 0; r < rows; ++r) {
+      for (int side = 0; side < 2; ++side) {
+        const float* x = (side == 0 ? k : v) + r * D;
+        std::copy(x, x + D, tmp.begin());
+        (side == 0 ? rot_k_ : rot_v_).forward(tmp.data(), D);
+        if (!fmt::encode_row(f_, tmp.data(), D, (side == 0 ? nk : nv).data() + r * rb_))
+          throw std::runtime_error(name_ + ": non-finite " + (side == 0 ? "K" : "V") + " value at position " +
+                                   std::to_string(pos0 + r / Hkv) + ", head " + std::to_string(r % Hkv));
+      }
+    }
+    k_.insert(k_.end(), nk.begin(), nk.end());
+    v_.insert(v_.end(), nv.begin(), nv.end());
+    n_ = pos0 + n;
+  }
+
+  void attend(uint32_t pos0, uint32_t n, const float* q, float scale, float* out) override {
+    if (pos0 + n > n_) throw std::runtime_error(name_ + ": attend past the stored positions");
+    fused_attend(s_, *this, pos0, n, q, scale, out);
+  }
+
+  LayerBits bits() const override {
+    LayerBits b;
+    if (n_ == 0) return b;
+    b.occupied = fmt::bits_per_value(f_);
+    b.allocated = s_.n_ctx > n_ ? b.occupied * s_.n_ctx / n_ : b.occupied;
+    return b;
+  }
+
+  uint32_t n_stored() const override { return n_; }
+  void decode_row(uint32_t h, uint32_t p, float* k, float* v) const override {
+    stored_row(h, p, k, v);
+    rot_k_.inverse(k, s_.head_dim);
+    rot_v_.inverse(v, s_.head_dim);
+  }
+  void stored_rows(uint32_t h, uint32_t p0, uint32_t p1, float* k, float* v) const override {
+    decode_rows(h, p0, p1, s_.head_dim, k, v);
+  }
+  uint32_t k_rotation() const override { return rot_k_.block; }
+  uint32_t v_rotation() const override { return rot_v_.block; }
+  std::string storage_name() const override { return name_; }
+
+ private:
+  void rotate_query(float* x) const override { rot_k_.forward(x, s_.head_dim); }
+  void unrotate_output(float* x) const override { rot_v_.inverse(x, s_.head_dim); }
+  void stored_row(uint32_t h, uint32_t p, float* k, float* v) const override {
+    const size_t off = (static_cast<size_t>(p) * s_.n_head_kv + h) * rb_;
+    fmt::decode_row(f_, k_.data() + off, s_.head_dim, k);
+    fmt::decode_row(f_, v_.data() + off, s_.head_dim, v);
+  }
+
+  LayerShape s_;
+  RowFormat f_;
+  Rotation rot_k_, rot_v_;
+  std::string name_;
+  uint32_t rb_;
+  uint32_t n_ = 0;
+  std::vector<uint8_t> k_, v_;  // [position][head][row bytes]
+};
+
+// ---------------------------------------------------------------------------------------
+// SJ-KVaRN / KVarN layers: the codec's SequenceCache (one layer), journal policy at every
+// ubatch boundary, rows rotated by the codec's Hadamard before they are staged.
+
+// Full-attention layers seen by one arm, so that "tier=edge" can tell the first and last
+// compressed layers apart; make_layer is called for every layer before the first ubatch.
+struct EdgeRegistry {
+  std::mutex mu;
+  bool any = false, decided = false;
+  uint32_t first = 0, last = 0;
+  void add(uint32_t l) {
+    std::lock_guard<std::mutex> g(mu);
+    // A new first or last layer after some layer chose its tier would have changed that
+    // choice (layers of a second sequence from the same arm are fine).
+    if (decided && (l < first || l > last))
+      throw std::logic_error("tier=edge: layer " + std::to_string(l) + " made after the first ubatch");
+    if (!any) first = last = l;
+    first = std::min(first, l);
+    last = std::max(last, l);
+    any = true;
+  }
+  bool is_edge(uint32_t l) {
+    std::lock_guard<std::mutex> g(mu);
+    decided = true;
+    return l == first || l == last;
+  }
+};
+
+class SjLayer final : public InspectableKv, private RowSource {
+ public:
+  SjLayer(const LayerShape& s, const CodecConfig& cfg, bool tier_edge, std::shared_ptr<EdgeRegistry> reg)
+      : s_(s), cfg_(cfg), tier_edge_(tier_edge), reg_(std::move(reg)) {
+    check_shape(s);
+    cfg_.head_dim = s.head_dim;
+    if (s.n_ctx == 0) throw std::invalid_argument("layer " + std::to_string(s.layer) + ": SJ arms need n_ctx > 0");
+    validate(cfg_);
+    if (tier_edge_) validate(edge_config(cfg_));
+  }
+
+  static CodecConfig edge_config(CodecConfig c) {  // the note's tiering: edge layers at 4/4 scalar
+    c.bits_k = 4;
+    c.bits_v = 4;
+    c.body = Body::scalar;
+    c.trellis_axis = TrellisAxis::token;
+    return c;
+  }
+
+  static void validate(const CodecConfig& c) {
+    const Unsupported why = can_implement(c);
+    if (why != Unsupported::none) throw std::invalid_argument(c.name() + ": " + describe(why));
+  }
+
+  void begin_ubatch(uint32_t pos0, uint32_t n) override {
+    if (!cache_) {
+      if (tier_edge_ && reg_->is_edge(s_.layer)) cfg_ = edge_config(cfg_);
+      CacheShape sh;
+      sh.n_layers = 1;
+      sh.n_head_kv = s_.n_head_kv;
+      sh.n_ctx = s_.n_ctx;
+      sh.n_ubatch = std::max(s_.n_ubatch, 1u);
+      cache_ = std::make_unique<SequenceCache>(cfg_, sh);
+      if (!cache_->status().ok()) throw std::invalid_argument(cfg_.name() + ": " + cache_->status().message());
+      const RecordLayout l = cfg_.layout();
+      if (l.body == Body::scalar) {
+        kbits_ = code_bits(l, Side::k);
+        vbits_ = code_bits(l, Side::v);
+      }
+    }
+    if (pos0 + n > s_.n_ctx)
+      throw std::runtime_error(cfg_.name() + ": ubatch ends at " + std::to_string(pos0 + n) + " past n_ctx " +
+                               std::to_string(s_.n_ctx));
+    // The ring is sized for two ubatches of n_ubatch (policy.h ring_capacity); a larger one
+    // would overwrite rows not yet sealed.
+    if (n > std::max(s_.n_ubatch, 1u))
+      throw std::runtime_error(cfg_.name() + ": ubatch of " + std::to_string(n) + " exceeds n_ubatch " +
+                               std::to_string(s_.n_ubatch));
+    const Status st = cache_->begin_ubatch(pos0, n);
+    if (!st.ok()) throw std::runtime_error(cfg_.name() + ": seal failed: " + st.message());
+  }
+
+  void store(uint32_t pos0, uint32_t n, const float* k, const float* v) override {
+    if (!cache_) throw std::runtime_error("store before begin_ubatch");
+    const uint32_t D = s_.head_dim, rot = cfg_.rotation();
+    const size_t values = static_cast<size_t>(n) * s_.n_head_kv * D;
+    std::vector<float> kr(k, k + values), vr(v, v + values);
+    for (size_t o = 0; o < values; o += D) {
+      hadamard_blocks(kr.data() + o, D, rot);
+      hadamard_blocks(vr.data() + o, D, rot);
+    }
+    const Status st = cache_->store_ubatch(pos0, n, kr.data(), vr.data());
+    if (!st.ok()) throw std::runtime_error(cfg_.name() + ": store refused: " + st.message());
+  }
+
+  void attend(uint32_t pos0, uint32_t n, const float* q, float scale, float* out) override {
+    if (!cache_ || pos0 + n > cache_->n_stored()) throw std::runtime_error(cfg_.name() + ": attend past the stored positions");
+    view_ = cache_->view(0);
+    fused_attend(s_, *this, pos0, n, q, scale, out);
+  }
+
+  LayerBits bits() const override {
+    LayerBits b;
+    if (!cache_ || cache_->n_stored() == 0) return b;
+    const uint32_t B = cache_->policy().B, N = cache_->n_stored();
+    b.occupied = occupied_bits(cfg_, B, N).total_bits();
+    b.allocated = allocated_bits(cfg_, s_.n_ctx, cache_->layer(0).cap(), B, N).total_bits();
+    return b;
+  }
+
+  uint32_t n_stored() const override { return cache_ ? cache_->n_stored() : 0; }
+  void decode_row(uint32_t h, uint32_t p, float* k, float* v) const override {
+    const CacheView saved = view_;
+    view_ = cache_->view(0);
+    stored_row(h, p, k, v);
+    view_ = saved;
+    hadamard_blocks(k, s_.head_dim, cfg_.rotation());
+    hadamard_blocks(v, s_.head_dim, cfg_.rotation());
+  }
+  void stored_rows(uint32_t h, uint32_t p0, uint32_t p1, float* k, float* v) const override {
+    const CacheView saved = view_;
+    view_ = cache_->view(0);
+    decode_rows(h, p0, p1, s_.head_dim, k, v);
+    view_ = saved;
+  }
+  uint32_t k_rotation() const override { return cfg_.rotation(); }
+  uint32_t v_rotation() const override { return cfg_.rotation(); }
+  const SequenceCache* codec_cache() const override { return cache_.get(); }
+  std::string storage_name() const override { return cfg_.name(); }
+
+ private:
+  void rotate_query(float* x) const override { hadamard_blocks(x, s_.head_dim, cfg_.rotation()); }
+  void unrotate_output(float* x) const override { hadamard_blocks(x, s_.head_dim, cfg_.rotation()); }
+
+  void decode_rows(uint32_t h, uint32_t p0, uint32_t p1, uint32_t D, float* k, float* v) const override {
+    const CacheView& cv = view_;
+    uint32_t p = p0;
+    while (p < p1) {
+      const size_t o = static_cast<size_t>(p - p0) * D;
+      if (p >= cv.sink && p < cv.B) {
+        const uint32_t g = (p - cv.sink) / cv.layout.group, t = (p - cv.sink) % cv.layout.group;
+        const uint32_t pe = std::min({p1, cv.B, cv.sink + (g + 1) * cv.layout.group});
+        const uint8_t* rec = cv.body + (static_cast<size_t>(g) * cv.n_head_kv + h) * cv.layout.bytes;
+        decode_record_rows(cv.layout, rec, t, t + (pe - p), cv.codebooks, k + o, v + o);
+        p = pe;
+      } else {
+        stored_row(h, p, k + o, v + o);
+        ++p;
+      }
+    }
+  }
+
+  // Bit offsets of the codes of tokens 0..15 of a record (per side, [16][D]) and the step
+  // per further 16 tokens: code_bit() is linear in t / 16 for every scalar layout.
+  struct CodeBits {
+    std::vector<uint32_t> off;
+    uint32_t step = 0;
+  };
+  static CodeBits code_bits(const RecordLayout& l, Side side) {
+    CodeBits c;
+    c.off.resize(16u * l.head_dim);
+    for (uint32_t t = 0; t < 16; ++t)
+      for (uint32_t d = 0; d < l.head_dim; ++d) c.off[t * l.head_dim + d] = code_bit(l, side, t, d);
+    c.step = code_bit(l, side, 16, 0) - code_bit(l, side, 0, 0);
+    return c;
+  }
+
+  // Rows [ta, tb) of one record, as decode_k_row / decode_v_row compute them (same
+  // operations in the same order, so the same floats), with the per-channel scales read
+  // once instead of once per row and the code addresses from a table.
+  void decode_record_rows(const RecordLayout& l, const uint8_t* rec, uint32_t ta, uint32_t tb,
+                          const TrellisCodebooks& cb, float* k, float* v) const {
+    const uint32_t D = l.head_dim;
+    const float* F = fmt::f16_table();
+    std::vector<float> ksc(D), kzp(D), vch(D), qk(D), qv(D);
+    for (uint32_t d = 0; d < D; ++d) {
+      const uint32_t i = k_ch_idx(l, d);
+      ksc[d] = F[load_u16(rec + l.k_scale + 2 * i)];
+      kzp[d] = F[load_u16(rec + l.k_zero + 2 * i)];
+      vch[d] = F[load_u16(rec + l.v_ch + 2 * v_ch_idx(l, d))];
+    }
+    const bool trellis = l.body == Body::trellis;
+    const uint16_t* ktab = trellis ? codebook_table(cb, Side::k, l.bits_k) : nullptr;
+    const uint16_t* vtab = trellis ? codebook_table(cb, Side::v, l.bits_v) : nullptr;
+    for (uint32_t t = ta; t < tb; ++t) {
+      if (trellis) {
+        for (uint32_t d = 0; d < D; ++d) qk[d] = F[ktab[trellis::window_at(l, rec, Side::k, t, d)]];
+        for (uint32_t d = 0; d < D; ++d) qv[d] = F[vtab[trellis::window_at(l, rec, Side::v, t, d)]];
+      } else {
+        const uint32_t* ok = &kbits_.off[(t % 16) * D];
+        const uint32_t* ov = &vbits_.off[(t % 16) * D];
+        const uint32_t bk = (t / 16) * kbits_.step, bv = (t / 16) * vbits_.step;
+        const uint8_t* pk = rec + l.k_payload;
+        const uint8_t* pv = rec + l.v_payload;
+        for (uint32_t d = 0; d < D; ++d) qk[d] = static_cast<float>(get_bits(pk, ok[d] + bk, l.bits_k));
+        for (uint32_t d = 0; d < D; ++d) qv[d] = static_cast<float>(get_bits(pv, ov[d] + bv, l.bits_v));
+      }
+      float* kr = k + static_cast<size_t>(t - ta) * D;
+      float* vr = v + static_cast<size_t>(t - ta) * D;
+      const float tok = F[load_u16(rec + l.k_tok + 2 * t)];
+      const float vs = F[load_u16(rec + l.v_scale + 2 * t)], vz = F[load_u16(rec + l.v_zero + 2 * t)];
+      for (uint32_t d = 0; d < D; ++d) kr[d] = op::fmul(op::fadd(op::fmul(qk[d], ksc[d]), kzp[d]), tok);
+      for (uint32_t d = 0; d < D; ++d) vr[d] = op::fmul(op::fadd(op::fmul(qv[d], vs), vz), vch[d]);
+    }
+  }
+
+  // The row resolution rule of CODEC-SPEC §8.2 with the codec's fast row decoders.
+  void stored_row(uint32_t h, uint32_t p, float* k, float* v) const override {
+    const CacheView& cv = view_;
+    const uint32_t D = cv.layout.head_dim;
+    if (p >= cv.sink && p < cv.B) {
+      const uint32_t g = (p - cv.sink) / cv.layout.group, t = (p - cv.sink) % cv.layout.group;
+      const uint8_t* rec = cv.body + (static_cast<size_t>(g) * cv.n_head_kv + h) * cv.layout.bytes;
+      decode_k_row(cv.layout, rec, t, k, cv.codebooks);
+      decode_v_row(cv.layout, rec, t, v, cv.codebooks);
+      return;
+    }
+    if (p < cv.sink && !cv.sink_inherit) {
+      const uint16_t* e = cv.sink_f16 + (static_cast<size_t>(p) * cv.n_head_kv + h) * 2 * D;
+      const float* F = fmt::f16_table();
+      for (uint32_t d = 0; d < D; ++d) {
+        k[d] = F[e[d]];
+        v[d] = F[e[D + d]];
+      }
+      return;
+    }
+    const uint32_t rb = cv.row_bytes();
+    const uint8_t* e = p < cv.sink ? cv.sink_staged + (static_cast<size_t>(p) * cv.n_head_kv + h) * 2 * rb
+                                   : cv.ring + (static_cast<size_t>(ring_slot(p, cv.sink, cv.cap)) * cv.n_head_kv + h) * 2 * rb;
+    if (cv.staging == StagingType::f16 || cv.staging == StagingType::tq6_0) {
+      const RowFormat f = cv.staging == StagingType::f16 ? RowFormat::f16 : RowFormat::tq6_0;
+      fmt::decode_row(f, e, D, k);
+      fmt::decode_row(f, e + rb, D, v);
+      return;
+    }
+    staging_decode_row(cv.staging, e, D, k);
+    staging_decode_row(cv.staging, e + rb, D, v);
+  }
+
+  LayerShape s_;
+  CodecConfig cfg_;
+  bool tier_edge_;
+  std::shared_ptr<EdgeRegistry> reg_;
+  std::unique_ptr<SequenceCache> cache_;
+  CodeBits kbits_, vbits_;  // scalar bodies only
+  mutable CacheView view_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Specs.
+
+[[noreturn]] void bad(const std::string& spec, const std::string& why) {
+  throw std::invalid_argument("arm '" + spec + "': " + why);
+}
+
+std::vector<std::string> split(const std::string& s, char c) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(s);
+  while (std::getline(in, cur, c)) out.push_back(cur);
+  if (!s.empty() && s.back() == c) out.push_back("");
+  return out;
+}
+
+uint32_t parse_u32(const std::string& spec, const std::string& key, const std::string& v) {
+  if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos)
+    bad(spec, key + "=" + v + " is not a non-negative integer");
+  return static_cast<uint32_t>(std::stoul(v));
+}
+
+struct RowFormatName {
+  const char* name;
+  RowFormat f;
+  bool ggml_block;  // takes ":rot"
+};
+constexpr RowFormatName kRowFormats[] = {
+    {"f32", RowFormat::f32, false},     {"f16", RowFormat::f16, false},       {"bf16", RowFormat::bf16, false},
+    {"q8_0", RowFormat::q8_0, true},    {"q4_0", RowFormat::q4_0, true},      {"q4_1", RowFormat::q4_1, true},
+    {"q5_0", RowFormat::q5_0, true},    {"q5_1", RowFormat::q5_1, true},      {"iq4_nl", RowFormat::iq4_nl, true},
+    {"turbo3", RowFormat::turbo3, false}, {"turbo4", RowFormat::turbo4, false}, {"tq6_0", RowFormat::tq6_0, false},
+};
+
+class RowArm final : public KvArm {
+ public:
+  RowArm(const std::string& spec, RowFormat f, bool rot, bool swa_same) : f_(f), rot_(rot), swa_same_(swa_same) {
+    spec_ = spec;
+  }
+  std::unique_ptr<LayerKv> make_layer(const LayerShape& s) const override {
+    const bool plain = f_ == RowFormat::f32 || f_ == RowFormat::f16 || f_ == RowFormat::bf16;
+    if (!s.full_attention && !plain && !swa_same_) return std::make_unique<RowLayer>(s, RowFormat::f16, Rotation{}, Rotation{}, "f16");
+    Rotation rk, rv;
+    if (rot_) {
+      rk.block = llama_k_rotation(s.head_dim);
+      rv.block = rk.block ? 64 : 0;
+    } else if (f_ == RowFormat::turbo3 || f_ == RowFormat::turbo4) {
+      rk = rv = Rotation{128, true};  // the fork's signed rotation of 128-value groups
+    } else if (f_ == RowFormat::tq6_0) {
+      rk.block = rv.block = s.head_dim < 256 ? s.head_dim : 256;  // as the codec rotates its staged rows
+    }
+    return std::make_unique<RowLayer>(s, f_, rk, rv, spec_);
+  }
+
+ private:
+  RowFormat f_;
+  bool rot_;
+  bool swa_same_;  // sliding layers in this format too (as llama.cpp's iSWA cache does)
+};
+
+class SjArm final : public KvArm {
+ public:
+  SjArm(const std::string& spec, const CodecConfig& cfg, bool tier_edge)
+      : cfg_(cfg), tier_edge_(tier_edge), reg_(std::make_shared<EdgeRegistry>()) {
+    spec_ = spec;
+  }
+  std::unique_ptr<LayerKv> make_layer(const LayerShape& s) const override {
+    if (!s.full_attention) return std::make_unique<RowLayer>(s, RowFormat::f16, Rotation{}, Rotation{}, "f16");
+    reg_->add(s.layer);
+    return std::make_unique<SjLayer>(s, cfg_, tier_edge_, reg_);
+  }
+
+ private:
+  CodecConfig cfg_;
+  bool tier_edge_;
+  std::shared_ptr<EdgeRegistry> reg_;
+};
+
+// "K/V" or "K/Vt" -> bits and body.
+void parse_widths(const std::string& spec, const std::string& w, bool allow_t, CodecConfig& c) {
+  std::string s = w;
+  bool t = false;
+  if (!s.empty() && s.back() == 't') {
+    if (!allow_t) bad(spec, "KVarN arms have a scalar body ('t' is SJ only)");
+    t = true;
+    s.pop_back();
+  }
+  const auto kv = split(s, '/');
+  if (kv.size() != 2 || kv[0].size() != 1 || kv[1].size() != 1 || !isdigit(static_cast<unsigned char>(kv[0][0])) ||
+      !isdigit(static_cast<unsigned char>(kv[1][0])))
+    bad(spec, "widths '" + w + "' are not K/V bits such as 4/4 or 3/2t");
+  c.bits_k = static_cast<uint32_t>(kv[0][0] - '0');
+  c.bits_v = static_cast<uint32_t>(kv[1][0] - '0');
+  c.body = t ? Body::trellis : Body::scalar;
+}
+
+std::unique_ptr<KvArm> parse(const std::string& spec) {
+  if (spec.empty()) bad(spec, "empty spec");
+  const auto parts = split(spec, ':');
+  const std::string& head = parts[0];
+  for (const auto& r : kRowFormats) {
+    if (head != r.name) continue;
+    const bool plain = r.f == RowFormat::f32 || r.f == RowFormat::f16 || r.f == RowFormat::bf16;
+    bool rot = false, swa = false;
+    for (size_t i = 1; i < parts.size(); ++i) {
+      if (parts[i] == "rot" && r.ggml_block && !rot) rot = true;
+      else if (parts[i] == "rot" && !r.ggml_block) bad(spec, std::string(r.name) + " takes no ':rot' (only the ggml block formats do)");
+      else if (parts[i] == "swa=same" && !plain && !swa) swa = true;
+      else if (parts[i] == "swa=same" && plain) bad(spec, std::string(r.name) + " already stores sliding layers in its own type");
+      else bad(spec, "unknown option '" + parts[i] + "'");
+    }
+    return std::make_unique<RowArm>(spec, r.f, rot, swa);
+  }
+  if (head == "tq5_0")
+    bad(spec, "tq5_0 is not implemented: its centroid table and bit order are not public (docs/REPLAY.md)");
+  if (head == "kvarn" || head == "sj") {
+    const bool sj = head == "sj";
+    if (parts.size() < 2) bad(spec, "missing widths, e.g. " + head + ":4/4");
+    CodecConfig c;
+    parse_widths(spec, parts[1], sj, c);
+    uint32_t kvarn_tail = 0;
+    bool tier_edge = false;
+    bool seen_axis = false;
+    for (size_t i = 2; i < parts.size(); ++i) {
+      const auto eq = parts[i].find('=');
+      if (eq == std::string::npos) bad(spec, "option '" + parts[i] + "' is not key=value");
+      const std::string key = parts[i].substr(0, eq), val = parts[i].substr(eq + 1);
+      if (!sj) {
+        if (key != "tail") bad(spec, "KVarN arms take only tail=N (the exact fp16 tail), not '" + key + "'");
+        kvarn_tail = parse_u32(spec, key, val);
+        continue;
+      }
+      if (key == "axis") {
+        if (val == "channel") c.trellis_axis = TrellisAxis::channel;
+        else if (val == "token") c.trellis_axis = TrellisAxis::token;
+        else bad(spec, "axis must be token or channel");
+        seen_axis = true;
+      } else if (key == "staging") {
+        if (val == "tq6_0") c.staging = StagingType::tq6_0;
+        else if (val == "q8_0") c.staging = StagingType::q8_0;
+        else if (val == "f16") c.staging = StagingType::f16;
+        else bad(spec, "staging must be tq6_0, q8_0 or f16");
+      } else if (key == "tail") {
+        const auto tt = split(val, '/');
+        if (tt.size() > 2) bad(spec, "tail is N or N/MAX");
+        c.tail = parse_u32(spec, key, tt[0]);
+        c.tail_max = tt.size() == 2 ? parse_u32(spec, key, tt[1]) : 0;
+      } else if (key == "sink") {
+        c.sink = parse_u32(spec, key, val);
+      } else if (key == "iters") {
+        c.iters = parse_u32(spec, key, val);
+      } else if (key == "G") {
+        c.group = parse_u32(spec, key, val);
+      } else if (key == "rot") {
+        c.rotation_block = parse_u32(spec, key, val);
+      } else if (key == "flush") {
+        c.flush_chunk = parse_u32(spec, key, val);
+      } else if (key == "tier") {
+        if (val != "edge") bad(spec, "tier must be edge");
+        tier_edge = true;
+      } else {
+        bad(spec, "unknown option '" + key + "'");
+      }
+    }
+    if (seen_axis && c.body != Body::trellis && c.trellis_axis == TrellisAxis::channel)
+      bad(spec, "axis=channel needs a trellis body (e.g. sj:3/2t:axis=channel)");
+    if (!sj) {
+      c = kvarn_config(128, c.bits_k, c.bits_v, kvarn_tail);
+    }
+    // Geometry that does not depend on the model: checked at a head_dim of 128 now, and
+    // again against the real head_dim when the layer is made.
+    CodecConfig probe = c;
+    probe.head_dim = 128;
+    const Unsupported why = can_implement(probe);
+    if (why != Unsupported::none) bad(spec, describe(why));
+    return std::make_unique<SjArm>(spec, c, tier_edge);
+  }
+  bad(spec, "unknown arm '" + head + "' (known: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl [:rot], turbo3 turbo4 tq6_0, kvarn:K/V, sj:K/V[t])");
+}
+
+}  // namespace
+
+std::unique_ptr<KvArm> make_arm(const std::string& spec) { return parse(spec); }
+
+std::vector<std::string> arm_examples() {
+  return {"f32",      "f16",        "bf16",       "q8_0",          "q8_0:rot",          "q4_0",
+          "q4_0:rot", "q4_0:rot:swa=same", "q8_0:rot:swa=same", "q4_1",       "q4_1:rot",   "q5_0",          "q5_0:rot",          "q5_1",
+          "q5_1:rot", "iq4_nl",     "iq4_nl:rot", "turbo3",        "turbo4",            "tq6_0",
+          "kvarn:4/4:tail=0",       "kvarn:4/4:tail=1024",         "sj:4/4",            "sj:3/3t",
+          "sj:3/2t",  "sj:2/2t",    "sj:4/2",     "sj:3/2t:axis=channel",
+          "sj:3/3t:staging=q8_0:tail=512/1024",   "sj:4/4:sink=256:iters=8",          "sj:4/4:tier=edge",
+          "sj:3/3t:tier=edge"};
+}
+
+}  // namespace replay
+}  // namespace sjkv

@@ -1,0 +1,653 @@
+// Cache arms of sjkv-replay: spec parsing, the ggml-style quantizers on hand-worked blocks,
+// fused attention against a plain double-precision reference over each arm's own decoded
+// K/V, the SJ arms against the codec's attention_ref, windows, ubatch splits, threads and
+// the bits accounting.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../../replay/src/kv_arms_formats.h"
+#include "sjkv/cache_view.h"
+#include "sjkv/hadamard.h"
+#include "sjkv/replay/arms.h"
+#include "sjkv/replay/kv.h"
+#include "sjkv/testgen.h"
+
+namespace sjkv {
+namespace replay {
+namespace {
+
+using fmt::RowFormat;
+
+// ---------------------------------------------------------------- realistic inputs
+// K: per-channel factors with 3% outlier channels (24..31x, as testgen's fill_group), a
+// per-token factor, and RoPE applied at the token's position (pairs (i, i + D/2) turned by
+// pos * 10000^(-2i/D)), so K has the positional structure attention sees. V: the same
+// without RoPE. Q: the same generator, RoPE'd. Fixed seeds.
+struct Data {
+  uint32_t D, H, Hkv;
+  std::vector<float> k, v, q;  // [N][Hkv][D], [N][Hkv][D], [N][H][D]
+};
+
+void rope(float* x, uint32_t D, uint32_t pos) {
+  for (uint32_t i = 0; i < D / 2; ++i) {
+    const double th = pos * std::pow(10000.0, -2.0 * i / D);
+    const double c = std::cos(th), s = std::sin(th);
+    const double a = x[i], b = x[i + D / 2];
+    x[i] = static_cast<float>(a * c - b * s);
+    x[i + D / 2] = static_cast<float>(a * s + b * c);
+  }
+}
+
+Data make_data(uint32_t N, uint32_t D, uint32_t H, uint32_t Hkv, uint64_t seed) {
+  Data d{D, H, Hkv, {}, {}, {}};
+  XorShift64 rng(0x9E3779B97F4A7C15ull ^ seed);
+  auto factors = [&](uint32_t n) {
+    std::vector<int32_t> f(n);
+    for (auto& c : f) c = (rng.next() % 100u) < 3u ? 24 + static_cast<int32_t>(rng.next() & 7u) : 1 + static_cast<int32_t>(rng.next() & 3u);
+    return f;
+  };
+  std::vector<std::vector<int32_t>> kf, vf, qf;
+  for (uint32_t h = 0; h < Hkv; ++h) {
+    kf.push_back(factors(D));
+    vf.push_back(factors(D));
+  }
+  for (uint32_t h = 0; h < H; ++h) qf.push_back(factors(D));
+  d.k.resize(static_cast<size_t>(N) * Hkv * D);
+  d.v.resize(d.k.size());
+  d.q.resize(static_cast<size_t>(N) * H * D);
+  for (uint32_t p = 0; p < N; ++p) {
+    for (uint32_t h = 0; h < Hkv; ++h) {
+      float* kr = &d.k[(static_cast<size_t>(p) * Hkv + h) * D];
+      float* vr = &d.v[(static_cast<size_t>(p) * Hkv + h) * D];
+      const int32_t tk = 1 + static_cast<int32_t>(rng.next() & 3u), tv = 1 + static_cast<int32_t>(rng.next() & 3u);
+      for (uint32_t c = 0; c < D; ++c) kr[c] = rng.value(kf[h][c], tk) * 0.25f;
+      for (uint32_t c = 0; c < D; ++c) vr[c] = rng.value(vf[h][c], tv) * 0.25f;
+      rope(kr, D, p);
+    }
+    for (uint32_t h = 0; h < H; ++h) {
+      float* qr = &d.q[(static_cast<size_t>(p) * H + h) * D];
+      const int32_t tq = 1 + static_cast<int32_t>(rng.next() & 3u);
+      for (uint32_t c = 0; c < D; ++c) qr[c] = rng.value(qf[h][c], tq) * 0.25f;
+      rope(qr, D, p);
+    }
+  }
+  return d;
+}
+
+LayerShape shape(uint32_t D, uint32_t H, uint32_t Hkv, uint32_t n_ctx, uint32_t window = 0, uint32_t layer = 3) {
+  LayerShape s;
+  s.layer = layer;
+  s.full_attention = window == 0;
+  s.window = window;
+  s.n_head = H;
+  s.n_head_kv = Hkv;
+  s.head_dim = D;
+  s.n_ctx = n_ctx;
+  s.n_ubatch = 64;
+  return s;
+}
+
+// Plain attention in double over the arm's decoded rows (model basis), causal, windowed.
+void naive_attend(const InspectableKv& kv, const LayerShape& s, uint32_t pos0, uint32_t n, const float* q, float scale,
+                  std::vector<double>& out) {
+  const uint32_t D = s.head_dim, H = s.n_head, gq = H / s.n_head_kv;
+  out.assign(static_cast<size_t>(n) * H * D, 0.0);
+  std::vector<float> k(D), v(D);
+  for (uint32_t h = 0; h < s.n_head_kv; ++h) {
+    const uint32_t end = pos0 + n;
+    std::vector<float> K(static_cast<size_t>(end) * D), V(static_cast<size_t>(end) * D);
+    for (uint32_t p = 0; p < end; ++p) kv.decode_row(h, p, &K[static_cast<size_t>(p) * D], &V[static_cast<size_t>(p) * D]);
+    for (uint32_t i = 0; i < n; ++i)
+      for (uint32_t g = 0; g < gq; ++g) {
+        const uint32_t head = h * gq + g, qpos = pos0 + i;
+        const uint32_t lo = s.window && qpos + 1 > s.window ? qpos + 1 - s.window : 0;
+        const float* qv = q + (static_cast<size_t>(i) * H + head) * D;
+        std::vector<double> lg(qpos + 1 - lo);
+        double m = -INFINITY;
+        for (uint32_t p = lo; p <= qpos; ++p) {
+          double dot = 0.0;
+          for (uint32_t d = 0; d < D; ++d) dot += static_cast<double>(qv[d]) * K[static_cast<size_t>(p) * D + d];
+          lg[p - lo] = dot * scale;
+          m = std::max(m, lg[p - lo]);
+        }
+        double S = 0.0;
+        double* o = &out[(static_cast<size_t>(i) * H + head) * D];
+        for (uint32_t p = lo; p <= qpos; ++p) {
+          const double w = std::exp(lg[p - lo] - m);
+          S += w;
+          for (uint32_t d = 0; d < D; ++d) o[d] += w * V[static_cast<size_t>(p) * D + d];
+        }
+        for (uint32_t d = 0; d < D; ++d) o[d] /= S;
+      }
+  }
+}
+
+InspectableKv* inspect(const std::unique_ptr<LayerKv>& l) {
+  auto* p = dynamic_cast<InspectableKv*>(l.get());
+  EXPECT_NE(p, nullptr);
+  return p;
+}
+
+// Runs `spec` over N positions in ubatches of `ub`; at the ubatches listed in `check`
+// attends and compares to the naive reference (and, for codec arms, attention_ref).
+// Tolerance: |fused - ref| <= 2e-5 * max|V| + 1e-6: the fused pass is binary32 with an
+// online softmax, the reference double; both read the same decoded values, so only
+// rounding separates them (observed <= 5e-6 absolute at max|V| = 14, i.e. ~3e-7 relative).
+struct RunResult {
+  double max_err = 0, max_err_codec = 0, vmax = 0;
+  uint32_t checks = 0;
+  std::unique_ptr<LayerKv> layer;
+};
+
+RunResult run_arm(const std::string& spec, const Data& d, uint32_t N, uint32_t ub, const std::vector<uint32_t>& check,
+                  uint32_t window = 0) {
+  RunResult r;
+  const LayerShape s = shape(d.D, d.H, d.Hkv, N, window);
+  auto arm = make_arm(spec);
+  r.layer = arm->make_layer(s);
+  InspectableKv* kv = inspect(r.layer);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  for (const float x : d.v) r.vmax = std::max(r.vmax, static_cast<double>(std::fabs(x)));
+  std::vector<float> out;
+  std::vector<double> ref;
+  for (uint32_t pos0 = 0, u = 0; pos0 < N; pos0 += ub, ++u) {
+    const uint32_t n = std::min(ub, N - pos0);
+    r.layer->begin_ubatch(pos0, n);
+    r.layer->store(pos0, n, &d.k[static_cast<size_t>(pos0) * d.Hkv * d.D], &d.v[static_cast<size_t>(pos0) * d.Hkv * d.D]);
+    if (std::find(check.begin(), check.end(), u) == check.end()) continue;
+    const float* q = &d.q[static_cast<size_t>(pos0) * d.H * d.D];
+    out.assign(static_cast<size_t>(n) * d.H * d.D, 0.0f);
+    r.layer->attend(pos0, n, q, scale, out.data());
+    naive_attend(*kv, s, pos0, n, q, scale, ref);
+    for (size_t i = 0; i < out.size(); ++i) r.max_err = std::max(r.max_err, std::fabs(out[i] - ref[i]));
+    ++r.checks;
+    if (const SequenceCache* c = kv->codec_cache()) {
+      // attention_ref works in the rotated basis: rotate q, rotate its output back.
+      const CacheView view = c->view(0);
+      const uint32_t rot = kv->k_rotation(), gq = d.H / d.Hkv;
+      std::vector<float> qr(d.D), o(d.D), kb(d.D), vb(d.D);
+      for (uint32_t i = 0; i < n; i += 7)
+        for (uint32_t head = 0; head < d.H; ++head) {
+          std::copy(q + (static_cast<size_t>(i) * d.H + head) * d.D, q + (static_cast<size_t>(i) * d.H + head + 1) * d.D, qr.begin());
+          hadamard_blocks(qr.data(), d.D, rot);
+          attention_ref(view, qr.data(), head / gq, pos0 + i, scale, o.data(), kb.data(), vb.data());
+          hadamard_blocks(o.data(), d.D, rot);
+          for (uint32_t x = 0; x < d.D; ++x)
+            r.max_err_codec = std::max(r.max_err_codec, static_cast<double>(std::fabs(o[x] - out[(static_cast<size_t>(i) * d.H + head) * d.D + x])));
+        }
+    }
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------- specs
+
+TEST(Arms, EverySpecRoundTrips) {
+  for (const auto& spec : arm_examples()) {
+    SCOPED_TRACE(spec);
+    std::unique_ptr<KvArm> arm;
+    ASSERT_NO_THROW(arm = make_arm(spec));
+    EXPECT_EQ(arm->spec(), spec);
+    auto layer = arm->make_layer(shape(128, 4, 2, 2048));
+    ASSERT_NE(inspect(layer), nullptr);
+    // A sliding layer of a compressed arm is fp16; the plain-type arms keep their type.
+    auto slide = arm->make_layer(shape(128, 4, 2, 2048, 512, 0));
+    const std::string sname = inspect(slide)->storage_name();
+    if (spec == "f32" || spec == "bf16" || spec.find(":swa=same") != std::string::npos) EXPECT_EQ(sname, spec);
+    else EXPECT_EQ(sname, "f16");
+  }
+  EXPECT_EQ(make_arm("sj:3/2t:axis=channel")->make_layer(shape(128, 4, 2, 2048))->bits().occupied, 0.0);
+}
+
+TEST(Arms, InvalidSpecsAreRejectedWithAReason) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "empty"},
+      {"q4_2", "unknown arm"},
+      {"f16:rot", "takes no ':rot'"},
+      {"q4_0:rot:rot", "unknown option"},
+      {"q4_0:fast", "unknown option"},
+      {"f16:swa=same", "already stores sliding layers"},
+      {"sj:4/4:swa=same", "unknown option"},
+      {"tq5_0", "tq5_0 is not implemented"},
+      {"sj", "missing widths"},
+      {"sj:5/5", "bits"},
+      {"sj:4/x", "widths"},
+      {"sj:4/4:G=100", "G"},
+      {"sj:4/4:tail=100", "tail"},
+      {"sj:4/4:axis=channel", "trellis body"},
+      {"sj:3/2t:axis=diagonal", "axis must be"},
+      {"sj:4/4:staging=q4_0", "staging must be"},
+      {"sj:4/4:tier=middle", "tier must be"},
+      {"sj:4/4:bogus=1", "unknown option"},
+      {"sj:4/4:sink=-1", "not a non-negative integer"},
+      {"kvarn:3/3t", "scalar body"},
+      {"kvarn:4/4:staging=q8_0", "only tail"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.first);
+    try {
+      make_arm(c.first);
+      ADD_FAILURE() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(c.second), std::string::npos) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+      EXPECT_EQ(msg.rfind("arm '" + c.first + "'", 0), 0u) << msg;
+    }
+  }
+  // A configuration the codec cannot serve at this model's head_dim fails at make_layer.
+  EXPECT_THROW(make_arm("sj:3/3t")->make_layer(shape(64, 4, 2, 1024)), std::invalid_argument);
+  EXPECT_THROW(make_arm("turbo4")->make_layer(shape(64, 4, 2, 1024)), std::invalid_argument);
+}
+
+// ---------------------------------------------------------------- quantizers by hand
+
+std::vector<uint8_t> enc(RowFormat f, const std::vector<float>& x) {
+  std::vector<uint8_t> out(fmt::row_bytes(f, static_cast<uint32_t>(x.size())));
+  EXPECT_TRUE(fmt::encode_row(f, x.data(), static_cast<uint32_t>(x.size()), out.data()));
+  return out;
+}
+
+TEST(ArmQuantizers, Q4_0HandWorked) {
+  // x = j - 16: the largest magnitude is -16, so d = -16 / -8 = 2 and code = trunc(x/2 + 8.5)
+  // = (j + 1) / 2, the top code clamped to 15.
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[j] = static_cast<float>(j - 16);
+  const std::vector<uint8_t> want = {0x00, 0x40, 0x80, 0x91, 0x91, 0xA2, 0xA2, 0xB3, 0xB3,
+                                     0xC4, 0xC4, 0xD5, 0xD5, 0xE6, 0xE6, 0xF7, 0xF7, 0xF8};
+  EXPECT_EQ(enc(RowFormat::q4_0, x), want);
+  std::vector<float> y(32);
+  fmt::decode_row(RowFormat::q4_0, want.data(), 32, y.data());
+  EXPECT_EQ(y[0], -16.0f);
+  EXPECT_EQ(y[1], -14.0f);  // code 1: (1 - 8) * 2
+  EXPECT_EQ(y[31], 14.0f);  // clamped code 15
+}
+
+TEST(ArmQuantizers, Q8_0HandWorked) {
+  // amax 127 -> d = 1 exactly, codes round half away from zero.
+  std::vector<float> x(32, 0.0f);
+  x[0] = -127.0f;
+  x[1] = 2.5f;
+  x[2] = -2.5f;
+  x[3] = 0.49f;
+  x[4] = 100.0f;
+  const auto b = enc(RowFormat::q8_0, x);
+  ASSERT_EQ(b.size(), 34u);
+  EXPECT_EQ(b[0], 0x00);
+  EXPECT_EQ(b[1], 0x3C);  // fp16 1.0
+  EXPECT_EQ(static_cast<int8_t>(b[2]), -127);
+  EXPECT_EQ(static_cast<int8_t>(b[3]), 3);
+  EXPECT_EQ(static_cast<int8_t>(b[4]), -3);
+  EXPECT_EQ(static_cast<int8_t>(b[5]), 0);
+  EXPECT_EQ(static_cast<int8_t>(b[6]), 100);
+}
+
+TEST(ArmQuantizers, Q5HandWorked) {
+  // q5_0 of j - 16: d = -16/-16 = 1, code = j, so qs = j | j << 4 and every high bit of the
+  // second half set; decode is exact.
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[j] = static_cast<float>(j - 16);
+  auto b = enc(RowFormat::q5_0, x);
+  ASSERT_EQ(b.size(), 22u);
+  EXPECT_EQ(b[0], 0x00);
+  EXPECT_EQ(b[1], 0x3C);
+  EXPECT_EQ(b[2], 0x00);
+  EXPECT_EQ(b[3], 0x00);
+  EXPECT_EQ(b[4], 0xFF);
+  EXPECT_EQ(b[5], 0xFF);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(b[6 + j], j | (j << 4));
+  std::vector<float> y(32);
+  fmt::decode_row(RowFormat::q5_0, b.data(), 32, y.data());
+  EXPECT_EQ(y, x);
+  // q5_1 of j: min 0, d = 31/31 = 1, code j; m = 0.
+  for (int j = 0; j < 32; ++j) x[j] = static_cast<float>(j);
+  b = enc(RowFormat::q5_1, x);
+  ASSERT_EQ(b.size(), 24u);
+  EXPECT_EQ(b[1], 0x3C);
+  EXPECT_EQ(b[2], 0x00);
+  EXPECT_EQ(b[3], 0x00);
+  EXPECT_EQ(b[6], 0xFF);
+  EXPECT_EQ(b[7], 0xFF);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(b[8 + j], j | (j << 4));
+  fmt::decode_row(RowFormat::q5_1, b.data(), 32, y.data());
+  EXPECT_EQ(y, x);
+}
+
+TEST(ArmQuantizers, Q4_1HandWorked) {
+  // x = j: min 0, d = 31/15, code = round(15 j / 31) (no exact ties for j < 31).
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[j] = static_cast<float>(j);
+  const auto b = enc(RowFormat::q4_1, x);
+  ASSERT_EQ(b.size(), 20u);
+  const uint16_t d = f32_to_f16(31.0f / 15.0f);
+  EXPECT_EQ(b[0] | (b[1] << 8), d);
+  EXPECT_EQ(b[2] | (b[3] << 8), 0);
+  for (int j = 0; j < 16; ++j) {
+    const int lo = static_cast<int>(std::floor(15.0 * j / 31.0 + 0.5));
+    const int hi = static_cast<int>(std::floor(15.0 * (j + 16) / 31.0 + 0.5));
+    EXPECT_EQ(b[4 + j], lo | (hi << 4)) << j;
+  }
+}
+
+TEST(ArmQuantizers, Iq4NlHandWorked) {
+  // x = table/2: d0 = -63.5/-127 = 0.5 picks the table entries exactly; the least-squares
+  // scale is exactly 0.5 (every numerator term is half its denominator term).
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[j] = 0.5f * fmt::kIq4nlValues[j % 16];
+  const auto b = enc(RowFormat::iq4_nl, x);
+  ASSERT_EQ(b.size(), 18u);
+  EXPECT_EQ(b[0], 0x00);
+  EXPECT_EQ(b[1], 0x38);  // fp16 0.5
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(b[2 + j], j | (j << 4));
+  std::vector<float> y(32);
+  fmt::decode_row(RowFormat::iq4_nl, b.data(), 32, y.data());
+  EXPECT_EQ(y, x);
+}
+
+TEST(ArmQuantizers, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(fmt::f32_to_bf16(1.0f), 0x3F80);
+  EXPECT_EQ(fmt::f32_to_bf16(f32_from_bits(0x3F808000u)), 0x3F80);  // tie -> even
+  EXPECT_EQ(fmt::f32_to_bf16(f32_from_bits(0x3F818000u)), 0x3F82);  // tie -> even (up)
+  EXPECT_EQ(fmt::f32_to_bf16(f32_from_bits(0x3F808001u)), 0x3F81);
+}
+
+TEST(ArmQuantizers, Tq6FastDecodeEqualsTheCodec) {
+  std::vector<float> x(256 * 16), a(x.size()), b(x.size());
+  fill_rows(16, 256, x.data());
+  std::vector<uint8_t> blk(98);
+  for (size_t o = 0; o < x.size(); o += 128) {
+    ASSERT_TRUE(tq6_encode_block(&x[o], blk.data()));
+    tq6_decode_block(blk.data(), &a[o]);
+    fmt::tq6_decode_block_fast(blk.data(), &b[o]);
+  }
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
+TEST(ArmQuantizers, TurboSignsAsTheForkPrintsThem) {
+  // TURBO_WHT_SIGNS1 starts -1, 1, 1, -1, -1, 1, -1, 1; TURBO_WHT_SIGNS2 starts 1, 1, 1, 1, -1
+  // and ends ..., -1, 1, -1; each has 64 +- 4 negative entries.
+  auto neg = [](const uint32_t* w, int i) { return ((w[i / 32] >> (i % 32)) & 1u) != 0; };
+  const bool s1[8] = {true, false, false, true, true, false, true, false};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(neg(fmt::kTurboSigns1, i), s1[i]) << i;
+  const bool s2[5] = {false, false, false, false, true};
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(neg(fmt::kTurboSigns2, i), s2[i]) << i;
+  EXPECT_TRUE(neg(fmt::kTurboSigns2, 125));
+  EXPECT_FALSE(neg(fmt::kTurboSigns2, 126));
+  EXPECT_TRUE(neg(fmt::kTurboSigns2, 127));
+}
+
+TEST(ArmQuantizers, Turbo3BlockHandWorked) {
+  // A group on the centroids: 47 values at codes 1/6 and 81 at codes 2/5 make the centroid
+  // vector's length 1.0012, so x = 3 c normalises to within 0.12% of the centroids and keeps
+  // its codes; the corrected norm is |x| / |c| = 3. Layout (block_turbo3_0 of 128): fp16
+  // norm, low two bits of code j at byte 2 + j/4 bits 2(j%4), high bit at byte 34 + j/8.
+  std::vector<int> code(128);
+  std::vector<float> x(128);
+  for (int j = 0; j < 128; ++j) {
+    code[j] = j < 47 ? (j % 2 ? 6 : 1) : (j % 2 ? 5 : 2);
+    x[j] = 3.0f * fmt::kTurbo3Centroids[code[j]];
+  }
+  std::vector<uint8_t> b(50);
+  ASSERT_TRUE(fmt::encode_row(RowFormat::turbo3, x.data(), 128, b.data()));
+  EXPECT_EQ(load_u16(b.data()), 0x4200);  // fp16 3.0
+  for (int j = 0; j < 128; ++j) {
+    const int lo = (b[2 + j / 4] >> (2 * (j % 4))) & 3, hi = (b[34 + j / 8] >> (j % 8)) & 1;
+    EXPECT_EQ(lo | (hi << 2), code[j]) << j;
+  }
+  std::vector<float> y(128);
+  fmt::decode_row(RowFormat::turbo3, b.data(), 128, y.data());
+  EXPECT_EQ(y, x);
+}
+
+TEST(ArmQuantizers, LlamaRotationSizes) {
+  // K: the largest power of two >= 64 dividing D; V: 64; none unless D % 64 == 0.
+  const uint32_t dims[][3] = {{64, 64, 64}, {128, 128, 64}, {192, 64, 64}, {256, 256, 64}, {512, 512, 64}, {96, 0, 0}};
+  for (const auto& c : dims) {
+    auto layer = make_arm("q8_0:rot")->make_layer(shape(c[0], 2, 1, 64));
+    EXPECT_EQ(inspect(layer)->k_rotation(), c[1]) << c[0];
+    EXPECT_EQ(inspect(layer)->v_rotation(), c[2]) << c[0];
+  }
+  EXPECT_EQ(inspect(make_arm("q8_0")->make_layer(shape(128, 2, 1, 64)))->k_rotation(), 0u);
+}
+
+TEST(ArmQuantizers, RotatedArmStoresTheRotatedRow) {
+  // q4_0:rot at D = 128 holds q4_0 of H128 k (K) and of 64-blocks of H64 v (V).
+  const Data d = make_data(1, 128, 1, 1, 7);
+  auto layer = make_arm("q4_0:rot")->make_layer(shape(128, 1, 1, 16));
+  layer->begin_ubatch(0, 1);
+  layer->store(0, 1, d.k.data(), d.v.data());
+  InspectableKv* kv = inspect(layer);
+  EXPECT_EQ(kv->k_rotation(), 128u);
+  EXPECT_EQ(kv->v_rotation(), 64u);
+  std::vector<float> kr(d.k.begin(), d.k.begin() + 128), vr(d.v.begin(), d.v.begin() + 128);
+  hadamard_blocks(kr.data(), 128, 128);
+  hadamard_blocks(vr.data(), 128, 64);
+  std::vector<uint8_t> bk(72), bv(72);
+  fmt::encode_row(RowFormat::q4_0, kr.data(), 128, bk.data());
+  fmt::encode_row(RowFormat::q4_0, vr.data(), 128, bv.data());
+  std::vector<float> want_k(128), want_v(128), got_k(128), got_v(128);
+  fmt::decode_row(RowFormat::q4_0, bk.data(), 128, want_k.data());
+  fmt::decode_row(RowFormat::q4_0, bv.data(), 128, want_v.data());
+  hadamard_blocks(want_k.data(), 128, 128);
+  hadamard_blocks(want_v.data(), 128, 64);
+  kv->decode_row(0, 0, got_k.data(), got_v.data());
+  EXPECT_EQ(got_k, want_k);
+  EXPECT_EQ(got_v, want_v);
+}
+
+// ---------------------------------------------------------------- attention
+
+// Every arm, fused vs the naive reference over its own decoded rows; SJ/KVarN arms also vs
+// the codec's attention_ref. SJ arms without a tail get tail=128 so the body is exercised
+// within the test's 1408 positions; kvarn tail=1024 seals from position 1280 on.
+TEST(ArmAttention, FusedMatchesReferenceForEveryArm) {
+  const uint32_t N = 1408, ub = 64;
+  const Data d = make_data(N, 128, 4, 2, 11);
+  for (std::string spec : arm_examples()) {
+    if (spec.rfind("sj:", 0) == 0 && spec.find("tail=") == std::string::npos) spec += ":tail=128";
+    SCOPED_TRACE(spec);
+    const RunResult r = run_arm(spec, d, N, ub, {0, 3, 21});
+    EXPECT_EQ(r.checks, 3u);
+    std::printf("  %-40s max |fused - ref| %.2e  vs attention_ref %.2e  (max|V| %.1f)\n", spec.c_str(), r.max_err,
+                r.max_err_codec, r.vmax);
+    EXPECT_LE(r.max_err, 2e-5 * r.vmax + 1e-6) << "vmax " << r.vmax;
+    auto* kv = dynamic_cast<InspectableKv*>(r.layer.get());
+    if (const SequenceCache* c = kv->codec_cache()) {
+      EXPECT_LE(r.max_err_codec, 2e-5 * r.vmax + 1e-6);
+      if (spec.rfind("sj:", 0) == 0 || spec.find("tail=0") != std::string::npos) {
+        EXPECT_GT(c->policy().B, 128u) << "body not exercised";
+      }
+    }
+  }
+}
+
+// The rows attend reads for the codec arms are the codec's own (resolve_row), bit for bit,
+// across sink, body records (scalar, trellis, channel axis) and ring.
+TEST(ArmAttention, CodecArmRowsEqualResolveRow) {
+  const uint32_t N = 700;
+  const Data d = make_data(N, 128, 4, 2, 31);
+  for (const std::string spec : {"sj:4/4:tail=128", "sj:4/2:tail=128", "sj:3/2t:tail=128", "sj:3/3t:axis=channel:tail=128",
+                                 "sj:4/4:sink=192:tail=128", "kvarn:4/4:tail=0", "sj:3/3t:staging=q8_0:tail=128"}) {
+    SCOPED_TRACE(spec);
+    const RunResult r = run_arm(spec, d, N, 64, {});
+    const InspectableKv* kv = dynamic_cast<const InspectableKv*>(r.layer.get());
+    const CacheView view = kv->codec_cache()->view(0);
+    ASSERT_GT(view.B, view.sink);
+    std::vector<float> K(static_cast<size_t>(N) * 128), V(K.size()), kr(128), vr(128);
+    for (uint32_t h = 0; h < 2; ++h) {
+      kv->stored_rows(h, 0, N, K.data(), V.data());
+      for (uint32_t p = 0; p < N; ++p) {
+        resolve_row(view, p, h, kr.data(), vr.data());
+        ASSERT_EQ(std::memcmp(kr.data(), &K[static_cast<size_t>(p) * 128], 128 * sizeof(float)), 0) << p;
+        ASSERT_EQ(std::memcmp(vr.data(), &V[static_cast<size_t>(p) * 128], 128 * sizeof(float)), 0) << p;
+      }
+      // An unaligned range starting inside a record reads the same rows.
+      kv->stored_rows(h, 200, 333, K.data(), V.data());
+      resolve_row(view, 250, h, kr.data(), vr.data());
+      EXPECT_EQ(std::memcmp(kr.data(), &K[50 * 128], 128 * sizeof(float)), 0);
+    }
+  }
+}
+
+TEST(ArmAttention, SlidingWindowIsHonoured) {
+  const uint32_t N = 320, W = 48;
+  const Data d = make_data(N, 64, 2, 1, 5);
+  const RunResult r = run_arm("f16", d, N, 64, {0, 2, 4}, W);
+  EXPECT_LE(r.max_err, 2e-5 * r.vmax + 1e-6);
+  // The window changes the answer: the same arm without it differs.
+  const RunResult full = run_arm("f16", d, N, 64, {4}, 0);
+  std::vector<float> a(64 * 2 * 64), b(a.size());
+  r.layer->attend(256, 64, &d.q[256 * 2 * 64], 0.125f, a.data());
+  full.layer->attend(256, 64, &d.q[256 * 2 * 64], 0.125f, b.data());
+  EXPECT_NE(a, b);
+}
+
+std::vector<float> run_outputs(const std::string& spec, const Data& d, uint32_t N, uint32_t ub, uint32_t window = 0) {
+  auto layer = make_arm(spec)->make_layer(shape(d.D, d.H, d.Hkv, N, window));
+  std::vector<float> all(static_cast<size_t>(N) * d.H * d.D);
+  for (uint32_t pos0 = 0; pos0 < N; pos0 += ub) {
+    const uint32_t n = std::min(ub, N - pos0);
+    layer->begin_ubatch(pos0, n);
+    layer->store(pos0, n, &d.k[static_cast<size_t>(pos0) * d.Hkv * d.D], &d.v[static_cast<size_t>(pos0) * d.Hkv * d.D]);
+    layer->attend(pos0, n, &d.q[static_cast<size_t>(pos0) * d.H * d.D], 0.088f, &all[static_cast<size_t>(pos0) * d.H * d.D]);
+  }
+  return all;
+}
+
+TEST(ArmAttention, UbatchOfOneEqualsUbatchOf64) {
+  const Data d = make_data(260, 128, 4, 2, 13);
+  const auto a = run_outputs("f32", d, 260, 1), b = run_outputs("f32", d, 260, 64);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  // Also with a window: tiles sit on absolute positions.
+  const auto c = run_outputs("f32", d, 260, 1, 100), e = run_outputs("f32", d, 260, 64, 100);
+  EXPECT_EQ(std::memcmp(c.data(), e.data(), c.size() * sizeof(float)), 0);
+}
+
+TEST(ArmAttention, SameBytesForOneAndTwoThreads) {
+  const Data d = make_data(512, 128, 4, 2, 17);
+  for (const std::string spec : {"q4_0:rot", "sj:3/2t:tail=128", "kvarn:4/4:tail=0", "f16"}) {
+    SCOPED_TRACE(spec);
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const auto a = run_outputs(spec, d, 512, 64);
+    omp_set_num_threads(2);
+    const auto b = run_outputs(spec, d, 512, 64);
+    omp_set_num_threads(saved);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  }
+}
+
+TEST(ArmAttention, QuantizedArmsAreCloseToF32) {
+  // Sanity of the formats end to end: the attention output of every arm stays near f32's
+  // (relative RMS), tighter for more bits.
+  const uint32_t N = 640;
+  const Data d = make_data(N, 128, 4, 2, 19);
+  const auto ref = run_outputs("f32", d, N, 64);
+  auto rel = [&](const std::string& spec) {
+    const auto o = run_outputs(spec, d, N, 64);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < o.size(); ++i) {
+      num += (o[i] - ref[i]) * static_cast<double>(o[i] - ref[i]);
+      den += ref[i] * static_cast<double>(ref[i]);
+    }
+    return std::sqrt(num / den);
+  };
+  const double e_f16 = rel("f16"), e_q8 = rel("q8_0"), e_q4 = rel("q4_0"), e_q4r = rel("q4_0:rot"), e_sj = rel("sj:4/4:tail=128");
+  EXPECT_LT(e_f16, 1e-3);
+  EXPECT_LT(e_q8, 2e-2);
+  EXPECT_LT(e_q8, e_q4);
+  EXPECT_LT(e_q4r, e_q4) << "rotation should help q4_0 on outlier channels";
+  EXPECT_LT(e_sj, 0.2);
+  for (const std::string spec : {"q4_1", "q5_0", "q5_1", "iq4_nl", "turbo3", "turbo4", "tq6_0", "bf16", "sj:3/2t:tail=128"})
+    EXPECT_LT(rel(spec), 0.3) << spec;
+}
+
+TEST(ArmAttention, OversizedUbatchIsRefused) {
+  auto layer = make_arm("sj:4/4")->make_layer(shape(128, 2, 1, 1024));  // n_ubatch 64
+  EXPECT_THROW(layer->begin_ubatch(0, 65), std::runtime_error);
+  EXPECT_THROW(layer->begin_ubatch(1000, 64), std::runtime_error);  // past n_ctx
+}
+
+TEST(ArmAttention, NonFiniteRowsAreRefused) {
+  for (const std::string spec : {"q4_0", "f16", "sj:4/4"}) {
+    auto layer = make_arm(spec)->make_layer(shape(128, 2, 1, 64));
+    std::vector<float> k(128, 1.0f), v(128, 1.0f);
+    k[5] = NAN;
+    layer->begin_ubatch(0, 1);
+    EXPECT_THROW(layer->store(0, 1, k.data(), v.data()), std::runtime_error) << spec;
+  }
+}
+
+// ---------------------------------------------------------------- bits
+
+TEST(ArmBits, BlockFormatsHandComputed) {
+  const std::vector<std::pair<std::string, double>> cases = {
+      {"f32", 32}, {"f16", 16}, {"bf16", 16}, {"q8_0", 8.5}, {"q4_0", 4.5}, {"q4_0:rot", 4.5}, {"q4_1", 5.0},
+      {"q5_0", 5.5}, {"q5_1", 6.0}, {"iq4_nl", 4.5}, {"turbo3", 3.125}, {"turbo4", 4.125}, {"tq6_0", 6.125}};
+  const Data d = make_data(100, 128, 2, 1, 23);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.first);
+    auto layer = make_arm(c.first)->make_layer(shape(128, 2, 1, 400));
+    EXPECT_EQ(layer->bits().occupied, 0.0);
+    layer->begin_ubatch(0, 100);
+    layer->store(0, 100, d.k.data(), d.v.data());
+    EXPECT_DOUBLE_EQ(layer->bits().occupied, c.second);
+    EXPECT_DOUBLE_EQ(layer->bits().allocated, c.second * 4.0);  // 400 reserved over 100 stored
+  }
+}
+
+TEST(ArmBits, Sj44OccupiedAtAKnownLength) {
+  // sj:4/4:tail=256 (fixed tail), D = 128, 1024 positions in ubatches of 64. The last
+  // policy step (pos0 = 960) seals to 128 + 128 * floor((960 - 256 - 128) / 128) = 640.
+  // Bytes per head: sink 128 * 2 * 128 * 2 = 65536; body 4 records * 17920 (payload
+  // 2 * 64 * 128 + scales 6 * 256) = 71680; ring 384 rows * 2 * 98 (tq6_0) = 75264.
+  // 212480 bytes * 8 / (1024 * 256 values) = 6.484375 bits.
+  const uint32_t N = 1024;
+  const Data d = make_data(N, 128, 2, 1, 29);
+  auto layer = make_arm("sj:4/4:tail=256")->make_layer(shape(128, 2, 1, N));
+  for (uint32_t pos0 = 0; pos0 < N; pos0 += 64) {
+    layer->begin_ubatch(pos0, 64);
+    layer->store(pos0, 64, &d.k[static_cast<size_t>(pos0) * 128], &d.v[static_cast<size_t>(pos0) * 128]);
+  }
+  EXPECT_EQ(inspect(layer)->codec_cache()->policy().B, 640u);
+  EXPECT_DOUBLE_EQ(layer->bits().occupied, 6.484375);
+  EXPECT_GT(layer->bits().allocated, layer->bits().occupied);
+}
+
+TEST(ArmTier, EdgeLayersRunAt44) {
+  auto arm = make_arm("sj:3/3t:tier=edge");
+  std::vector<std::unique_ptr<LayerKv>> layers;
+  for (uint32_t l = 0; l < 12; ++l) {
+    LayerShape s = shape(128, 2, 1, 256, (l % 6 == 5) ? 0 : 64, l);
+    layers.push_back(arm->make_layer(s));
+  }
+  for (auto& l : layers) l->begin_ubatch(0, 1);
+  EXPECT_EQ(inspect(layers[0])->storage_name(), "f16");  // sliding
+  EXPECT_EQ(inspect(layers[5])->storage_name().rfind("sj:4/4:", 0), 0u);   // first full layer
+  EXPECT_EQ(inspect(layers[11])->storage_name().rfind("sj:4/4:", 0), 0u);  // last full layer
+  auto mid = make_arm("sj:3/3t:tier=edge");
+  std::vector<std::unique_ptr<LayerKv>> three;
+  for (uint32_t l : {2u, 5u, 8u}) three.push_back(mid->make_layer(shape(128, 2, 1, 256, 0, l)));
+  for (auto& l : three) l->begin_ubatch(0, 1);
+  EXPECT_EQ(inspect(three[1])->storage_name().rfind("sj:3/3t:", 0), 0u);  // middle layer keeps 3/3t
+  EXPECT_EQ(inspect(three[0])->storage_name().rfind("sj:4/4:", 0), 0u);
+  // A new edge layer after the tiers were chosen is a caller bug, not a silent mis-tiering;
+  // the same layers again (a second sequence) are fine and tier the same way.
+  EXPECT_THROW(mid->make_layer(shape(128, 2, 1, 256, 0, 11)), std::logic_error);
+  auto again = mid->make_layer(shape(128, 2, 1, 256, 0, 5));
+  again->begin_ubatch(0, 1);
+  EXPECT_EQ(inspect(again)->storage_name().rfind("sj:3/3t:", 0), 0u);
+}
+
+}  // namespace
+}  // namespace replay
+}  // namespace sjkv
