@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -89,6 +90,16 @@ int main(int argc, char** argv) {
                  info.file_name.c_str(), info.architecture.c_str(), info.n_layer, info.n_embd, info.n_head,
                  info.n_head_kv, info.head_dim, info.n_vocab, info.weight_bytes / 1048576.0,
                  std::chrono::duration<double>(clk::now() - t0).count());
+    if (show_info) {
+      std::map<std::string, std::pair<size_t, uint64_t>> types;
+      for (const auto& t : model->gguf().tensors()) {
+        auto& e = types[t.type_name()];
+        e.first += 1;
+        e.second += t.n_bytes;
+      }
+      for (const auto& [name, e] : types) std::printf("type %s: %zu tensors, %.1f MiB\n", name.c_str(), e.first, e.second / 1048576.0);
+      if (const auto* t = model->gguf().find_tensor("token_embd.weight")) std::printf("token_embd.weight %s\n", t->type_name());
+    }
     if (show_info)
       for (const auto& l : info.layers)
         std::printf("layer %u %s window %u\n", l.layer, l.full_attention ? "full" : "sliding", l.window);

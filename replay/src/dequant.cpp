@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -290,6 +291,74 @@ void dot_rows(bool simd, const uint16_t* w, size_t k, const float* const* x, flo
   dot_rows_scalar<NT>(w, k, x, out);
 }
 
+
+// Q8_0 rows used in place (the tied output matrix): per block, the 32 products summed as
+// 8 lanes (q[0:8]*x, then q[8:16], q[16:24], q[24:32] added in), scaled by d into the 8-lane
+// accumulator; the lanes summed in a fixed tree at the end.
+float reduce8(const float* l) {
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+template <size_t NT>
+void dot_q8_scalar(const uint8_t* w, size_t k, const float* const* x, float* out) {
+  float acc[NT][8] = {};
+  for (size_t b = 0; b < k / 32; ++b) {
+    const uint8_t* blk = w + b * 34;
+    const float d = h2f(blk);
+    const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
+    for (size_t t = 0; t < NT; ++t) {
+      const float* xb = x[t] + b * 32;
+      for (size_t l = 0; l < 8; ++l) {
+        float p = static_cast<float>(q[l]) * xb[l];
+        for (size_t g = 1; g < 4; ++g) p = p + static_cast<float>(q[8 * g + l]) * xb[8 * g + l];
+        acc[t][l] = acc[t][l] + d * p;
+      }
+    }
+  }
+  for (size_t t = 0; t < NT; ++t) out[t] = reduce8(acc[t]);
+}
+
+#if defined(__x86_64__)
+template <size_t NT>
+__attribute__((target("avx2,fma,f16c"))) void dot_q8_avx2(const uint8_t* w, size_t k, const float* const* x,
+                                                          float* out) {
+  __m256 acc[NT];
+  for (size_t t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (size_t b = 0; b < k / 32; ++b) {
+    const uint8_t* blk = w + b * 34;
+    const __m256 d = _mm256_set1_ps(h2f(blk));
+    const __m128i* q = reinterpret_cast<const __m128i*>(blk + 2);
+    const __m128i lo = _mm_loadu_si128(q), hi = _mm_loadu_si128(q + 1);
+    const __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+    const __m256 q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+    const __m256 q2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+    const __m256 q3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+    for (size_t t = 0; t < NT; ++t) {
+      const float* xb = x[t] + b * 32;
+      __m256 p = _mm256_mul_ps(q0, _mm256_loadu_ps(xb));
+      p = _mm256_fmadd_ps(q1, _mm256_loadu_ps(xb + 8), p);
+      p = _mm256_fmadd_ps(q2, _mm256_loadu_ps(xb + 16), p);
+      p = _mm256_fmadd_ps(q3, _mm256_loadu_ps(xb + 24), p);
+      acc[t] = _mm256_fmadd_ps(d, p, acc[t]);
+    }
+  }
+  for (size_t t = 0; t < NT; ++t) {
+    float l[8];
+    _mm256_storeu_ps(l, acc[t]);
+    out[t] = reduce8(l);
+  }
+}
+#endif
+
+template <size_t NT>
+void dot_q8(bool simd, const uint8_t* w, size_t k, const float* const* x, float* out) {
+#if defined(__x86_64__)
+  if (simd) return dot_q8_avx2<NT>(w, k, x, out);
+#endif
+  (void)simd;
+  dot_q8_scalar<NT>(w, k, x, out);
+}
+
 }  // namespace
 
 bool matmul_f16_simd() {
@@ -321,6 +390,36 @@ void matmul_f16(const uint16_t* w, size_t rows, size_t k, const float* x, size_t
           case 3: dot_rows<3>(simd, wr, k, xs, o); break;
           case 2: dot_rows<2>(simd, wr, k, xs, o); break;
           default: dot_rows<1>(simd, wr, k, xs, o); break;
+        }
+        for (size_t t = 0; t < nt_; ++t) y[(t0 + t) * ldy + r] = o[t];
+      }
+    }
+  }
+}
+
+void matmul_q8_0(const uint8_t* w, size_t rows, size_t k, const float* x, size_t n, float* y,
+                 size_t ldy, int n_threads) {
+  if (k % 32 != 0) throw std::invalid_argument("matmul_q8_0: row length is not a multiple of 32");
+  const bool simd = matmul_f16_simd();
+  const size_t row_bytes = k / 32 * 34;
+  const long n_blocks = static_cast<long>((rows + kRowBlock - 1) / kRowBlock);
+  const int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
+#pragma omp parallel for schedule(static) num_threads(nt) if (rows * k * n > 65536)
+  for (long rb = 0; rb < n_blocks; ++rb) {
+    const size_t r0 = static_cast<size_t>(rb) * kRowBlock;
+    const size_t r1 = std::min(rows, r0 + kRowBlock);
+    for (size_t t0 = 0; t0 < n; t0 += kTokTile) {
+      const size_t nt_ = std::min(kTokTile, n - t0);
+      const float* xs[kTokTile];
+      for (size_t t = 0; t < nt_; ++t) xs[t] = x + (t0 + t) * k;
+      for (size_t r = r0; r < r1; ++r) {
+        float o[kTokTile];
+        const uint8_t* wr = w + r * row_bytes;
+        switch (nt_) {
+          case 4: dot_q8<4>(simd, wr, k, xs, o); break;
+          case 3: dot_q8<3>(simd, wr, k, xs, o); break;
+          case 2: dot_q8<2>(simd, wr, k, xs, o); break;
+          default: dot_q8<1>(simd, wr, k, xs, o); break;
         }
         for (size_t t = 0; t < nt_; ++t) y[(t0 + t) * ldy + r] = o[t];
       }

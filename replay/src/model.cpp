@@ -8,8 +8,9 @@
 // The converter stores Gemma's norm weights with the +1 already added, so they multiply as is.
 // Llama: RMSNorm, SwiGLU, RoPE on adjacent pairs, GQA, optional biases and rope_freqs.
 //
-// Weights: every matrix is dequantized once at load into an f16 copy (matmul_f16); norms in
-// f32; embedding rows are dequantized from the mapped file on lookup.
+// Weights: every layer matrix is dequantized once at load into an f16 copy (matmul_f16); the
+// output matrix too unless it is Q8_0, which is used in place (matmul_q8_0); norms in f32;
+// embedding rows are dequantized from the mapped file on lookup.
 #include <omp.h>
 #include <sys/stat.h>
 
@@ -93,7 +94,8 @@ class GgufModel final : public Model {
   const GgufTensorInfo* tok_embd_ = nullptr;
   size_t embd_row_bytes_ = 0;
   std::vector<float> out_norm_;
-  Mat output_;
+  Mat output_;                         // f16 copy, unless the matrix is Q8_0:
+  const uint8_t* output_q8_ = nullptr;  // then its rows in the mapping
   std::vector<Layer> layers_;
   mutable size_t weight_bytes_ = 0;
 };
@@ -243,7 +245,14 @@ void GgufModel::load() {
 
   out_norm_ = vec("output_norm.weight", n_embd);
   const GgufTensorInfo* out = optional("output.weight", {n_embd, V});
-  output_ = load_mat(out ? *out : *tok_embd_);
+  const GgufTensorInfo& out_t = out ? *out : *tok_embd_;
+  if (out_t.type == kGgmlQ8_0) {
+    // Used in place: half the bytes of an f16 copy, and decode reads this matrix whole.
+    output_q8_ = f_.tensor_data(out_t);
+    if (out) weight_bytes_ += out->n_bytes;
+  } else {
+    output_ = load_mat(out_t);
+  }
 
   layers_.resize(n_layer);
   for (uint32_t il = 0; il < n_layer; ++il) {
@@ -432,9 +441,12 @@ void GgufModel::ubatch(const int32_t* tokens, uint32_t m, uint32_t pos, std::vec
   if (!logits) return;
   const uint32_t first = all_logits ? 0 : m - 1, rows = m - first;
   rms_norm(x.data() + size_t(first) * E, h.data(), rows, E, out_norm_);
-  matmul_f16(output_.w.data(), output_.rows, output_.cols, h.data(), rows, logits, output_.rows, opt_.n_threads);
+  const uint32_t V = info_.n_vocab;
+  if (output_q8_)
+    matmul_q8_0(output_q8_, V, E, h.data(), rows, logits, V, opt_.n_threads);
+  else matmul_f16(output_.w.data(), V, E, h.data(), rows, logits, V, opt_.n_threads);
   if (softcap_ > 0.0f) {
-    const size_t total = size_t(rows) * output_.rows;
+    const size_t total = size_t(rows) * V;
     for (size_t i = 0; i < total; ++i) logits[i] = softcap_ * std::tanh(logits[i] / softcap_);
   }
 }

@@ -292,3 +292,42 @@ TEST(MatmulF16, OneTokenEqualsTheSameTokenInABatch) {
   matmul_f16(w.data(), rows, k, x.data(), n, t2.data(), rows, 2);
   EXPECT_EQ(0, std::memcmp(t1.data(), t2.data(), t1.size() * 4));
 }
+
+TEST(MatmulQ8_0, MatchesDequantizedReference) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_int_distribution<int> qd(-128, 127);
+  const size_t rows = 45, k = 640, n = 5, row_bytes = k / 32 * 34;
+  std::vector<uint8_t> w(rows * row_bytes);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t b = 0; b < k / 32; ++b) {
+      uint8_t* blk = w.data() + r * row_bytes + b * 34;
+      const uint16_t d = f32_to_f16(0.001f + 0.01f * std::fabs(nd(rng)));
+      blk[0] = static_cast<uint8_t>(d & 0xFF);
+      blk[1] = static_cast<uint8_t>(d >> 8);
+      for (int j = 0; j < 32; ++j) blk[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(qd(rng)));
+    }
+  std::vector<float> x(n * k);
+  for (auto& e : x) e = nd(rng);
+  std::vector<float> y(n * rows), y1(n * rows), y2(n * rows), row(k);
+  matmul_q8_0(w.data(), rows, k, x.data(), n, y.data(), rows);
+  double norm = 0.0;
+  for (size_t r = 0; r < rows; ++r) {
+    dequantize_row(kGgmlQ8_0, w.data() + r * row_bytes, row.data(), k);
+    for (size_t t = 0; t < n; ++t) {
+      double e = 0.0;
+      for (size_t i = 0; i < k; ++i) e += double(row[i]) * x[t * k + i];
+      norm += std::fabs(e);
+      EXPECT_NEAR(y[t * rows + r], e, 1e-5 * (1.0 + std::fabs(e))) << r << " " << t;
+    }
+  }
+  EXPECT_GT(norm, 1.0);
+  matmul_q8_0(w.data(), rows, k, x.data(), n, y1.data(), rows, 1);
+  matmul_q8_0(w.data(), rows, k, x.data(), n, y2.data(), rows, 2);
+  EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * 4));
+  for (size_t t = 0; t < n; ++t) {
+    std::vector<float> one(rows);
+    matmul_q8_0(w.data(), rows, k, x.data() + t * k, 1, one.data(), rows);
+    EXPECT_EQ(0, std::memcmp(one.data(), y.data() + t * rows, rows * 4)) << t;
+  }
+}

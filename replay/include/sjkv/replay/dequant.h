@@ -48,7 +48,11 @@ void dequantize_row(uint32_t type, const void* src, float* dst, size_t n);
 // scalar path use the same order of lanes but may differ in the last bits (fused multiply-add).
 void matmul_f16(const uint16_t* w, size_t rows, size_t k, const float* x, size_t n, float* y,
                 size_t ldy, int n_threads = 0);
-// The scalar reference of the same products (double accumulation), for tests.
+// The same products with W held as Q8_0 rows ([rows][k / 32] blocks, used in place: the tied
+// output matrix of both default models), with the same guarantees; k a multiple of 32.
+void matmul_q8_0(const uint8_t* w, size_t rows, size_t k, const float* x, size_t n, float* y,
+                 size_t ldy, int n_threads = 0);
+// The scalar reference of the f16 products (double accumulation), for tests.
 void matmul_f16_reference(const uint16_t* w, size_t rows, size_t k, const float* x, size_t n,
                           float* y, size_t ldy);
 // Whether matmul_f16 runs its AVX2 path on this machine.
