@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -120,9 +121,11 @@ int main(int argc, char** argv) {
     auto kv = make_cache(info, n + n_decode, n_ubatch);
     std::vector<float> logits(static_cast<size_t>(n) * info.n_vocab);
     t0 = clk::now();
+    std::clock_t c0 = std::clock();
     model->eval(ids.data(), n, 0, n_ubatch, kv, logits.data(), !out.empty());
     const double tp = std::chrono::duration<double>(clk::now() - t0).count();
-    std::fprintf(stderr, "prefill %u tokens: %.3f s, %.1f tokens/s\n", n, tp, n / tp);
+    std::fprintf(stderr, "prefill %u tokens: %.3f s, %.1f tokens/s, cpu %.3f s\n", n, tp, n / tp,
+                 double(std::clock() - c0) / CLOCKS_PER_SEC);
     if (!out.empty()) {
       std::ofstream f(out, std::ios::binary);
       f.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
@@ -131,6 +134,7 @@ int main(int argc, char** argv) {
     const float* last = out.empty() ? logits.data() : logits.data() + static_cast<size_t>(n - 1) * info.n_vocab;
     std::vector<float> step(last, last + info.n_vocab);
     t0 = clk::now();
+    c0 = std::clock();
     std::vector<int32_t> gen;
     for (uint32_t i = 0; i < n_decode; ++i) {
       int32_t best = 0;
@@ -141,7 +145,8 @@ int main(int argc, char** argv) {
     }
     if (n_decode) {
       const double td = std::chrono::duration<double>(clk::now() - t0).count();
-      std::fprintf(stderr, "decode %u tokens: %.3f s, %.1f tokens/s\n", n_decode, td, n_decode / td);
+      std::fprintf(stderr, "decode %u tokens: %.3f s, %.1f tokens/s, cpu %.3f s\n", n_decode, td, n_decode / td,
+                   double(std::clock() - c0) / CLOCKS_PER_SEC);
       for (int32_t g : gen) std::printf("%d:%s ", g, static_cast<size_t>(g) < vocab.size() ? vocab[g].c_str() : "?");
       std::printf("\n");
     }

@@ -12,6 +12,18 @@ namespace sjkv {
 namespace replay {
 namespace {
 
+// q.k in 8 lanes (k in order within each lane), the lanes summed in a fixed tree: a fixed
+// order the compiler can vectorise without reassociating.
+float dot(const float* a, const float* b, uint32_t n) {
+  float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const uint32_t n8 = n / 8 * 8;
+  for (uint32_t i = 0; i < n8; i += 8)
+    for (uint32_t j = 0; j < 8; ++j) l[j] = l[j] + a[i + j] * b[i + j];
+  float s = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+  for (uint32_t i = n8; i < n; ++i) s = s + a[i] * b[i];
+  return s;
+}
+
 class F32Layer final : public LayerKv {
  public:
   explicit F32Layer(const LayerShape& s) : s_(s) {
@@ -45,6 +57,7 @@ class F32Layer final : public LayerKv {
 #pragma omp parallel if (items > 1)
     {
       std::vector<float> sc;
+      std::vector<double> acc(s_.head_dim);
 #pragma omp for schedule(static)
       for (long it = 0; it < items; ++it) {
         const uint32_t i = static_cast<uint32_t>(it / H), h = static_cast<uint32_t>(it % H);
@@ -56,9 +69,7 @@ class F32Layer final : public LayerKv {
         float mx = -INFINITY;
         for (uint32_t j = lo; j <= p; ++j) {
           const float* kr = k_.data() + j * row_ + kvo;
-          float s = 0.0f;
-          for (uint32_t d = 0; d < D; ++d) s = s + qh[d] * kr[d];
-          s = s * scale;
+          const float s = dot(qh, kr, D) * scale;
           sc[j - lo] = s;
           mx = std::max(mx, s);
         }
@@ -68,7 +79,7 @@ class F32Layer final : public LayerKv {
           den += s;
         }
         float* o = out + (static_cast<size_t>(i) * H + h) * D;
-        std::vector<double> acc(D, 0.0);
+        std::fill(acc.begin(), acc.end(), 0.0);
         for (uint32_t j = lo; j <= p; ++j) {
           const float* vr = v_.data() + j * row_ + kvo;
           const double w = sc[j - lo];

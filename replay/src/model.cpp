@@ -250,6 +250,10 @@ void GgufModel::load() {
     // Used in place: half the bytes of an f16 copy, and decode reads this matrix whole.
     output_q8_ = f_.tensor_data(out_t);
     if (out) weight_bytes_ += out->n_bytes;
+    for (uint64_t b = 0; b < out_t.n_bytes / 34; ++b) {  // the block scales must be finite
+      const uint16_t d = static_cast<uint16_t>(output_q8_[34 * b] | (output_q8_[34 * b + 1] << 8));
+      if ((d & 0x7c00u) == 0x7c00u) fail("tensor '" + out_t.name + "' holds a non-finite block scale");
+    }
   } else {
     output_ = load_mat(out_t);
   }
