@@ -1,0 +1,158 @@
+// The replay forward pass as a measuring instrument: logits for given token ids (to compare
+// with another engine) and prefill / decode speed, on the exact f32 cache.
+//   replay_logits MODEL [--ids 1,2,3 | --ids-file F] [--out F] [--ubatch N] [--threads T]
+//                 [--decode N] [--info]
+// --out writes raw little-endian f32 logits, [n][n_vocab], for every position. --decode N then
+// times N greedy one-token steps after the prompt. Timings go to stderr.
+#include <omp.h>
+
+#include <chrono>
+#include <ctime>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "sjkv/replay/kv_f32.h"
+#include "sjkv/replay/model.h"
+
+using namespace sjkv::replay;
+
+static std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(s);
+  std::string tok;
+  while (std::getline(ss, tok, ',')) {
+    std::stringstream ws(tok);
+    std::string w;
+    while (ws >> w) ids.push_back(static_cast<int32_t>(std::stol(w)));
+  }
+  return ids;
+}
+
+static std::vector<std::unique_ptr<LayerKv>> make_cache(const ModelInfo& info, uint32_t n_ctx, uint32_t n_ubatch) {
+  std::vector<std::unique_ptr<LayerKv>> kv;
+  for (LayerShape s : info.layers) {
+    s.n_ctx = n_ctx;
+    s.n_ubatch = n_ubatch;
+    kv.push_back(make_f32_layer(s));
+  }
+  return kv;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s MODEL [--ids a,b,c | --ids-file F] [--out F] [--ubatch N] [--threads T] [--decode N] [--info] [--lookup w1|w2]\n", argv[0]);
+    return 1;
+  }
+  std::string model_path = argv[1], out, ids_arg;
+  uint32_t n_ubatch = 512, n_decode = 0;
+  int threads = 0;
+  bool show_info = false;
+  std::string lookup;  // "|"-separated exact vocabulary strings to print the ids of
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "missing value for %s\n", a.c_str());
+        std::exit(1);
+      }
+      return argv[++i];
+    };
+    if (a == "--ids") ids_arg = next();
+    else if (a == "--ids-file") {
+      std::ifstream f(next());
+      std::stringstream ss;
+      ss << f.rdbuf();
+      ids_arg = ss.str();
+    } else if (a == "--out") out = next();
+    else if (a == "--ubatch") n_ubatch = static_cast<uint32_t>(std::stoul(next()));
+    else if (a == "--threads") threads = std::stoi(next());
+    else if (a == "--decode") n_decode = static_cast<uint32_t>(std::stoul(next()));
+    else if (a == "--info") show_info = true;
+    else if (a == "--lookup") lookup = next();
+    else {
+      std::fprintf(stderr, "unknown option %s\n", a.c_str());
+      return 1;
+    }
+  }
+  if (threads > 0) omp_set_num_threads(threads);
+  try {
+    using clk = std::chrono::steady_clock;
+    auto t0 = clk::now();
+    auto model = Model::load(model_path);
+    const ModelInfo& info = model->info();
+    std::fprintf(stderr, "loaded %s (%s, %u layers, n_embd %u, heads %u/%u x %u, vocab %u, weights %.1f MiB) in %.2f s\n",
+                 info.file_name.c_str(), info.architecture.c_str(), info.n_layer, info.n_embd, info.n_head,
+                 info.n_head_kv, info.head_dim, info.n_vocab, info.weight_bytes / 1048576.0,
+                 std::chrono::duration<double>(clk::now() - t0).count());
+    if (show_info) {
+      std::map<std::string, std::pair<size_t, uint64_t>> types;
+      for (const auto& t : model->gguf().tensors()) {
+        auto& e = types[t.type_name()];
+        e.first += 1;
+        e.second += t.n_bytes;
+      }
+      for (const auto& [name, e] : types) std::printf("type %s: %zu tensors, %.1f MiB\n", name.c_str(), e.first, e.second / 1048576.0);
+      if (const auto* t = model->gguf().find_tensor("token_embd.weight")) std::printf("token_embd.weight %s\n", t->type_name());
+    }
+    if (show_info)
+      for (const auto& l : info.layers)
+        std::printf("layer %u %s window %u\n", l.layer, l.full_attention ? "full" : "sliding", l.window);
+    const auto& vocab = model->gguf().get_array("tokenizer.ggml.tokens").strings();
+    if (!lookup.empty()) {
+      std::stringstream ls(lookup);
+      std::string w;
+      while (std::getline(ls, w, '|')) {
+        int found = -1;
+        for (size_t v = 0; v < vocab.size(); ++v)
+          if (vocab[v] == w) found = static_cast<int>(v);
+        std::printf("%s %d\n", w.c_str(), found);
+      }
+    }
+    const std::vector<int32_t> ids = parse_ids(ids_arg);
+    if (ids.empty()) return 0;
+    const uint32_t n = static_cast<uint32_t>(ids.size());
+    auto kv = make_cache(info, n + n_decode, n_ubatch);
+    std::vector<float> logits(static_cast<size_t>(n) * info.n_vocab);
+    t0 = clk::now();
+    std::clock_t c0 = std::clock();
+    model->eval(ids.data(), n, 0, n_ubatch, kv, logits.data(), !out.empty());
+    const double tp = std::chrono::duration<double>(clk::now() - t0).count();
+    std::fprintf(stderr, "prefill %u tokens: %.3f s, %.1f tokens/s, cpu %.3f s\n", n, tp, n / tp,
+                 double(std::clock() - c0) / CLOCKS_PER_SEC);
+    if (!out.empty()) {
+      std::ofstream f(out, std::ios::binary);
+      f.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
+      if (!f) throw std::runtime_error("cannot write " + out);
+    }
+    const float* last = out.empty() ? logits.data() : logits.data() + static_cast<size_t>(n - 1) * info.n_vocab;
+    std::vector<float> step(last, last + info.n_vocab);
+    t0 = clk::now();
+    c0 = std::clock();
+    std::vector<int32_t> gen;
+    for (uint32_t i = 0; i < n_decode; ++i) {
+      int32_t best = 0;
+      for (uint32_t v = 1; v < info.n_vocab; ++v)
+        if (step[v] > step[best]) best = static_cast<int32_t>(v);
+      gen.push_back(best);
+      model->eval(&best, 1, n + i, 1, kv, step.data(), false);
+    }
+    if (n_decode) {
+      const double td = std::chrono::duration<double>(clk::now() - t0).count();
+      std::fprintf(stderr, "decode %u tokens: %.3f s, %.1f tokens/s, cpu %.3f s\n", n_decode, td, n_decode / td,
+                   double(std::clock() - c0) / CLOCKS_PER_SEC);
+      for (int32_t g : gen) std::printf("%d:%s ", g, static_cast<size_t>(g) < vocab.size() ? vocab[g].c_str() : "?");
+      std::printf("\n");
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "replay_logits: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

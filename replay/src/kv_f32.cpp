@@ -1,0 +1,112 @@
+#include "sjkv/replay/kv_f32.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace sjkv {
+namespace replay {
+namespace {
+
+// q.k in 8 lanes (k in order within each lane), the lanes summed in a fixed tree: a fixed
+// order the compiler can vectorise without reassociating.
+float dot(const float* a, const float* b, uint32_t n) {
+  float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const uint32_t n8 = n / 8 * 8;
+  for (uint32_t i = 0; i < n8; i += 8)
+    for (uint32_t j = 0; j < 8; ++j) l[j] = l[j] + a[i + j] * b[i + j];
+  float s = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+  for (uint32_t i = n8; i < n; ++i) s = s + a[i] * b[i];
+  return s;
+}
+
+class F32Layer final : public LayerKv {
+ public:
+  explicit F32Layer(const LayerShape& s) : s_(s) {
+    if (s.n_head == 0 || s.n_head_kv == 0 || s.head_dim == 0 || s.n_head % s.n_head_kv != 0)
+      throw std::invalid_argument("f32 cache: bad layer shape (heads " + std::to_string(s.n_head) + "/" +
+                                  std::to_string(s.n_head_kv) + ", head_dim " + std::to_string(s.head_dim) + ")");
+    row_ = static_cast<size_t>(s.n_head_kv) * s.head_dim;
+    if (s.n_ctx) {
+      k_.reserve(row_ * s.n_ctx);
+      v_.reserve(row_ * s.n_ctx);
+    }
+  }
+
+  void begin_ubatch(uint32_t pos0, uint32_t) override {
+    if (pos0 != n_pos_)
+      throw std::invalid_argument("f32 cache: ubatch at position " + std::to_string(pos0) + ", expected " +
+                                  std::to_string(n_pos_));
+  }
+
+  void store(uint32_t pos0, uint32_t n, const float* k, const float* v) override {
+    if (pos0 != n_pos_) throw std::invalid_argument("f32 cache: store out of order");
+    k_.insert(k_.end(), k, k + row_ * n);
+    v_.insert(v_.end(), v, v + row_ * n);
+    n_pos_ += n;
+  }
+
+  void attend(uint32_t pos0, uint32_t n, const float* q, float scale, float* out) override {
+    if (pos0 + n > n_pos_) throw std::invalid_argument("f32 cache: attend past the stored positions");
+    const uint32_t H = s_.n_head, D = s_.head_dim, group = s_.n_head / s_.n_head_kv;
+    const long items = static_cast<long>(n) * H;
+#pragma omp parallel if (items > 1)
+    {
+      std::vector<float> sc;
+      std::vector<double> acc(s_.head_dim);
+#pragma omp for schedule(static)
+      for (long it = 0; it < items; ++it) {
+        const uint32_t i = static_cast<uint32_t>(it / H), h = static_cast<uint32_t>(it % H);
+        const uint32_t p = pos0 + i;
+        const uint32_t lo = (s_.window && p + 1 > s_.window) ? p + 1 - s_.window : 0;
+        const float* qh = q + (static_cast<size_t>(i) * H + h) * D;
+        const size_t kvo = static_cast<size_t>(h / group) * D;
+        sc.resize(p + 1 - lo);
+        float mx = -INFINITY;
+        for (uint32_t j = lo; j <= p; ++j) {
+          const float* kr = k_.data() + j * row_ + kvo;
+          const float s = dot(qh, kr, D) * scale;
+          sc[j - lo] = s;
+          mx = std::max(mx, s);
+        }
+        double den = 0.0;
+        for (auto& s : sc) {
+          s = std::exp(s - mx);
+          den += s;
+        }
+        float* o = out + (static_cast<size_t>(i) * H + h) * D;
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (uint32_t j = lo; j <= p; ++j) {
+          const float* vr = v_.data() + j * row_ + kvo;
+          const double w = sc[j - lo];
+          for (uint32_t d = 0; d < D; ++d) acc[d] += w * vr[d];
+        }
+        for (uint32_t d = 0; d < D; ++d) o[d] = static_cast<float>(acc[d] / den);
+      }
+    }
+  }
+
+  LayerBits bits() const override {
+    LayerBits b;
+    b.occupied = 32.0;
+    b.allocated = 32.0;
+    return b;
+  }
+
+ private:
+  LayerShape s_;
+  size_t row_ = 0;
+  uint32_t n_pos_ = 0;
+  std::vector<float> k_, v_;
+};
+
+}  // namespace
+
+std::unique_ptr<LayerKv> make_f32_layer(const LayerShape& s) { return std::make_unique<F32Layer>(s); }
+
+}  // namespace replay
+}  // namespace sjkv

@@ -1,0 +1,383 @@
+// The forward pass: on small synthetic GGUF models written here (always run) and on the real
+// model when scripts/setup installed one (default_model_path(); skipped otherwise).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sjkv/fp16.h"
+#include "sjkv/replay/dequant.h"
+#include "sjkv/replay/kv_f32.h"
+#include "sjkv/replay/model.h"
+
+using namespace sjkv;
+using namespace sjkv::replay;
+
+namespace {
+
+// ---- a minimal GGUF v3 writer for synthetic models ----------------------------------------
+struct GgufWriter {
+  std::vector<uint8_t> kv, ti, data;
+  uint64_t n_kv = 0, n_t = 0;
+  template <typename T>
+  static void put(std::vector<uint8_t>& b, T v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    b.insert(b.end(), p, p + sizeof v);
+  }
+  static void put_str(std::vector<uint8_t>& b, const std::string& s) {
+    put<uint64_t>(b, s.size());
+    b.insert(b.end(), s.begin(), s.end());
+  }
+  void key_u32(const std::string& k, uint32_t v) { put_str(kv, k); put<int32_t>(kv, 4); put(kv, v); ++n_kv; }
+  void key_f32(const std::string& k, float v) { put_str(kv, k); put<int32_t>(kv, 6); put(kv, v); ++n_kv; }
+  void key_str(const std::string& k, const std::string& v) { put_str(kv, k); put<int32_t>(kv, 8); put_str(kv, v); ++n_kv; }
+  void tensor(const std::string& name, std::vector<uint64_t> dims, uint32_t type, const std::vector<uint8_t>& bytes) {
+    while (data.size() % 32) data.push_back(0);
+    put_str(ti, name);
+    put<uint32_t>(ti, static_cast<uint32_t>(dims.size()));
+    for (uint64_t d : dims) put<int64_t>(ti, static_cast<int64_t>(d));
+    put<int32_t>(ti, static_cast<int32_t>(type));
+    put<uint64_t>(ti, data.size());
+    data.insert(data.end(), bytes.begin(), bytes.end());
+    ++n_t;
+  }
+  void write(const std::string& path) const {
+    std::vector<uint8_t> f = {'G', 'G', 'U', 'F'};
+    put<uint32_t>(f, 3);
+    put<int64_t>(f, static_cast<int64_t>(n_t));
+    put<int64_t>(f, static_cast<int64_t>(n_kv));
+    f.insert(f.end(), kv.begin(), kv.end());
+    f.insert(f.end(), ti.begin(), ti.end());
+    while (f.size() % 32) f.push_back(0);
+    f.insert(f.end(), data.begin(), data.end());
+    FILE* o = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(o, nullptr);
+    ASSERT_EQ(std::fwrite(f.data(), 1, f.size(), o), f.size());
+    std::fclose(o);
+  }
+};
+
+struct Synth {
+  std::string arch = "llama";
+  uint32_t E = 32, H = 4, Hkv = 2, D = 8, F = 64, V = 50, L = 2;
+  std::string drop;                  // tensor left out
+  std::string bad_shape;             // tensor written one row short
+  std::string q8_1;                  // tensor written as Q8_1 (not dequantized by replay)
+  uint32_t matrix_type = kGgmlF16;   // F32, F16 or Q8_0 for the matrices
+};
+
+std::vector<uint8_t> encode(const std::vector<float>& v, uint32_t type) {
+  std::vector<uint8_t> b;
+  if (type == kGgmlF32) {
+    b.resize(v.size() * 4);
+    std::memcpy(b.data(), v.data(), b.size());
+  } else if (type == kGgmlF16) {
+    for (float x : v) GgufWriter::put<uint16_t>(b, f32_to_f16(x));
+  } else {  // Q8_0 (and Q8_1's size for the unsupported-type case)
+    for (size_t i = 0; i < v.size(); i += 32) {
+      float amax = 0.0f;
+      for (size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[i + j]));
+      const float d = amax / 127.0f;
+      GgufWriter::put<uint16_t>(b, f32_to_f16(d));
+      if (type == 9) GgufWriter::put<uint16_t>(b, 0);
+      for (size_t j = 0; j < 32; ++j)
+        b.push_back(static_cast<uint8_t>(static_cast<int8_t>(d > 0 ? std::lround(v[i + j] / d) : 0)));
+    }
+  }
+  return b;
+}
+
+std::string write_synth(const Synth& s, const std::string& name) {
+  std::mt19937 rng(1234);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  GgufWriter w;
+  const std::string a = s.arch + ".";
+  w.key_str("general.architecture", s.arch);
+  w.key_u32(a + "block_count", s.L);
+  w.key_u32(a + "context_length", 256);
+  w.key_u32(a + "embedding_length", s.E);
+  w.key_u32(a + "feed_forward_length", s.F);
+  w.key_u32(a + "attention.head_count", s.H);
+  w.key_u32(a + "attention.head_count_kv", s.Hkv);
+  w.key_u32(a + "attention.key_length", s.D);
+  w.key_u32(a + "attention.value_length", s.D);
+  w.key_f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
+  w.key_f32(a + "rope.freq_base", s.arch == "gemma3" ? 1e6f : 1e4f);
+  if (s.arch == "gemma3") w.key_u32(a + "attention.sliding_window", 4);
+  auto add = [&](const std::string& n, uint64_t cols, uint64_t rows, float scale, float offset) {
+    if (n == s.drop) return;
+    uint64_t r = n == s.bad_shape ? rows - 1 : rows;
+    std::vector<float> v(cols * r);
+    for (auto& x : v) x = offset + scale * nd(rng);
+    const uint32_t type = rows == 1 ? kGgmlF32 : (n == s.q8_1 ? 9u : s.matrix_type);
+    if (rows == 1) w.tensor(n, {cols}, type, encode(v, type));
+    else w.tensor(n, {cols, r}, type, encode(v, type));
+  };
+  add("token_embd.weight", s.E, s.V, 1.0f, 0.0f);
+  add("output_norm.weight", s.E, 1, 0.1f, 1.0f);
+  for (uint32_t l = 0; l < s.L; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    add(b + "attn_norm.weight", s.E, 1, 0.1f, 1.0f);
+    add(b + "attn_q.weight", s.E, s.H * s.D, 0.3f, 0.0f);
+    add(b + "attn_k.weight", s.E, s.Hkv * s.D, 0.3f, 0.0f);
+    add(b + "attn_v.weight", s.E, s.Hkv * s.D, 0.3f, 0.0f);
+    add(b + "attn_output.weight", s.H * s.D, s.E, 0.2f, 0.0f);
+    add(b + "ffn_norm.weight", s.E, 1, 0.1f, 1.0f);
+    add(b + "ffn_gate.weight", s.E, s.F, 0.2f, 0.0f);
+    add(b + "ffn_up.weight", s.E, s.F, 0.2f, 0.0f);
+    add(b + "ffn_down.weight", s.F, s.E, 0.2f, 0.0f);
+    if (s.arch == "gemma3") {
+      add(b + "attn_q_norm.weight", s.D, 1, 0.1f, 1.0f);
+      add(b + "attn_k_norm.weight", s.D, 1, 0.1f, 1.0f);
+      add(b + "post_attention_norm.weight", s.E, 1, 0.1f, 1.0f);
+      add(b + "post_ffw_norm.weight", s.E, 1, 0.1f, 1.0f);
+    }
+  }
+  const std::string path = ::testing::TempDir() + name;
+  w.write(path);
+  return path;
+}
+
+std::vector<std::unique_ptr<LayerKv>> f32_cache(const ModelInfo& info) {
+  std::vector<std::unique_ptr<LayerKv>> kv;
+  for (const auto& s : info.layers) kv.push_back(make_f32_layer(s));
+  return kv;
+}
+
+std::vector<float> run(Model& m, const std::vector<int32_t>& ids, uint32_t n_ubatch) {
+  auto kv = f32_cache(m.info());
+  std::vector<float> out(ids.size() * m.info().n_vocab);
+  m.eval(ids.data(), static_cast<uint32_t>(ids.size()), 0, n_ubatch, kv, out.data(), true);
+  return out;
+}
+
+// Token by token: the cache carries over between one-token calls.
+std::vector<float> run_stepwise(Model& m, const std::vector<int32_t>& ids) {
+  auto kv = f32_cache(m.info());
+  const size_t V = m.info().n_vocab;
+  std::vector<float> out(ids.size() * V);
+  for (uint32_t i = 0; i < ids.size(); ++i) m.eval(&ids[i], 1, i, 1, kv, out.data() + i * V, false);
+  return out;
+}
+
+void expect_defect(const Synth& s, const std::string& name, const std::string& needle) {
+  const std::string path = write_synth(s, name);
+  try {
+    Model::load(path);
+    FAIL() << "loaded a model with a defect: " << needle;
+  } catch (const FileError& e) {
+    EXPECT_EQ(e.path(), path);
+    EXPECT_NE(e.defect().find(needle), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+// ---- the exact f32 cache ---------------------------------------------------------------------
+
+TEST(KvF32, CausalSlidingGqaAttentionMatchesDirectSoftmax) {
+  LayerShape s;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.head_dim = 8;
+  s.window = 3;
+  auto kv = make_f32_layer(s);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const uint32_t T = 9, D = 8, H = 4, Hkv = 2;
+  std::vector<float> k(T * Hkv * D), v(T * Hkv * D), q(T * H * D), out(T * H * D);
+  for (auto* a : {&k, &v, &q})
+    for (auto& x : *a) x = nd(rng);
+  // Two ubatches: 5 tokens, then 4.
+  for (uint32_t p0 : {0u, 5u}) {
+    const uint32_t n = p0 == 0 ? 5 : 4;
+    kv->begin_ubatch(p0, n);
+    kv->store(p0, n, k.data() + p0 * Hkv * D, v.data() + p0 * Hkv * D);
+    kv->attend(p0, n, q.data() + p0 * H * D, 0.5f, out.data() + p0 * H * D);
+  }
+  for (uint32_t p = 0; p < T; ++p)
+    for (uint32_t h = 0; h < H; ++h) {
+      const uint32_t kh = h / 2, lo = p + 1 > 3 ? p + 1 - 3 : 0;
+      std::vector<double> w;
+      for (uint32_t j = lo; j <= p; ++j) {
+        double d = 0;
+        for (uint32_t c = 0; c < D; ++c) d += double(q[(p * H + h) * D + c]) * k[(j * Hkv + kh) * D + c];
+        w.push_back(std::exp(0.5 * d));
+      }
+      const double sum = std::accumulate(w.begin(), w.end(), 0.0);
+      for (uint32_t c = 0; c < D; ++c) {
+        double e = 0;
+        for (uint32_t j = lo; j <= p; ++j) e += w[j - lo] * v[(j * Hkv + kh) * D + c];
+        EXPECT_NEAR(out[(p * H + h) * D + c], e / sum, 1e-5) << p << " " << h << " " << c;
+      }
+    }
+  EXPECT_EQ(kv->bits().occupied, 32.0);
+}
+
+// ---- synthetic models ------------------------------------------------------------------------
+
+class SynthModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SynthModel, UbatchesStepsAndThreadsGiveTheSameLogits) {
+  Synth s;
+  s.arch = GetParam();
+  for (uint32_t type : {kGgmlF32, kGgmlF16, kGgmlQ8_0}) {
+    s.matrix_type = type;
+    const std::string path = write_synth(s, "synth-" + s.arch + "-" + std::to_string(type) + ".gguf");
+    auto m = Model::load(path);
+    const ModelInfo& info = m->info();
+    EXPECT_EQ(info.architecture, s.arch);
+    EXPECT_EQ(info.n_layer, s.L);
+    EXPECT_EQ(info.n_vocab, s.V);
+    EXPECT_EQ(info.head_dim, s.D);
+    ASSERT_EQ(info.layers.size(), s.L);
+    if (s.arch == "gemma3") {
+      EXPECT_FALSE(info.layers[0].full_attention);
+      EXPECT_EQ(info.layers[0].window, 4u);
+    }
+    const std::vector<int32_t> ids = {3, 17, 42, 0, 49, 8, 8, 21, 30, 11, 5};
+    const auto one = run(*m, ids, 64);
+    // The kernels compute every output element in an order independent of the batch, so
+    // splitting the prompt or running it token by token gives the same bytes.
+    EXPECT_EQ(0, std::memcmp(one.data(), run(*m, ids, 4).data(), one.size() * 4));
+    EXPECT_EQ(0, std::memcmp(one.data(), run_stepwise(*m, ids).data(), one.size() * 4));
+    double norm = 0.0;
+    for (float x : one) {
+      ASSERT_TRUE(std::isfinite(x));
+      norm += std::fabs(x);
+    }
+    EXPECT_GT(norm, 1.0);
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const auto t1 = run(*m, ids, 64);
+    omp_set_num_threads(2);
+    const auto t2 = run(*m, ids, 64);
+    omp_set_num_threads(saved);
+    EXPECT_EQ(0, std::memcmp(t1.data(), t2.data(), t1.size() * 4));
+    EXPECT_EQ(0, std::memcmp(t1.data(), one.data(), t1.size() * 4));
+  }
+}
+
+TEST_P(SynthModel, DefectsNameTheFileAndTensor) {
+  Synth s;
+  s.arch = GetParam();
+  Synth d = s;
+  d.drop = "blk.1.ffn_up.weight";
+  expect_defect(d, "drop.gguf", "missing tensor 'blk.1.ffn_up.weight'");
+  d = s;
+  d.bad_shape = "blk.0.attn_k.weight";
+  expect_defect(d, "shape.gguf", "tensor 'blk.0.attn_k.weight' has shape [32, 15], expected [32, 16]");
+  d = s;
+  d.q8_1 = "blk.0.attn_q.weight";
+  expect_defect(d, "type.gguf", "tensor 'blk.0.attn_q.weight' has type");
+  d = s;
+  d.drop = "output_norm.weight";
+  expect_defect(d, "norm.gguf", "missing tensor 'output_norm.weight'");
+  if (s.arch == "gemma3") {
+    d = s;
+    d.drop = "blk.0.attn_q_norm.weight";
+    expect_defect(d, "qnorm.gguf", "missing tensor 'blk.0.attn_q_norm.weight'");
+  }
+}
+
+TEST_P(SynthModel, RejectsBadCallsAndTokens) {
+  Synth s;
+  s.arch = GetParam();
+  auto m = Model::load(write_synth(s, "calls.gguf"));
+  auto kv = f32_cache(m->info());
+  std::vector<float> out(m->info().n_vocab);
+  const int32_t bad[2] = {1, 50};
+  EXPECT_THROW(m->eval(bad, 2, 0, 8, kv, out.data(), false), std::invalid_argument);
+  const int32_t neg = -1;
+  EXPECT_THROW(m->eval(&neg, 1, 0, 8, kv, out.data(), false), std::invalid_argument);
+  std::vector<std::unique_ptr<LayerKv>> few;
+  const int32_t ok = 1;
+  EXPECT_THROW(m->eval(&ok, 1, 0, 8, few, out.data(), false), std::invalid_argument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Arch, SynthModel, ::testing::Values("llama", "gemma3"));
+
+TEST(Model, UnsupportedArchitectureIsAFileError) {
+  const std::string path = std::string(SJKV_SOURCE_DIR) + "/tests/fuzz/corpus/gguf/valid-gemma2-pattern-array.gguf";
+  try {
+    Model::load(path);
+    FAIL();
+  } catch (const FileError& e) {
+    EXPECT_NE(e.defect().find("architecture 'gemma2'"), std::string::npos) << e.what();
+  }
+}
+
+// ---- the real model --------------------------------------------------------------------------
+
+namespace {
+
+int32_t vocab_id(const GgufFile& f, const std::string& piece) {
+  const auto& toks = f.get_array("tokenizer.ggml.tokens").strings();
+  for (size_t i = 0; i < toks.size(); ++i)
+    if (toks[i] == piece) return static_cast<int32_t>(i);
+  return -1;
+}
+
+// "The capital of France is" as vocabulary pieces: SentencePiece marks a leading space with
+// U+2581, byte-level BPE with U+0120.
+std::vector<int32_t> france_prompt(const GgufFile& f, int32_t* paris) {
+  const std::string model = f.get_string("tokenizer.ggml.model");
+  const std::string sp = model == "gpt2" ? "\xC4\xA0" : "\xE2\x96\x81";
+  std::vector<int32_t> ids;
+  const bool bos = f.has("tokenizer.ggml.add_bos_token") ? f.get_bool("tokenizer.ggml.add_bos_token") : false;
+  if (bos) ids.push_back(static_cast<int32_t>(f.get_uint("tokenizer.ggml.bos_token_id")));
+  ids.push_back(vocab_id(f, "The"));
+  for (const char* w : {"capital", "of", "France", "is"}) ids.push_back(vocab_id(f, sp + w));
+  *paris = vocab_id(f, sp + "Paris");
+  return ids;
+}
+
+}  // namespace
+
+TEST(RealModel, LogitsAgreeAcrossUbatchesStepsAndThreads) {
+  const std::string path = default_model_path();
+  if (path.empty()) GTEST_SKIP() << "no model installed (scripts/setup, or SJKV_MODEL)";
+  auto m = Model::load(path);
+  const ModelInfo& info = m->info();
+  const ModelGeometry g = geometry_from_gguf(m->gguf());
+  EXPECT_EQ(info.n_layer, g.n_layers);
+  ASSERT_EQ(info.layers.size(), g.n_layers);
+  for (uint32_t l = 0; l < info.n_layer; ++l) {
+    EXPECT_EQ(info.layers[l].full_attention, g.layers[l].kind == LayerKind::full_attention) << l;
+    EXPECT_EQ(info.layers[l].window, info.layers[l].full_attention ? 0u : g.sliding_window) << l;
+  }
+  EXPECT_EQ(info.n_vocab, m->gguf().get_array("tokenizer.ggml.tokens").count());
+  EXPECT_GT(info.weight_bytes, size_t(info.n_vocab) * info.n_embd);
+
+  int32_t paris = -1;
+  const std::vector<int32_t> ids = france_prompt(m->gguf(), &paris);
+  for (int32_t id : ids) ASSERT_GE(id, 0) << "prompt word missing from the vocabulary";
+  ASSERT_GE(paris, 0);
+
+  const auto one = run(*m, ids, 512);
+  const auto steps = run_stepwise(*m, ids);
+  EXPECT_EQ(0, std::memcmp(one.data(), steps.data(), one.size() * 4)) << "one ubatch vs token by token";
+  for (float x : one) ASSERT_TRUE(std::isfinite(x));
+
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const auto t1 = run(*m, ids, 3);
+  omp_set_num_threads(2);
+  const auto t2 = run(*m, ids, 3);
+  omp_set_num_threads(saved);
+  EXPECT_EQ(0, std::memcmp(t1.data(), t2.data(), t1.size() * 4));
+  EXPECT_EQ(0, std::memcmp(t1.data(), one.data(), t1.size() * 4));
+
+  // Plausibility: after "The capital of France is", " Paris" ranks among the 10 likeliest.
+  const float* last = one.data() + (ids.size() - 1) * info.n_vocab;
+  uint32_t rank = 0;
+  for (uint32_t v = 0; v < info.n_vocab; ++v) rank += last[v] > last[paris];
+  EXPECT_LT(rank, 10u) << "rank of ' Paris' after 'The capital of France is'";
+}
