@@ -1,0 +1,52 @@
+#!/bin/sh
+# sjkv-replay end to end on the real default model (skips with 77 when it is not installed):
+# a short prompt, 48 generated tokens, the reference arm replayed against itself (KL exactly 0),
+# f16 near 0, compressed arms above it, every KL >= 0, results complete; 1 and 2 threads agree.
+set -eu
+tool=$1; dir=$2; prompt=$3
+model=${SJKV_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/sjkv/models/default.gguf}
+if [ ! -f "$model" ]; then echo "no model at $model (scripts/setup installs it)"; exit 77; fi
+rm -rf "$dir"; mkdir -p "$dir"
+# ~480 prompt tokens: the first paragraphs of the shipped demo prompt.
+head -c 2200 "$prompt" > "$dir/prompt.txt"
+arms=f32,f16,q4_0:rot,sj:4/4:tail=128,sj:3/2t:tail=128
+"$tool" run --prompt-file "$dir/prompt.txt" --generate 48 --arms "$arms" --baseline f16 --ubatch 64 \
+  --out "$dir/r2" --threads 2 -q > "$dir/table2.txt"
+for f in results.json positions.csv summary.md kl_by_position.svg kl_cdf.svg kl_vs_bits.svg trajectory.h5; do
+  test -s "$dir/r2/$f"
+done
+python3 - "$dir/r2" <<'PY'
+import csv, json, sys
+d = sys.argv[1]
+r = json.load(open(d + "/results.json"))
+arms = {a["arm"]: a for a in r["arms"]}
+assert set(arms) == {"f32", "f16", "q4_0:rot", "sj:4/4:tail=128", "sj:3/2t:tail=128"}, arms.keys()
+for a in arms.values():
+    assert a["positions"] == 48, a
+    for k in ("mean_kl", "median_kl", "p90_kl", "p99_kl", "max_kl"):
+        assert a[k] >= 0.0, (a["arm"], k, a[k])
+    assert a["median_kl"] <= a["p90_kl"] <= a["p99_kl"] <= a["max_kl"], a
+    assert 0.0 <= a["same_top"] <= 1.0, a
+assert arms["f32"]["max_kl"] == 0.0, arms["f32"]            # the reference replayed: exactly 0
+assert arms["f16"]["mean_kl"] < 1e-4, arms["f16"]
+for name in ("q4_0:rot", "sj:4/4:tail=128", "sj:3/2t:tail=128"):
+    assert arms[name]["mean_kl"] > arms["f16"]["mean_kl"], (name, arms[name], arms["f16"])
+    assert arms[name]["mean_kl"] < 1.0, arms[name]
+    assert arms[name]["bits_occupied"] < 16.0, arms[name]
+assert abs(arms["q4_0:rot"]["bits_occupied"] - 4.5) < 1e-9, arms["q4_0:rot"]
+# the SJ body was exercised: fewer bits than its all-staging 6.5 + sink
+assert arms["sj:3/2t:tail=128"]["bits_occupied"] < arms["sj:4/4:tail=128"]["bits_occupied"]
+comps = {c["arm"]: c for c in r["comparisons"]}
+for name in ("q4_0:rot", "sj:4/4:tail=128", "sj:3/2t:tail=128"):
+    c = comps[name]
+    assert c["baseline"] == "f16" and c["of"] == 48, c
+    assert c["ci_low"] <= c["ratio"] <= c["ci_high"], c
+rows = list(csv.DictReader(open(d + "/positions.csv")))
+assert len(rows) == 5 * 48, len(rows)
+assert all(float(x["kl"]) >= 0.0 for x in rows)
+print("real model ok:", {k: round(v["mean_kl"], 6) for k, v in arms.items()})
+PY
+# the same trajectory scored with one thread gives the same numbers
+"$tool" score "$dir/r2/trajectory.h5" --arms "$arms" --baseline f16 --out "$dir/r1" --threads 1 -q > /dev/null
+cmp "$dir/r1/positions.csv" "$dir/r2/positions.csv"
+echo OK
