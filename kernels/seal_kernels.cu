@@ -303,9 +303,9 @@ std::string Engine::staging_write_async(StagingType t, const float* x, size_t n_
   if (D == 0 || D % staging_block_values(t) != 0) return "staging write: D is not a multiple of the block size";
   if (rot > 1 && (!is_pow2(rot) || D % rot != 0)) return "staging write: bad rotation block";
   if (n_rows > 0x7fffffffu) return "staging write: too many rows";
-  const unsigned threads = D / 2 >= 256 ? 256 : (D / 2 < 32 ? 32 : D / 2);
-  staging_write_kernel<<<static_cast<unsigned>(n_rows), threads, D * sizeof(float), stream>>>(t, x, n_rows, D, rot,
-                                                                                               out, bad);
+  const unsigned threads = staging_threads(D);
+  const size_t dyn = staging_dyn_bytes(D);
+  staging_write_kernel<<<static_cast<unsigned>(n_rows), threads, dyn, stream>>>(t, x, n_rows, D, rot, out, bad);
   SJKV_CU(cudaGetLastError(), "staging kernel launch");
   return "";
 }

@@ -112,7 +112,7 @@ T atomic_min(T* p, T v) {
 #define __device__
 #define __global__
 #define __host__
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __shared__ static
 #define threadIdx emu::tl_thread
 #define blockIdx emu::g_block
@@ -249,7 +249,7 @@ TEST(SealSimt, DecodeRowsMatchTheReference) {
 }
 
 TEST(SealSimt, StagingWriteAndDecodeMatchTheReference) {
-  for (uint32_t D : {64u, 256u})
+  for (uint32_t D : {64u, 256u, 1024u})
     for (uint32_t rot : {0u, 32u, D})
       for (StagingType t : {StagingType::tq6_0, StagingType::q8_0, StagingType::f16}) {
         if (D % staging_block_values(t) != 0) continue;
@@ -268,8 +268,7 @@ TEST(SealSimt, StagingWriteAndDecodeMatchTheReference) {
           if (rot) hadamard_blocks(row.data(), D, rot);
           cbad[r] = staging_encode_row_checked(t, row.data(), D, &cpu[r * rb]);
         }
-        const unsigned threads = D / 2 >= 256 ? 256 : (D / 2 < 32 ? 32 : D / 2);
-        emu::launch(n, threads, D * 4,
+        emu::launch(n, cuda::staging_threads(D), cuda::staging_dyn_bytes(D),
                     [&] { cuda::staging_write_kernel(t, x.data(), n, D, rot, gpu.data(), gbad.data()); });
         for (uint32_t r = 0; r < n; ++r) {
           EXPECT_EQ(cbad[r], gbad[r]) << staging_name(t) << " row " << r;

@@ -408,10 +408,23 @@ __global__ void decode_rows_kernel(RecordLayout l, TrellisCodebooks cb, size_t n
   }
 }
 
+// Rows of up to this many tq6_0 blocks (D <= 1024) take the thread-per-value tq6 path.
+constexpr uint32_t kTq6ParallelBlocks = 8;
+constexpr unsigned kStagingMaxThreads = 256;
+
+// Launch shape of staging_write_kernel: a thread per value up to 256, and the dynamic
+// shared memory (the row, then one norm per tq6 block).
+__host__ __device__ inline unsigned staging_threads(uint32_t D) {
+  return D < 32 ? 32u : (D > kStagingMaxThreads ? kStagingMaxThreads : D);
+}
+__host__ __device__ inline size_t staging_dyn_bytes(uint32_t D) {
+  return (static_cast<size_t>(D) + D / kTq6BlockValues + 1) * sizeof(float);
+}
+
 // Staging write: one block per row. The row is copied to shared memory, rotated with the
 // butterflies of hadamard_inplace (each pair's two results depend only on that pair, so the
 // pairs of a stage run in parallel), then encoded one staging block per thread.
-__global__ void staging_write_kernel(StagingType t, const float* x, size_t n_rows, uint32_t D, uint32_t rot,
+__global__ void __launch_bounds__(kStagingMaxThreads, 2) staging_write_kernel(StagingType t, const float* x, size_t n_rows, uint32_t D, uint32_t rot,
                                      uint8_t* out, int32_t* bad) {
   SJKV_DYN_SHARED(float, sx);
   __shared__ int32_t first;
@@ -438,6 +451,69 @@ __global__ void staging_write_kernel(StagingType t, const float* x, size_t n_row
   }
   const uint32_t bv = staging_block_values(t), nblk = D / bv;
   const uint32_t rb = staging_row_bytes(t, D);
+  if (t == StagingType::tq6_0 && nblk <= kTq6ParallelBlocks) {
+    // tq6_0 with a thread per value: the two block sums stay sequential on one thread per
+    // block (their order is the format's); the codes (count of midpoints <= v, which
+    // tq6_code's search gives) and the packing run in parallel.
+    __shared__ float tq_inv[kTq6ParallelBlocks];
+    __shared__ uint8_t tq_code[kTq6ParallelBlocks * kTq6BlockValues];
+    for (uint32_t b = threadIdx.x; b < nblk; b += blockDim.x) {
+      const float* xb = sx + b * kTq6BlockValues;
+      float norm_sq = 0.0f;
+      for (uint32_t i = 0; i < kTq6BlockValues; ++i) norm_sq = op::fadd(norm_sq, op::fmul(xb[i], xb[i]));
+      const float norm = op::sqrt32(norm_sq);
+      const bool live = norm > f32_from_bits(0x2edbe6ffu);  // 1e-10
+      tq_inv[b] = live ? op::fdiv(1.0f, norm) : 0.0f;
+      sx[D + b] = norm;  // the dynamic buffer holds D + blocks floats
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < D; i += blockDim.x) {
+      const uint32_t b = i / kTq6BlockValues;
+      const float inv = tq_inv[b];
+      const bool live = sx[D + b] > f32_from_bits(0x2edbe6ffu);
+      tq_code[i] = static_cast<uint8_t>(tq6_code(live ? op::fmul(sx[i], inv) : 0.0f));
+    }
+    __syncthreads();
+    uint8_t* row_out = out + r * rb;
+    for (uint32_t b = threadIdx.x; b < nblk; b += blockDim.x) {
+      const uint8_t* code = tq_code + b * kTq6BlockValues;
+      float rn_sq = 0.0f;
+      for (uint32_t i = 0; i < kTq6BlockValues; ++i) {
+        const float c = tq6_centroid(code[i]);
+        rn_sq = op::fadd(rn_sq, op::fmul(c, c));
+      }
+      const float norm = sx[D + b];
+      const float rn = op::sqrt32(rn_sq);
+      const uint16_t h = f32_to_f16(rn > f32_from_bits(0x2edbe6ffu) ? op::fdiv(norm, rn) : norm);
+      store_u16(row_out + b * kTq6BlockBytes, h);
+      if ((h & 0x7c00u) != 0x7c00u) continue;
+      // Refused block: its first non-finite value, else its largest magnitude.
+      const float* xb = sx + b * kTq6BlockValues;
+      uint32_t worst = 0;
+      float wmag = -1.0f;
+      for (uint32_t i = 0; i < kTq6BlockValues; ++i) {
+        const float a = xb[i] < 0.0f ? -xb[i] : xb[i];
+        if (!(a <= f32_from_bits(0x7f7fffffu))) { worst = i; break; }
+        if (a > wmag) { wmag = a; worst = i; }
+      }
+      atomicMin(&first, static_cast<int32_t>(b * kTq6BlockValues + worst));
+    }
+    for (uint32_t j = threadIdx.x; j < nblk * (kTq6BlockValues / 2); j += blockDim.x) {
+      const uint32_t b = j / (kTq6BlockValues / 2), i = j % (kTq6BlockValues / 2);
+      const uint8_t* code = tq_code + b * kTq6BlockValues;
+      row_out[b * kTq6BlockBytes + 2 + i] = static_cast<uint8_t>((code[2 * i] & 15u) | ((code[2 * i + 1] & 15u) << 4));
+    }
+    for (uint32_t j = threadIdx.x; j < nblk * (kTq6BlockValues / 4); j += blockDim.x) {
+      const uint32_t b = j / (kTq6BlockValues / 4), i = j % (kTq6BlockValues / 4);
+      const uint8_t* code = tq_code + b * kTq6BlockValues;
+      row_out[b * kTq6BlockBytes + 66 + i] =
+          static_cast<uint8_t>((code[4 * i] >> 4) | ((code[4 * i + 1] >> 4) << 2) | ((code[4 * i + 2] >> 4) << 4) |
+                               ((code[4 * i + 3] >> 4) << 6));
+    }
+    __syncthreads();
+    if (bad && threadIdx.x == 0) bad[r] = first == INT_MAX ? -1 : first;
+    return;
+  }
   for (uint32_t blk = threadIdx.x; blk < nblk; blk += blockDim.x) {
     // staging_encode_row_checked on one block: the row-level rule (first refused block,
     // its first non-finite value else its largest magnitude) is applied below.
