@@ -3,9 +3,10 @@
 // Every value goes through the same host-device formulas as the CPU reference (balance.h,
 // record.h, trellis.h, staging.h); only the scheduling differs, and each reordering is one
 // the format allows:
-//  - sample stds follow the reduction contract with 8 lanes per sequence, one chunk per
-//    lane, and the 8 chunk sums combined by xor shuffles 1, 2, 4, which is exactly the
-//    pairwise tree of CODEC-SPEC §5.3 (binary64 addition is commutative);
+//  - sample stds follow the reduction contract: a row's std takes 8 lanes, one chunk per
+//    lane, and the 8 chunk sums are combined by xor shuffles 1, 2, 4, which is exactly the
+//    pairwise tree of CODEC-SPEC §5.3 (binary64 addition is commutative); a column's std
+//    takes one thread with 8 independent chunk accumulators (coalesced reads);
 //  - order-dependent scans (row min/max with strict min/max, refit sums, imbalance
 //    max/min) run sequentially in the spec's order, one thread per row;
 //  - RTN codes are OR-ed into zeroed 32-bit payload words (OR commutes, so any order);
@@ -193,8 +194,9 @@ std::string Engine::seal_async(const RecordLayout& l, const SealOptions& opt, si
     SJKV_CU(cudaGetDevice(&dev), "cudaGetDevice");
     SJKV_CU(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "cudaDeviceGetAttribute");
     // Leave room for the kernel's static shared memory (codebook, Viterbi costs).
-    const size_t static_bytes = 12 * 1024;
-    if (tile_bytes + static_bytes <= static_cast<size_t>(optin)) {
+    cudaFuncAttributes attr;
+    SJKV_CU(cudaFuncGetAttributes(&attr, seal_kernel), "cudaFuncGetAttributes");
+    if (tile_bytes + attr.sharedSizeBytes <= static_cast<size_t>(optin)) {
       SJKV_CU(cudaFuncSetAttribute(seal_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    static_cast<int>(tile_bytes)),
               "cudaFuncSetAttribute");

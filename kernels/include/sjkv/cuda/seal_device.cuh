@@ -7,7 +7,7 @@
 // SJKV_DYN_SHARED(type, name), the block's dynamic shared memory as `type* name`.
 #pragma once
 
-constexpr unsigned kSealThreads = 256;
+constexpr unsigned kSealThreads = 512;
 constexpr unsigned kSealWarps = kSealThreads / 32;
 constexpr unsigned kFull = 0xffffffffu;
 
@@ -105,6 +105,29 @@ __device__ void sstd_all(const float* base, uint32_t nseq, size_t seq_step, size
   }
 }
 
+// Sample std of every column of tile [R][C], a thread per column: consecutive threads read
+// consecutive columns (coalesced, no bank conflicts). The 8 chunk sums are 8 independent
+// accumulators, each in its own index order, combined by the contract's tree.
+__device__ void sstd_cols(const float* cur, uint32_t R, uint32_t C, float* sd) {
+  const uint32_t k = R / 8;
+  for (uint32_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const float* x = cur + c;
+    double p[8];
+    for (uint32_t l = 0; l < 8; ++l) p[l] = 0.0;
+    for (uint32_t i = 0; i < k; ++i)
+      for (uint32_t l = 0; l < 8; ++l)
+        p[l] = op::dadd(p[l], static_cast<double>(x[static_cast<size_t>(l * k + i) * C]));
+    const double mean = op::ddiv(bal::combine8(p), static_cast<double>(R));
+    for (uint32_t l = 0; l < 8; ++l) p[l] = 0.0;
+    for (uint32_t i = 0; i < k; ++i)
+      for (uint32_t l = 0; l < 8; ++l) {
+        const double d = op::dsub(static_cast<double>(x[static_cast<size_t>(l * k + i) * C]), mean);
+        p[l] = op::fma64(d, d, p[l]);
+      }
+    sd[c] = bal::sstd_finish(bal::combine8(p), R);
+  }
+}
+
 __device__ void recompute(const Tile& T, const SealScratch& s) {
   const uint32_t n = T.R * T.C;
   for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
@@ -116,7 +139,7 @@ __device__ void recompute(const Tile& T, const SealScratch& s) {
 // (max/min column std) + (max/min row std) of the current tile, as tile_imbalance_ref.
 __device__ double imbalance(const Tile& T, const SealScratch& s) {
   __shared__ double result;
-  sstd_all(s.cur, T.C, 1, T.C, T.R, s.sd_col);
+  sstd_cols(s.cur, T.R, T.C, s.sd_col);
   sstd_all(s.cur, T.R, T.C, 1, T.C, s.sd_row);
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -159,7 +182,7 @@ __device__ void balance(const Tile& T, uint32_t iters, BalanceMode mode, const S
     __syncthreads();
   }
   for (uint32_t it = 0; it < iters; ++it) {
-    sstd_all(s.cur, T.C, 1, T.C, T.R, s.sd_col);
+    sstd_cols(s.cur, T.R, T.C, s.sd_col);
     __syncthreads();
     for (uint32_t c = threadIdx.x; c < T.C; c += blockDim.x) {
       s.L_col[c] = bal::update_log(s.L_col[c], s.sd_col[c]);
