@@ -206,6 +206,8 @@ TEST(SealSimt, ScalarRecordsMatchTheReference) {
   o.iters = 8;
   Records z(64, 32, 1, 13);
   check_seal(make_layout(64, 32, 4, 3, Body::scalar), o, z, false);
+  Records w(32, 256, 1, 17);  // G > D: the scratch vectors sized by G
+  check_seal(make_layout(32, 256, 3, 3, Body::scalar), SealOptions{}, w, true);
 }
 
 TEST(SealSimt, TrellisRecordsMatchTheReference) {
