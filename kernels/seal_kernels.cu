@@ -84,6 +84,7 @@ Status to_status(const RecordStatus& s, size_t record) {
 struct Engine::Impl {
   DevBuf scratch, id4, cbk, cbv, k, v, out, status;
   bool shared_tile = true;
+  bool row_lanes8 = false;
   std::vector<RecordStatus> host_status;
   // Upload of the 4-bit identity codebook (the built-in 4-bit table) for this engine.
   std::string identity4(const uint16_t** p) {
@@ -135,6 +136,7 @@ struct Engine::Impl {
 Engine::Engine() : impl_(new Impl) {}
 Engine::~Engine() { delete impl_; }
 void Engine::set_shared_tile(bool on) { impl_->shared_tile = on; }
+void Engine::set_row_std_lanes8(bool on) { impl_->row_lanes8 = on; }
 
 std::string Engine::seal_async(const RecordLayout& l, const SealOptions& opt, size_t n, const uint16_t* k,
                                const uint16_t* v, size_t row_stride, size_t record_stride, uint8_t* out,
@@ -185,9 +187,9 @@ std::string Engine::seal_async(const RecordLayout& l, const SealOptions& opt, si
     std::string e = impl_->scratch.ensure(chunk * per);
     if (!e.empty()) return e;
   }
-  // The tile goes to shared memory when it fits the per-block opt-in limit (D*G*4 bytes:
-  // 128 KiB at D = 256), else it stays in the global scratch.
-  const size_t tile_bytes = static_cast<size_t>(l.head_dim) * l.group * sizeof(float);
+  // The tile goes to shared memory when it fits the per-block opt-in limit (about D*G*4
+  // bytes: 129 KiB at D = 256), else it stays in the global scratch.
+  const size_t tbytes = tile_bytes(l.head_dim, l.group);
   bool in_shared = false;
   if (impl_->shared_tile) {
     int dev = 0, optin = 0;
@@ -196,18 +198,19 @@ std::string Engine::seal_async(const RecordLayout& l, const SealOptions& opt, si
     // Leave room for the kernel's static shared memory (codebook, Viterbi costs).
     cudaFuncAttributes attr;
     SJKV_CU(cudaFuncGetAttributes(&attr, seal_kernel), "cudaFuncGetAttributes");
-    if (tile_bytes + attr.sharedSizeBytes <= static_cast<size_t>(optin)) {
+    if (tbytes + attr.sharedSizeBytes <= static_cast<size_t>(optin)) {
       SJKV_CU(cudaFuncSetAttribute(seal_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(tile_bytes)),
+                                   static_cast<int>(tbytes)),
               "cudaFuncSetAttribute");
       in_shared = true;
     }
   }
   for (size_t r0 = 0; r0 < n; r0 += chunk) {
     const size_t m = n - r0 < chunk ? n - r0 : chunk;
-    seal_kernel<<<static_cast<unsigned>(m), kSealThreads, in_shared ? tile_bytes : 0, stream>>>(
+    seal_kernel<<<static_cast<unsigned>(m), kSealThreads, in_shared ? tbytes : 0, stream>>>(
         l, opt.iters, opt.balance, cb, k + r0 * record_stride, v + r0 * record_stride, row_stride, record_stride,
-        out + r0 * l.bytes, status + r0, static_cast<uint8_t*>(impl_->scratch.p), per, in_shared);
+        out + r0 * l.bytes, status + r0, static_cast<uint8_t*>(impl_->scratch.p), per, in_shared,
+        impl_->row_lanes8);
     SJKV_CU(cudaGetLastError(), "seal kernel launch");
   }
   return "";
