@@ -3,9 +3,10 @@
 // Every value goes through the same host-device formulas as the CPU reference (balance.h,
 // record.h, trellis.h, staging.h); only the scheduling differs, and each reordering is one
 // the format allows:
-//  - sample stds follow the reduction contract with 8 lanes per sequence, one chunk per
-//    lane, and the 8 chunk sums combined by xor shuffles 1, 2, 4, which is exactly the
-//    pairwise tree of CODEC-SPEC §5.3 (binary64 addition is commutative);
+//  - sample stds follow the reduction contract: a row's std takes 8 lanes, one chunk per
+//    lane, and the 8 chunk sums are combined by xor shuffles 1, 2, 4, which is exactly the
+//    pairwise tree of CODEC-SPEC §5.3 (binary64 addition is commutative); a column's std
+//    takes one thread with 8 independent chunk accumulators (coalesced reads);
 //  - order-dependent scans (row min/max with strict min/max, refit sums, imbalance
 //    max/min) run sequentially in the spec's order, one thread per row;
 //  - RTN codes are OR-ed into zeroed 32-bit payload words (OR commutes, so any order);
@@ -83,6 +84,7 @@ Status to_status(const RecordStatus& s, size_t record) {
 struct Engine::Impl {
   DevBuf scratch, id4, cbk, cbv, k, v, out, status;
   bool shared_tile = true;
+  bool row_lanes8 = false;
   std::vector<RecordStatus> host_status;
   // Upload of the 4-bit identity codebook (the built-in 4-bit table) for this engine.
   std::string identity4(const uint16_t** p) {
@@ -134,6 +136,7 @@ struct Engine::Impl {
 Engine::Engine() : impl_(new Impl) {}
 Engine::~Engine() { delete impl_; }
 void Engine::set_shared_tile(bool on) { impl_->shared_tile = on; }
+void Engine::set_row_std_lanes8(bool on) { impl_->row_lanes8 = on; }
 
 std::string Engine::seal_async(const RecordLayout& l, const SealOptions& opt, size_t n, const uint16_t* k,
                                const uint16_t* v, size_t row_stride, size_t record_stride, uint8_t* out,
@@ -184,28 +187,30 @@ std::string Engine::seal_async(const RecordLayout& l, const SealOptions& opt, si
     std::string e = impl_->scratch.ensure(chunk * per);
     if (!e.empty()) return e;
   }
-  // The tile goes to shared memory when it fits the per-block opt-in limit (D*G*4 bytes:
-  // 128 KiB at D = 256), else it stays in the global scratch.
-  const size_t tile_bytes = static_cast<size_t>(l.head_dim) * l.group * sizeof(float);
+  // The tile goes to shared memory when it fits the per-block opt-in limit (about D*G*4
+  // bytes: 129 KiB at D = 256), else it stays in the global scratch.
+  const size_t tbytes = tile_bytes(l.head_dim, l.group);
   bool in_shared = false;
   if (impl_->shared_tile) {
     int dev = 0, optin = 0;
     SJKV_CU(cudaGetDevice(&dev), "cudaGetDevice");
     SJKV_CU(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "cudaDeviceGetAttribute");
     // Leave room for the kernel's static shared memory (codebook, Viterbi costs).
-    const size_t static_bytes = 12 * 1024;
-    if (tile_bytes + static_bytes <= static_cast<size_t>(optin)) {
+    cudaFuncAttributes attr;
+    SJKV_CU(cudaFuncGetAttributes(&attr, seal_kernel), "cudaFuncGetAttributes");
+    if (tbytes + attr.sharedSizeBytes <= static_cast<size_t>(optin)) {
       SJKV_CU(cudaFuncSetAttribute(seal_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(tile_bytes)),
+                                   static_cast<int>(tbytes)),
               "cudaFuncSetAttribute");
       in_shared = true;
     }
   }
   for (size_t r0 = 0; r0 < n; r0 += chunk) {
     const size_t m = n - r0 < chunk ? n - r0 : chunk;
-    seal_kernel<<<static_cast<unsigned>(m), kSealThreads, in_shared ? tile_bytes : 0, stream>>>(
+    seal_kernel<<<static_cast<unsigned>(m), kSealThreads, in_shared ? tbytes : 0, stream>>>(
         l, opt.iters, opt.balance, cb, k + r0 * record_stride, v + r0 * record_stride, row_stride, record_stride,
-        out + r0 * l.bytes, status + r0, static_cast<uint8_t*>(impl_->scratch.p), per, in_shared);
+        out + r0 * l.bytes, status + r0, static_cast<uint8_t*>(impl_->scratch.p), per, in_shared,
+        impl_->row_lanes8);
     SJKV_CU(cudaGetLastError(), "seal kernel launch");
   }
   return "";
@@ -303,9 +308,9 @@ std::string Engine::staging_write_async(StagingType t, const float* x, size_t n_
   if (D == 0 || D % staging_block_values(t) != 0) return "staging write: D is not a multiple of the block size";
   if (rot > 1 && (!is_pow2(rot) || D % rot != 0)) return "staging write: bad rotation block";
   if (n_rows > 0x7fffffffu) return "staging write: too many rows";
-  const unsigned threads = D / 2 >= 256 ? 256 : (D / 2 < 32 ? 32 : D / 2);
-  staging_write_kernel<<<static_cast<unsigned>(n_rows), threads, D * sizeof(float), stream>>>(t, x, n_rows, D, rot,
-                                                                                               out, bad);
+  const unsigned threads = staging_threads(D);
+  const size_t dyn = staging_dyn_bytes(D);
+  staging_write_kernel<<<static_cast<unsigned>(n_rows), threads, dyn, stream>>>(t, x, n_rows, D, rot, out, bad);
   SJKV_CU(cudaGetLastError(), "staging kernel launch");
   return "";
 }

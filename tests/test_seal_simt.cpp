@@ -112,7 +112,7 @@ T atomic_min(T* p, T v) {
 #define __device__
 #define __global__
 #define __host__
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __shared__ static
 #define threadIdx emu::tl_thread
 #define blockIdx emu::g_block
@@ -163,17 +163,17 @@ struct Records {
 };
 
 // The emulated seal kernel over all records against seal_record(reference), with a guard.
-void check_seal(const RecordLayout& l, const SealOptions& o, Records& x, bool tile_in_shared) {
+void check_seal(const RecordLayout& l, const SealOptions& o, Records& x, bool tile_in_shared, bool lanes8 = false) {
   const size_t per = cuda::scratch_bytes(x.D, x.G);
   std::vector<uint64_t> scratch(x.n * per / 8 + 1);
   std::vector<uint32_t> out_words((x.n * l.bytes + 64) / 4, 0xEEEEEEEEu);
   uint8_t* out = reinterpret_cast<uint8_t*>(out_words.data());
   std::vector<cuda::RecordStatus> status(x.n, cuda::RecordStatus{99, 99, 99, 99});
-  const size_t dyn = tile_in_shared ? static_cast<size_t>(x.D) * x.G * 4 : 0;
+  const size_t dyn = tile_in_shared ? cuda::tile_bytes(x.D, x.G) : 0;
   emu::launch(static_cast<unsigned>(x.n), cuda::kSealThreads, dyn, [&] {
     cuda::seal_kernel(l, o.iters, o.balance, o.codebooks, x.K.data(), x.V.data(), x.D,
                       static_cast<size_t>(x.G) * x.D, out, status.data(), reinterpret_cast<uint8_t*>(scratch.data()),
-                      per, tile_in_shared);
+                      per, tile_in_shared, lanes8);
   });
   std::vector<uint8_t> cpu(l.bytes);
   SealWorkspace ws;
@@ -198,20 +198,22 @@ void check_seal(const RecordLayout& l, const SealOptions& o, Records& x, bool ti
 TEST(SealSimt, ScalarRecordsMatchTheReference) {
   Records x(64, 128, 2, 5);
   check_seal(make_layout(64, 128, 4, 4, Body::scalar), SealOptions{}, x, true);
-  check_seal(make_layout(64, 128, 3, 2, Body::scalar), SealOptions{}, x, false);
+  check_seal(make_layout(64, 128, 3, 2, Body::scalar), SealOptions{}, x, false, true);
   Records y(32, 16, 2, 9);
   check_seal(make_layout(32, 16, 2, 4, Body::scalar), SealOptions{}, y, true);
   SealOptions o;
   o.balance = BalanceMode::best_of;
   o.iters = 8;
   Records z(64, 32, 1, 13);
-  check_seal(make_layout(64, 32, 4, 3, Body::scalar), o, z, false);
+  check_seal(make_layout(64, 32, 4, 3, Body::scalar), o, z, false, true);
+  Records w(32, 256, 1, 17);  // G > D: the scratch vectors sized by G
+  check_seal(make_layout(32, 256, 3, 3, Body::scalar), SealOptions{}, w, true);
 }
 
 TEST(SealSimt, TrellisRecordsMatchTheReference) {
   Records x(128, 128, 1, 21);
   check_seal(make_layout(128, 128, 3, 2, Body::trellis), SealOptions{}, x, true);
-  check_seal(make_layout(128, 128, 2, 2, Body::trellis, TrellisAxis::channel), SealOptions{}, x, false);
+  check_seal(make_layout(128, 128, 2, 2, Body::trellis, TrellisAxis::channel), SealOptions{}, x, false, true);
   check_seal(make_layout(128, 128, 4, 4, Body::trellis), SealOptions{}, x, true);
 }
 
@@ -249,7 +251,7 @@ TEST(SealSimt, DecodeRowsMatchTheReference) {
 }
 
 TEST(SealSimt, StagingWriteAndDecodeMatchTheReference) {
-  for (uint32_t D : {64u, 256u})
+  for (uint32_t D : {64u, 256u, 1024u})
     for (uint32_t rot : {0u, 32u, D})
       for (StagingType t : {StagingType::tq6_0, StagingType::q8_0, StagingType::f16}) {
         if (D % staging_block_values(t) != 0) continue;
@@ -268,8 +270,7 @@ TEST(SealSimt, StagingWriteAndDecodeMatchTheReference) {
           if (rot) hadamard_blocks(row.data(), D, rot);
           cbad[r] = staging_encode_row_checked(t, row.data(), D, &cpu[r * rb]);
         }
-        const unsigned threads = D / 2 >= 256 ? 256 : (D / 2 < 32 ? 32 : D / 2);
-        emu::launch(n, threads, D * 4,
+        emu::launch(n, cuda::staging_threads(D), cuda::staging_dyn_bytes(D),
                     [&] { cuda::staging_write_kernel(t, x.data(), n, D, rot, gpu.data(), gbad.data()); });
         for (uint32_t r = 0; r < n; ++r) {
           EXPECT_EQ(cbad[r], gbad[r]) << staging_name(t) << " row " << r;

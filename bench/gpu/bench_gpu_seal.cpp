@@ -109,18 +109,24 @@ int main(int argc, char** argv) {
       {"seal 3/2t", make_layout(D, G, 3, 2, Body::trellis), 16.9},
       {"seal 2/2t", make_layout(D, G, 2, 2, Body::trellis), 0},
   };
-  // The tile in global memory instead of shared memory (the path large tiles take).
-  for (const Cfg& c : {cfgs[0], cfgs[2]}) {
-    uint8_t* dout = dev_alloc<uint8_t>(n * c.l.bytes);
-    SealOptions o;
-    eng.set_shared_tile(false);
-    const double ms = median_ms(2, runs, [&] { check(eng.seal_async(c.l, o, n, dk, dv, D, 0, dout, dst, 0)); });
-    eng.set_shared_tile(true);
-    char rate[64];
-    std::snprintf(rate, sizeof rate, "%.0f records/s", n / (ms * 1e-3));
-    rows.push_back({std::string(c.name) + " global tile", ms, rate, "tile in global memory"});
-    check(cudaFree(dout), "cudaFree");
-  }
+  // The other schedules (same bytes): the tile in global memory instead of shared memory
+  // (the path large tiles take), and row stds with 8 lanes per row and xor shuffles.
+  for (const Cfg& c : {cfgs[0], cfgs[2]})
+    for (int variant = 0; variant < 3; ++variant) {
+      uint8_t* dout = dev_alloc<uint8_t>(n * c.l.bytes);
+      SealOptions o;
+      eng.set_shared_tile(variant != 1);
+      eng.set_row_std_lanes8(variant == 2);
+      const double ms = median_ms(2, runs, [&] { check(eng.seal_async(c.l, o, n, dk, dv, D, 0, dout, dst, 0)); });
+      eng.set_shared_tile(true);
+      eng.set_row_std_lanes8(false);
+      char rate[64];
+      std::snprintf(rate, sizeof rate, "%.0f records/s", n / (ms * 1e-3));
+      const char* what[] = {" (default)", " global tile", " xor rows"};
+      const char* note[] = {"shared tile, thread per row std", "tile in global memory", "8 lanes per row std, shuffles"};
+      rows.push_back({std::string(c.name) + what[variant], ms, rate, note[variant]});
+      check(cudaFree(dout), "cudaFree");
+    }
   const size_t n_check = 16;
   for (const Cfg& c : cfgs) {
     uint8_t* dout = dev_alloc<uint8_t>(n * c.l.bytes);

@@ -65,15 +65,16 @@ Status LayerCache::store(uint32_t p, const float* k, const float* v) {
   return st;
 }
 
-Status LayerCache::seal(uint32_t from, uint32_t to, const SealOptions& opt, SealPath path, int n_threads,
-                        const RecordSealer* sealer) {
-  if (to <= from) return Status{};
+size_t LayerCache::append_seal_inputs(uint32_t from, uint32_t to, std::vector<uint16_t>& kin,
+                                      std::vector<uint16_t>& vin) const {
+  if (to <= from) return 0;
   const uint32_t D = cfg_.head_dim, G = cfg_.group;
   const uint32_t n_grp = (to - from) / G;
   const size_t n_rec = static_cast<size_t>(n_grp) * n_head_kv_;
   // Seal inputs: staged rows read back and rounded to fp16, [record][t][D] for K and V.
-  std::vector<uint16_t> kin(n_rec * G * D), vin(n_rec * G * D);
-  std::vector<const uint16_t*> kp(n_rec), vp(n_rec);
+  const size_t base = kin.size();
+  kin.resize(base + n_rec * G * D);
+  vin.resize(base + n_rec * G * D);
   std::vector<float> tmp(D);
   for (uint32_t gi = 0; gi < n_grp; ++gi)
     for (uint32_t h = 0; h < n_head_kv_; ++h) {
@@ -81,16 +82,29 @@ Status LayerCache::seal(uint32_t from, uint32_t to, const SealOptions& opt, Seal
       for (uint32_t t = 0; t < G; ++t) {
         const uint32_t p = from + gi * G + t;
         const uint8_t* e = ring_.data() + (static_cast<size_t>(ring_slot(p, cfg_.sink, cap_)) * n_head_kv_ + h) * 2 * row_bytes_;
-        staging_seal_input(cfg_.staging, e, D, tmp.data(), kin.data() + (r * G + t) * D);
-        staging_seal_input(cfg_.staging, e + row_bytes_, D, tmp.data(), vin.data() + (r * G + t) * D);
+        staging_seal_input(cfg_.staging, e, D, tmp.data(), kin.data() + base + (r * G + t) * D);
+        staging_seal_input(cfg_.staging, e + row_bytes_, D, tmp.data(), vin.data() + base + (r * G + t) * D);
       }
-      kp[r] = kin.data() + r * G * D;
-      vp[r] = vin.data() + r * G * D;
     }
-  const uint32_t g0 = (from - cfg_.sink) / G;
-  uint8_t* out = body_.data() + static_cast<size_t>(g0) * n_head_kv_ * layout_.bytes;
-  if (sealer && *sealer) return (*sealer)(layout_, opt, n_rec, kp.data(), vp.data(), D, out);
-  return seal_records(layout_, opt, n_rec, kp.data(), vp.data(), D, out, path, n_threads);
+  return n_rec;
+}
+
+uint8_t* LayerCache::body_at(uint32_t from) {
+  const uint32_t g0 = (from - cfg_.sink) / cfg_.group;
+  return body_.data() + static_cast<size_t>(g0) * n_head_kv_ * layout_.bytes;
+}
+
+Status LayerCache::seal(uint32_t from, uint32_t to, const SealOptions& opt, SealPath path, int n_threads) {
+  if (to <= from) return Status{};
+  const uint32_t D = cfg_.head_dim, G = cfg_.group;
+  std::vector<uint16_t> kin, vin;
+  const size_t n_rec = append_seal_inputs(from, to, kin, vin);
+  std::vector<const uint16_t*> kp(n_rec), vp(n_rec);
+  for (size_t r = 0; r < n_rec; ++r) {
+    kp[r] = kin.data() + r * G * D;
+    vp[r] = vin.data() + r * G * D;
+  }
+  return seal_records(layout_, opt, n_rec, kp.data(), vp.data(), D, body_at(from), path, n_threads);
 }
 
 CacheView LayerCache::view(uint32_t B, uint32_t N) const {
@@ -130,9 +144,28 @@ SequenceCache::SequenceCache(const CodecConfig& cfg, const CacheShape& shape, Se
 Status SequenceCache::seal_pending(uint32_t* groups_sealed) {
   const uint32_t from = policy_.B, to = policy_.B_pending;
   if (groups_sealed) *groups_sealed = to > from ? (to - from) / cfg_.group : 0;
-  for (auto& layer : layers_) {
-    Status st = layer.seal(from, to, opt_, path_, n_threads_, &sealer_);
+  if (sealer_ && to > from) {
+    // One call for the records of every layer (layer-major), then scattered to the bodies.
+    std::vector<uint16_t> kin, vin;
+    size_t per_layer = 0;
+    for (const auto& layer : layers_) per_layer = layer.append_seal_inputs(from, to, kin, vin);
+    const RecordLayout& l = layers_.front().layout();
+    const size_t n_rec = per_layer * layers_.size(), tile = static_cast<size_t>(cfg_.group) * cfg_.head_dim;
+    std::vector<const uint16_t*> kp(n_rec), vp(n_rec);
+    for (size_t r = 0; r < n_rec; ++r) {
+      kp[r] = kin.data() + r * tile;
+      vp[r] = vin.data() + r * tile;
+    }
+    std::vector<uint8_t> out(n_rec * l.bytes);
+    Status st = sealer_(l, opt_, n_rec, kp.data(), vp.data(), cfg_.head_dim, out.data());
     if (!st.ok()) return st;
+    for (size_t i = 0; i < layers_.size(); ++i)
+      std::memcpy(layers_[i].body_at(from), out.data() + i * per_layer * l.bytes, per_layer * l.bytes);
+  } else {
+    for (auto& layer : layers_) {
+      Status st = layer.seal(from, to, opt_, path_, n_threads_);
+      if (!st.ok()) return st;
+    }
   }
   if (to > from) ++commits_;
   policy_.commit();

@@ -216,6 +216,25 @@ TEST(GpuSeal, GlobalMemoryTilePath) {
   expect_same_seal(eng, make_layout(256, 128, 4, 2, Body::scalar), o, x);
 }
 
+// Row stds with 8 lanes per row and xor shuffles (the other schedule), both tile places.
+TEST(GpuSeal, ShuffleRowStdSchedule) {
+  SJKV_REQUIRE_GPU();
+  cuda::Engine eng;
+  eng.set_row_std_lanes8(true);
+  const Tiles x(256, 128, 3, 4321, true);
+  for (bool shared : {true, false}) {
+    eng.set_shared_tile(shared);
+    SealOptions o;
+    expect_same_seal(eng, make_layout(256, 128, 4, 4, Body::scalar), o, x);
+    expect_same_seal(eng, make_layout(256, 128, 3, 2, Body::trellis), o, x);
+    o.balance = BalanceMode::best_of;
+    o.iters = 8;
+    expect_same_seal(eng, make_layout(256, 128, 2, 3, Body::scalar), o, x);
+  }
+  const Tiles y(512, 128, 2, 99, true);
+  expect_same_seal(eng, make_layout(512, 128, 3, 3, Body::trellis, TrellisAxis::channel), SealOptions{}, y);
+}
+
 // A 4096-token commit of 16 layers x 4 kv heads at D = 256: 2,048 records in one call.
 TEST(GpuSeal, ThousandsOfRecordsPerLaunch) {
   SJKV_REQUIRE_GPU();

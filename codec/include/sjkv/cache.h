@@ -22,7 +22,7 @@ struct CacheShape {
 };
 
 // A replacement for seal_records (same arguments and result, minus path and threads), e.g.
-// a GPU sealer; the cache calls it with all records of one layer per commit.
+// a GPU sealer; the cache calls it once per commit with the records of every layer.
 using RecordSealer = std::function<Status(const RecordLayout&, const SealOptions&, size_t n_records,
                                           const uint16_t* const* k_rows, const uint16_t* const* v_rows,
                                           size_t row_stride, uint8_t* out)>;
@@ -40,8 +40,12 @@ class LayerCache {
   Status encode_entry(uint32_t p, const float* k, const float* v, uint8_t* entry) const;
   void write_entry(uint32_t p, const uint8_t* entry);
   // Seal groups [from, to) from the staged rows (positions multiple of G past the sink).
-  Status seal(uint32_t from, uint32_t to, const SealOptions& opt, SealPath path, int n_threads,
-              const RecordSealer* sealer = nullptr);
+  Status seal(uint32_t from, uint32_t to, const SealOptions& opt, SealPath path, int n_threads);
+  // The two halves of seal(): the seal inputs of groups [from, to) appended to kin / vin
+  // (fp16 rows, [record][t][D]; returns the number of records), and the body bytes where
+  // the record of group `from`, head 0 goes (records follow group-major, head-minor).
+  size_t append_seal_inputs(uint32_t from, uint32_t to, std::vector<uint16_t>& kin, std::vector<uint16_t>& vin) const;
+  uint8_t* body_at(uint32_t from);
 
   CacheView view(uint32_t B, uint32_t N) const;
   uint32_t cap() const { return cap_; }
@@ -90,7 +94,8 @@ class SequenceCache {
   const CodecConfig& config() const { return cfg_; }
   const CacheShape& shape() const { return shape_; }
   uint32_t commits() const { return commits_; }
-  // Seal with `f` instead of the CPU sealer (an empty function restores the CPU).
+  // Seal with `f` instead of the CPU sealer (an empty function restores the CPU): one call
+  // per commit, layer-major, then group, then head.
   void set_sealer(RecordSealer f) { sealer_ = std::move(f); }
 
  private:

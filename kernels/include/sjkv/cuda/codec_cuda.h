@@ -70,6 +70,9 @@ class Engine {
   // Seal with the balanced tile in shared memory when it fits (default), or always in global
   // memory (for benchmarks and tests of both paths). The bytes are the same.
   void set_shared_tile(bool on);
+  // Row stds with 8 lanes per row combined by xor shuffles, or (default) a thread per row
+  // with 8 chunk accumulators. The bytes are the same; benchmarks compare the two.
+  void set_row_std_lanes8(bool on);
 
   // Device API. k / v: device fp16 halves, record i's row t at k + i*record_stride +
   // t*row_stride (record_stride 0: G*row_stride). out: device, n*l.bytes bytes, 4-byte

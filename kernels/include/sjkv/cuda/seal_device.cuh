@@ -7,7 +7,7 @@
 // SJKV_DYN_SHARED(type, name), the block's dynamic shared memory as `type* name`.
 #pragma once
 
-constexpr unsigned kSealThreads = 256;
+constexpr unsigned kSealThreads = 512;
 constexpr unsigned kSealWarps = kSealThreads / 32;
 constexpr unsigned kFull = 0xffffffffu;
 
@@ -29,6 +29,11 @@ struct SealScratch {
   uint8_t* choice;  // [warps][V][64]
 };
 
+// Bytes of the balanced tile of either side: R rows of C + 1 floats.
+__host__ __device__ inline size_t tile_bytes(uint32_t D, uint32_t G) {
+  return (static_cast<size_t>(D) * G + (D > G ? D : G)) * sizeof(float);
+}
+
 // Bytes of one record's scratch for D x G (V = max(D, G)), 256-byte aligned.
 __host__ __device__ inline size_t scratch_bytes(uint32_t D, uint32_t G) {
   const size_t V = D > G ? D : G;
@@ -44,8 +49,8 @@ __device__ inline SealScratch scratch_at(uint8_t* base, uint32_t D, uint32_t G) 
   s.L_row = d;
   s.L_col = d + V;
   float* f = reinterpret_cast<float*>(d + 2 * V);
-  s.cur = f;
-  f += static_cast<size_t>(D) * G;
+  s.cur = f;  // R rows of C + 1 floats (padded: no shared-memory bank conflicts)
+  f += static_cast<size_t>(D) * G + V;
   s.s_row = f; f += V;
   s.s_col = f; f += V;
   s.best_row = f; f += V;
@@ -54,7 +59,6 @@ __device__ inline SealScratch scratch_at(uint8_t* base, uint32_t D, uint32_t G) 
   s.step = f; f += V;
   s.sd_row = f; f += V;
   s.sd_col = f; f += V;
-  f += V;  // spare
   s.y = f;
   f += kSealWarps * V;
   s.choice = reinterpret_cast<uint8_t*>(f);
@@ -67,6 +71,8 @@ struct Tile {
   size_t stride;
   bool is_k;
   uint32_t R, C;
+  uint32_t ld;  // row pitch of the balanced tile: C + 1
+  bool lanes8;  // row stds: 8 lanes per row (xor shuffles) or a thread per row
   __device__ float M(uint32_t r, uint32_t c) const {
     return f16_to_f32(is_k ? rows[static_cast<size_t>(c) * stride + r] : rows[static_cast<size_t>(r) * stride + c]);
   }
@@ -105,19 +111,69 @@ __device__ void sstd_all(const float* base, uint32_t nseq, size_t seq_step, size
   }
 }
 
+// Sample std of every column of tile [R][C], a thread per column: consecutive threads read
+// consecutive columns (coalesced, no bank conflicts). The 8 chunk sums are 8 independent
+// accumulators, each in its own index order, combined by the contract's tree.
+__device__ void sstd_cols(const float* cur, uint32_t R, uint32_t C, uint32_t ld, float* sd) {
+  const uint32_t k = R / 8;
+  for (uint32_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const float* x = cur + c;
+    double p[8];
+    for (uint32_t l = 0; l < 8; ++l) p[l] = 0.0;
+    for (uint32_t i = 0; i < k; ++i)
+      for (uint32_t l = 0; l < 8; ++l)
+        p[l] = op::dadd(p[l], static_cast<double>(x[static_cast<size_t>(l * k + i) * ld]));
+    const double mean = op::ddiv(bal::combine8(p), static_cast<double>(R));
+    for (uint32_t l = 0; l < 8; ++l) p[l] = 0.0;
+    for (uint32_t i = 0; i < k; ++i)
+      for (uint32_t l = 0; l < 8; ++l) {
+        const double d = op::dsub(static_cast<double>(x[static_cast<size_t>(l * k + i) * ld]), mean);
+        p[l] = op::fma64(d, d, p[l]);
+      }
+    sd[c] = bal::sstd_finish(bal::combine8(p), R);
+  }
+}
+
+// Sample std of every row of tile [R][C] (pitch ld), a thread per row with 8 chunk
+// accumulators; with ld = C + 1 the threads of a warp read distinct banks.
+__device__ void sstd_rows(const float* cur, uint32_t R, uint32_t C, uint32_t ld, float* sd) {
+  const uint32_t k = C / 8;
+  for (uint32_t r = threadIdx.x; r < R; r += blockDim.x) {
+    const float* x = cur + static_cast<size_t>(r) * ld;
+    double p[8];
+    for (uint32_t l = 0; l < 8; ++l) p[l] = 0.0;
+    for (uint32_t i = 0; i < k; ++i)
+      for (uint32_t l = 0; l < 8; ++l) p[l] = op::dadd(p[l], static_cast<double>(x[l * k + i]));
+    const double mean = op::ddiv(bal::combine8(p), static_cast<double>(C));
+    for (uint32_t l = 0; l < 8; ++l) p[l] = 0.0;
+    for (uint32_t i = 0; i < k; ++i)
+      for (uint32_t l = 0; l < 8; ++l) {
+        const double d = op::dsub(static_cast<double>(x[l * k + i]), mean);
+        p[l] = op::fma64(d, d, p[l]);
+      }
+    sd[r] = bal::sstd_finish(bal::combine8(p), C);
+  }
+}
+
+// Row stds by either schedule: 8 lanes per row with xor shuffles, or a thread per row.
+__device__ void row_stds(const Tile& T, const float* cur, bool lanes8, float* sd) {
+  if (lanes8) sstd_all(cur, T.R, T.ld, 1, T.C, sd);
+  else sstd_rows(cur, T.R, T.C, T.ld, sd);
+}
+
 __device__ void recompute(const Tile& T, const SealScratch& s) {
   const uint32_t n = T.R * T.C;
   for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
     const uint32_t r = i / T.C, c = i % T.C;
-    s.cur[i] = bal::rescale(T.M(r, c), s.s_col[c], s.s_row[r]);
+    s.cur[static_cast<size_t>(r) * T.ld + c] = bal::rescale(T.M(r, c), s.s_col[c], s.s_row[r]);
   }
 }
 
 // (max/min column std) + (max/min row std) of the current tile, as tile_imbalance_ref.
 __device__ double imbalance(const Tile& T, const SealScratch& s) {
   __shared__ double result;
-  sstd_all(s.cur, T.C, 1, T.C, T.R, s.sd_col);
-  sstd_all(s.cur, T.R, T.C, 1, T.C, s.sd_row);
+  sstd_cols(s.cur, T.R, T.C, T.ld, s.sd_col);
+  row_stds(T, s.cur, T.lanes8, s.sd_row);
   __syncthreads();
   if (threadIdx.x == 0) {
     float cmax = 0.0f, cmin = 0.0f, rmax = 0.0f, rmin = 0.0f;
@@ -159,7 +215,7 @@ __device__ void balance(const Tile& T, uint32_t iters, BalanceMode mode, const S
     __syncthreads();
   }
   for (uint32_t it = 0; it < iters; ++it) {
-    sstd_all(s.cur, T.C, 1, T.C, T.R, s.sd_col);
+    sstd_cols(s.cur, T.R, T.C, T.ld, s.sd_col);
     __syncthreads();
     for (uint32_t c = threadIdx.x; c < T.C; c += blockDim.x) {
       s.L_col[c] = bal::update_log(s.L_col[c], s.sd_col[c]);
@@ -168,7 +224,7 @@ __device__ void balance(const Tile& T, uint32_t iters, BalanceMode mode, const S
     __syncthreads();
     recompute(T, s);
     __syncthreads();
-    sstd_all(s.cur, T.R, T.C, 1, T.C, s.sd_row);
+    row_stds(T, s.cur, T.lanes8, s.sd_row);
     __syncthreads();
     for (uint32_t r = threadIdx.x; r < T.R; r += blockDim.x) {
       s.L_row[r] = bal::update_log(s.L_row[r], s.sd_row[r]);
@@ -201,7 +257,7 @@ __device__ void prepare(const RecordLayout& l, const Tile& T, uint32_t iters, Ba
   balance(T, iters, mode, s);
   const uint32_t qmax = (1u << (T.is_k ? l.bits_k : l.bits_v)) - 1u;
   for (uint32_t r = threadIdx.x; r < T.R; r += blockDim.x) {
-    const float* row = s.cur + static_cast<size_t>(r) * T.C;
+    const float* row = s.cur + static_cast<size_t>(r) * T.ld;
     float lo = row[0], hi = row[0];
     for (uint32_t c = 1; c < T.C; ++c) { lo = op::minS(lo, row[c]); hi = op::maxS(hi, row[c]); }
     const float step = bal::affine_step(lo, hi, qmax);
@@ -232,7 +288,7 @@ __device__ void scalar_side(const RecordLayout& l, const Tile& T, uint32_t iters
   const uint32_t n = T.R * T.C;
   for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
     const uint32_t r = i / T.C, c = i % T.C;
-    const uint32_t q = bal::rtn_code(s.cur[i], s.lo[r], s.step[r], qmax);
+    const uint32_t q = bal::rtn_code(s.cur[static_cast<size_t>(r) * T.ld + c], s.lo[r], s.step[r], qmax);
     if (q == 0) continue;
     const uint32_t t = T.is_k ? c : r, d = T.is_k ? r : c;
     const uint32_t bit = code_bit(l, side, t, d);
@@ -263,7 +319,7 @@ __device__ void trellis_side(const RecordLayout& l, const Tile& T, uint32_t iter
     for (uint32_t i = lane; i < n; i += 32) {
       const uint32_t t = ch_axis ? q : i, d = ch_axis ? i : q;
       const uint32_t r = T.is_k ? d : t, c = T.is_k ? t : d;
-      y[i] = trellis::target(s.cur[static_cast<size_t>(r) * T.C + c], s.lo[r], s.step[r]);
+      y[i] = trellis::target(s.cur[static_cast<size_t>(r) * T.ld + c], s.lo[r], s.step[r]);
     }
     float* cur = phi[warp][0];
     float* nxt = phi[warp][1];
@@ -308,7 +364,7 @@ __device__ void trellis_side(const RecordLayout& l, const Tile& T, uint32_t iter
     trellis::RefitSums sums;
     for (uint32_t c = 0; c < T.C; ++c) {
       const uint32_t t = T.is_k ? c : r, d = T.is_k ? r : c;
-      trellis::refit_add(sums, s.cur[static_cast<size_t>(r) * T.C + c], cbf[trellis::window_at(l, rec, T.is_k ? Side::k : Side::v, t, d)]);
+      trellis::refit_add(sums, s.cur[static_cast<size_t>(r) * T.ld + c], cbf[trellis::window_at(l, rec, T.is_k ? Side::k : Side::v, t, d)]);
     }
     double a, bz;
     if (!trellis::refit_solve(sums, T.C, &a, &bz)) continue;
@@ -326,7 +382,8 @@ __global__ void __launch_bounds__(kSealThreads) seal_kernel(RecordLayout l, uint
                                                             TrellisCodebooks cb, const uint16_t* k, const uint16_t* v,
                                                             size_t stride, size_t rec_stride, uint8_t* out,
                                                             RecordStatus* status, uint8_t* scratch,
-                                                            size_t scratch_per_block, bool tile_in_shared) {
+                                                            size_t scratch_per_block, bool tile_in_shared,
+                                                            bool row_lanes8) {
   __shared__ unsigned first_bad;
   const size_t ri = blockIdx.x;
   const uint16_t* kr = k + ri * rec_stride;
@@ -359,8 +416,8 @@ __global__ void __launch_bounds__(kSealThreads) seal_kernel(RecordLayout l, uint
     SJKV_DYN_SHARED(float, shared_tile);
     s.cur = shared_tile;
   }
-  const Tile tk{kr, stride, true, D, G};
-  const Tile tv{vr, stride, false, G, D};
+  const Tile tk{kr, stride, true, D, G, G + 1, row_lanes8};
+  const Tile tv{vr, stride, false, G, D, D + 1, row_lanes8};
   if (l.body == Body::trellis) {
     trellis_side(l, tk, iters, mode, codebook_table(cb, Side::k, l.bits_k), s, rec);
     trellis_side(l, tv, iters, mode, codebook_table(cb, Side::v, l.bits_v), s, rec);
@@ -408,10 +465,23 @@ __global__ void decode_rows_kernel(RecordLayout l, TrellisCodebooks cb, size_t n
   }
 }
 
+// Rows of up to this many tq6_0 blocks (D <= 1024) take the thread-per-value tq6 path.
+constexpr uint32_t kTq6ParallelBlocks = 8;
+constexpr unsigned kStagingMaxThreads = 256;
+
+// Launch shape of staging_write_kernel: a thread per value up to 256, and the dynamic
+// shared memory (the row, then one norm per tq6 block).
+__host__ __device__ inline unsigned staging_threads(uint32_t D) {
+  return D < 32 ? 32u : (D > kStagingMaxThreads ? kStagingMaxThreads : D);
+}
+__host__ __device__ inline size_t staging_dyn_bytes(uint32_t D) {
+  return (static_cast<size_t>(D) + D / kTq6BlockValues + 1) * sizeof(float);
+}
+
 // Staging write: one block per row. The row is copied to shared memory, rotated with the
 // butterflies of hadamard_inplace (each pair's two results depend only on that pair, so the
 // pairs of a stage run in parallel), then encoded one staging block per thread.
-__global__ void staging_write_kernel(StagingType t, const float* x, size_t n_rows, uint32_t D, uint32_t rot,
+__global__ void __launch_bounds__(kStagingMaxThreads, 2) staging_write_kernel(StagingType t, const float* x, size_t n_rows, uint32_t D, uint32_t rot,
                                      uint8_t* out, int32_t* bad) {
   SJKV_DYN_SHARED(float, sx);
   __shared__ int32_t first;
@@ -438,6 +508,69 @@ __global__ void staging_write_kernel(StagingType t, const float* x, size_t n_row
   }
   const uint32_t bv = staging_block_values(t), nblk = D / bv;
   const uint32_t rb = staging_row_bytes(t, D);
+  if (t == StagingType::tq6_0 && nblk <= kTq6ParallelBlocks) {
+    // tq6_0 with a thread per value: the two block sums stay sequential on one thread per
+    // block (their order is the format's); the codes (count of midpoints <= v, which
+    // tq6_code's search gives) and the packing run in parallel.
+    __shared__ float tq_inv[kTq6ParallelBlocks];
+    __shared__ uint8_t tq_code[kTq6ParallelBlocks * kTq6BlockValues];
+    for (uint32_t b = threadIdx.x; b < nblk; b += blockDim.x) {
+      const float* xb = sx + b * kTq6BlockValues;
+      float norm_sq = 0.0f;
+      for (uint32_t i = 0; i < kTq6BlockValues; ++i) norm_sq = op::fadd(norm_sq, op::fmul(xb[i], xb[i]));
+      const float norm = op::sqrt32(norm_sq);
+      const bool live = norm > f32_from_bits(0x2edbe6ffu);  // 1e-10
+      tq_inv[b] = live ? op::fdiv(1.0f, norm) : 0.0f;
+      sx[D + b] = norm;  // the dynamic buffer holds D + blocks floats
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < D; i += blockDim.x) {
+      const uint32_t b = i / kTq6BlockValues;
+      const float inv = tq_inv[b];
+      const bool live = sx[D + b] > f32_from_bits(0x2edbe6ffu);
+      tq_code[i] = static_cast<uint8_t>(tq6_code(live ? op::fmul(sx[i], inv) : 0.0f));
+    }
+    __syncthreads();
+    uint8_t* row_out = out + r * rb;
+    for (uint32_t b = threadIdx.x; b < nblk; b += blockDim.x) {
+      const uint8_t* code = tq_code + b * kTq6BlockValues;
+      float rn_sq = 0.0f;
+      for (uint32_t i = 0; i < kTq6BlockValues; ++i) {
+        const float c = tq6_centroid(code[i]);
+        rn_sq = op::fadd(rn_sq, op::fmul(c, c));
+      }
+      const float norm = sx[D + b];
+      const float rn = op::sqrt32(rn_sq);
+      const uint16_t h = f32_to_f16(rn > f32_from_bits(0x2edbe6ffu) ? op::fdiv(norm, rn) : norm);
+      store_u16(row_out + b * kTq6BlockBytes, h);
+      if ((h & 0x7c00u) != 0x7c00u) continue;
+      // Refused block: its first non-finite value, else its largest magnitude.
+      const float* xb = sx + b * kTq6BlockValues;
+      uint32_t worst = 0;
+      float wmag = -1.0f;
+      for (uint32_t i = 0; i < kTq6BlockValues; ++i) {
+        const float a = xb[i] < 0.0f ? -xb[i] : xb[i];
+        if (!(a <= f32_from_bits(0x7f7fffffu))) { worst = i; break; }
+        if (a > wmag) { wmag = a; worst = i; }
+      }
+      atomicMin(&first, static_cast<int32_t>(b * kTq6BlockValues + worst));
+    }
+    for (uint32_t j = threadIdx.x; j < nblk * (kTq6BlockValues / 2); j += blockDim.x) {
+      const uint32_t b = j / (kTq6BlockValues / 2), i = j % (kTq6BlockValues / 2);
+      const uint8_t* code = tq_code + b * kTq6BlockValues;
+      row_out[b * kTq6BlockBytes + 2 + i] = static_cast<uint8_t>((code[2 * i] & 15u) | ((code[2 * i + 1] & 15u) << 4));
+    }
+    for (uint32_t j = threadIdx.x; j < nblk * (kTq6BlockValues / 4); j += blockDim.x) {
+      const uint32_t b = j / (kTq6BlockValues / 4), i = j % (kTq6BlockValues / 4);
+      const uint8_t* code = tq_code + b * kTq6BlockValues;
+      row_out[b * kTq6BlockBytes + 66 + i] =
+          static_cast<uint8_t>((code[4 * i] >> 4) | ((code[4 * i + 1] >> 4) << 2) | ((code[4 * i + 2] >> 4) << 4) |
+                               ((code[4 * i + 3] >> 4) << 6));
+    }
+    __syncthreads();
+    if (bad && threadIdx.x == 0) bad[r] = first == INT_MAX ? -1 : first;
+    return;
+  }
   for (uint32_t blk = threadIdx.x; blk < nblk; blk += blockDim.x) {
     // staging_encode_row_checked on one block: the row-level rule (first refused block,
     // its first non-finite value else its largest magnitude) is applied below.
