@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kv_arms_formats.h"
+#include "seal_device.h"
 #include "sjkv/cache.h"
 #include "sjkv/config.h"
 #include "sjkv/hadamard.h"
@@ -335,6 +336,7 @@ class SjLayer final : public InspectableKv, private RowSource {
       sh.n_ubatch = std::max(s_.n_ubatch, 1u);
       cache_ = std::make_unique<SequenceCache>(cfg_, sh);
       if (!cache_->status().ok()) throw std::invalid_argument(cfg_.name() + ": " + cache_->status().message());
+      attach_seal_device(*cache_);
       const RecordLayout l = cfg_.layout();
       if (l.body == Body::scalar) {
         kbits_ = code_bits(l, Side::k);

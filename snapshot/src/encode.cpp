@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "sjkv/cuda/codec_cuda.h"
+#include "sjkv/cuda/sealer.h"
 #endif
 
 namespace sjkv {
@@ -96,16 +97,7 @@ Snapshot encode_capture(const Capture& cap, const EncodeOptions& opt) {
   if (!seq.status().ok()) throw std::invalid_argument(seq.status().message());
   if (resolve_encode_device(opt.device, nullptr) == EncodeDevice::cuda) {
 #if defined(SJKV_SNAPSHOT_CUDA)
-    auto engine = std::make_shared<cuda::Engine>();
-    seq.set_sealer([engine](const RecordLayout& l, const SealOptions& o, size_t n_rec, const uint16_t* const* k,
-                            const uint16_t* const* v, size_t stride, uint8_t* out) {
-      std::vector<Status> st;
-      const std::string err = engine->seal(l, o, n_rec, k, v, stride, out, &st);
-      if (!err.empty()) throw std::runtime_error("CUDA seal failed: " + err);
-      for (const Status& s : st)
-        if (!s.ok()) return s;  // the lowest failing record, as seal_records reports it
-      return Status{};
-    });
+    seq.set_sealer(cuda::make_record_sealer());
 #endif
   }
 
