@@ -43,6 +43,7 @@ struct RecordArgs {
   double temperature = 1.0, top_p = 1.0, self_kl = 5e-7;
   uint32_t top_k = 0;
   std::string reference = "f32";
+  std::string encoding = "hidden";
 };
 
 struct ScoreArgs {
@@ -109,6 +110,12 @@ Trajectory do_record(const ModelArgs& ma, const RecordArgs& ra, Loaded& l, const
   if (!(ra.temperature > 0.0)) throw cli::UsageError("--temperature must be > 0");
   if (!(ra.top_p > 0.0 && ra.top_p <= 1.0)) throw cli::UsageError("--top-p must be in (0, 1]");
   if (!(ra.self_kl > 0.0 && ra.self_kl < 1e-3)) throw cli::UsageError("--self-kl must be in (0, 1e-3)");
+  RefEncoding encoding;
+  try {
+    encoding = parse_encoding(ra.encoding);
+  } catch (const std::invalid_argument& e) {
+    throw cli::UsageError(std::string("--reference-encoding: ") + e.what());
+  }
   const std::unique_ptr<KvArm> ref = arm_or_usage(ra.reference, "--reference");
   const std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(l.model->gguf());
 
@@ -128,6 +135,7 @@ Trajectory do_record(const ModelArgs& ma, const RecordArgs& ra, Loaded& l, const
   in.settings.self_kl_target = ra.self_kl;
   in.model_file = base_name(l.path);
   in.model_sha256 = l.sha256;
+  in.encoding = encoding;
   const Tokenizer* tp = tok.get();
   in.is_eog = [tp](int32_t id) { return tp->is_eog(id); };
 
@@ -138,13 +146,19 @@ Trajectory do_record(const ModelArgs& ma, const RecordArgs& ra, Loaded& l, const
   const Trajectory t = record_trajectory(*l.model, *ref, in, ra.capture.empty() ? nullptr : &cap, bar.callback());
   bar.finish();
   write_trajectory(out_path, t);
-  uint64_t kept = 0;
-  for (const RefDist& d : t.ref) kept += d.ids.size();
   struct stat st;
   const long long bytes = ::stat(out_path.c_str(), &st) == 0 ? static_cast<long long>(st.st_size) : -1;
-  char b[256];
-  std::snprintf(b, sizeof b, "wrote %s: %u generated, %.0f tokens kept per position, %lld bytes, self-KL <= %.3g",
-                out_path.c_str(), t.generated(), static_cast<double>(kept) / t.generated(), bytes, t.self_kl_max);
+  char b[512];
+  if (t.encoding == RefEncoding::sparse) {
+    uint64_t kept = 0;
+    for (const RefDist& d : t.ref) kept += d.ids.size();
+    std::snprintf(b, sizeof b, "wrote %s: %u generated, sparse encoding, %.0f tokens kept per position, %lld bytes, "
+                  "self-KL <= %.3g", out_path.c_str(), t.generated(), static_cast<double>(kept) / t.generated(), bytes,
+                  t.self_kl_max);
+  } else {
+    std::snprintf(b, sizeof b, "wrote %s: %u generated, hidden encoding (%u values per position, recomputed by "
+                  "score with this model), %lld bytes, self-KL 0", out_path.c_str(), t.generated(), t.n_embd, bytes);
+  }
   note(ma, b);
   if (!ra.capture.empty()) {
     write_capture(ra.capture, cap);
@@ -179,17 +193,22 @@ int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vec
   res.bootstrap.replicates = sa.replicates;
   res.bootstrap.seed = sa.boot_seed;
   for (size_t i = 0; i < trajs.size(); ++i) res.trajectories.push_back({base_name(paths[i]), trajs[i].prompt_tokens, trajs[i].generated()});
-  for (size_t a = 0; a < arms.size(); ++a) {
-    ArmRows rows;
-    rows.arm = sa.arms[a];
-    for (size_t i = 0; i < trajs.size(); ++i) {
+  for (size_t a = 0; a < arms.size(); ++a) res.arms.push_back(ArmRows{sa.arms[a], {}});
+  for (size_t i = 0; i < trajs.size(); ++i) {
+    // Hidden encoding: recompute the reference rows once for all arms, checked bit for bit.
+    std::unique_ptr<ReferenceRows> ref;
+    try {
+      ref = std::make_unique<ReferenceRows>(*l.model, trajs[i]);
+    } catch (const std::invalid_argument& e) {
+      throw FileError(paths[i], e.what());
+    }
+    for (size_t a = 0; a < arms.size(); ++a) {
       const uint32_t ubatch = ma.ubatch_given ? ma.ubatch : trajs[i].settings.ubatch;
       note(ma, "scoring " + sa.arms[a] + " on " + base_name(paths[i]) + " (" + std::to_string(trajs[i].generated()) +
                    " positions, ubatch " + std::to_string(ubatch) + ")");
       cli::Progress bar(sa.arms[a], ma.quiet);
-      rows.rows.push_back(score_trajectory(*l.model, *arms[a], trajs[i], ubatch, bar.callback()));
+      res.arms[a].rows.push_back(score_trajectory(*l.model, *arms[a], trajs[i], ubatch, bar.callback(), ref.get()));
     }
-    res.arms.push_back(std::move(rows));
   }
   const Report rep = summarize(res);
   write_results(sa.out, res, rep);
@@ -217,7 +236,13 @@ void add_record_options(CLI::App* c, RecordArgs& r) {
   c->add_option("--top-k", r.top_k, "Sampling: keep the k most likely tokens (0 = all)")->capture_default_str();
   c->add_option("--top-p", r.top_p, "Sampling: keep the smallest set of mass >= p")->capture_default_str();
   c->add_option("--reference", r.reference, "Cache arm of the reference run")->capture_default_str();
-  c->add_option("--self-kl", r.self_kl, "Largest KL the stored reference distribution may lose per position (nats)")
+  c->add_option("--reference-encoding", r.encoding,
+                 "How the reference distribution is stored: hidden (the final hidden state; exact, a few KB per "
+                 "position; score needs the same model and engine build) or sparse (the top logits; no model needed "
+                 "to read, up to ~1 MB per position)")
+      ->check(CLI::IsMember({"hidden", "sparse"}))->capture_default_str();
+  c->add_option("--self-kl", r.self_kl, "Sparse encoding: largest KL the stored reference distribution may lose per "
+                "position (nats)")
       ->capture_default_str();
   c->add_option("--capture", r.capture, "Also write the full-attention layers' K/V as a capture (for sjkv-train, sjkv-encode)");
 }

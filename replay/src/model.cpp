@@ -55,8 +55,9 @@ class GgufModel final : public Model {
   GgufModel(const std::string& path, const LoadOptions& opt) : f_(GgufFile::open(path)), opt_(opt) { load(); }
   const ModelInfo& info() const override { return info_; }
   const GgufFile& gguf() const override { return f_; }
-  void eval(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
-            std::vector<std::unique_ptr<LayerKv>>& kv, float* logits, bool all_logits) override;
+  void eval_hidden(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
+                   std::vector<std::unique_ptr<LayerKv>>& kv, float* hidden, float* logits, bool all_logits) override;
+  void project(const float* hidden, uint32_t rows, float* logits) const override;
 
  private:
   [[noreturn]] void fail(const std::string& what) const { throw FileError(f_.path(), what); }
@@ -73,7 +74,7 @@ class GgufModel final : public Model {
   float key_f32(const std::string& k, float dflt) const { return f_.has(k) ? f_.get_f32(k) : dflt; }
   void load();
   void ubatch(const int32_t* tokens, uint32_t m, uint32_t pos, std::vector<std::unique_ptr<LayerKv>>& kv,
-              float* logits, bool all_logits);
+              float* hidden, float* logits, bool all_logits);
   int threads() const { return opt_.n_threads > 0 ? opt_.n_threads : omp_get_max_threads(); }
   void rms_norm(const float* x, float* y, uint32_t rows, uint32_t dim, const std::vector<float>& w) const;
   void matmul(const Mat& m, const float* x, uint32_t n, float* y) const {
@@ -328,8 +329,8 @@ float gelu_tanh(float x) {
 }
 float silu(float x) { return static_cast<float>(static_cast<double>(x) / (1.0 + std::exp(-static_cast<double>(x)))); }
 
-void GgufModel::eval(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
-                     std::vector<std::unique_ptr<LayerKv>>& kv, float* logits, bool all_logits) {
+void GgufModel::eval_hidden(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
+                            std::vector<std::unique_ptr<LayerKv>>& kv, float* hidden, float* logits, bool all_logits) {
   if (kv.size() != info_.n_layer)
     throw std::invalid_argument("Model::eval: " + std::to_string(kv.size()) + " cache layers for a " +
                                 std::to_string(info_.n_layer) + "-layer model");
@@ -342,12 +343,13 @@ void GgufModel::eval(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t 
     const uint32_t m = std::min(n_ubatch, n - s);
     const bool last = s + m == n;
     float* dst = all_logits ? logits + static_cast<size_t>(s) * info_.n_vocab : (last ? logits : nullptr);
-    ubatch(tokens + s, m, pos0 + s, kv, dst, all_logits);
+    float* hdst = !hidden ? nullptr : all_logits ? hidden + static_cast<size_t>(s) * info_.n_embd : (last ? hidden : nullptr);
+    ubatch(tokens + s, m, pos0 + s, kv, hdst, dst, all_logits);
   }
 }
 
 void GgufModel::ubatch(const int32_t* tokens, uint32_t m, uint32_t pos, std::vector<std::unique_ptr<LayerKv>>& kv,
-                       float* logits, bool all_logits) {
+                       float* hidden, float* logits, bool all_logits) {
   const uint32_t E = info_.n_embd, H = info_.n_head, Hkv = info_.n_head_kv, D = info_.head_dim, F = info_.n_ff;
   const int nt = threads();
   std::vector<float> x(size_t(m) * E), h(size_t(m) * E), a(size_t(m) * E);
@@ -445,10 +447,15 @@ void GgufModel::ubatch(const int32_t* tokens, uint32_t m, uint32_t pos, std::vec
   if (!logits) return;
   const uint32_t first = all_logits ? 0 : m - 1, rows = m - first;
   rms_norm(x.data() + size_t(first) * E, h.data(), rows, E, out_norm_);
-  const uint32_t V = info_.n_vocab;
+  if (hidden) std::copy(h.begin(), h.begin() + static_cast<std::ptrdiff_t>(size_t(rows) * E), hidden);
+  project(h.data(), rows, logits);
+}
+
+void GgufModel::project(const float* hidden, uint32_t rows, float* logits) const {
+  const uint32_t V = info_.n_vocab, E = info_.n_embd;
   if (output_q8_)
-    matmul_q8_0(output_q8_, V, E, h.data(), rows, logits, V, opt_.n_threads);
-  else matmul_f16(output_.w.data(), V, E, h.data(), rows, logits, V, opt_.n_threads);
+    matmul_q8_0(output_q8_, V, E, hidden, rows, logits, V, opt_.n_threads);
+  else matmul_f16(output_.w.data(), V, E, hidden, rows, logits, V, opt_.n_threads);
   if (softcap_ > 0.0f) {
     const size_t total = size_t(rows) * V;
     for (size_t i = 0; i < total; ++i) logits[i] = softcap_ * std::tanh(logits[i] / softcap_);

@@ -123,6 +123,13 @@ Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput
   t.prompt_tokens = P;
   t.tokens = in.prompt;
   t.settings = s;
+  t.encoding = in.encoding;
+  const bool hidden_enc = in.encoding == RefEncoding::hidden;
+  const uint32_t E = info.n_embd;
+  if (hidden_enc) {
+    if (E == 0) throw std::invalid_argument("the model reports no hidden size (n_embd 0)");
+    t.n_embd = E;
+  }
 
   std::vector<std::unique_ptr<LayerKv>> kv = make_cache(m, reference, n_ctx, s.ubatch);
   if (capture) {
@@ -147,18 +154,23 @@ Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput
                                               static_cast<size_t>(capture->kv_heads) * capture->head_dim);
   }
 
-  std::vector<float> logits(V);
+  std::vector<float> logits(V), hidden(hidden_enc ? E : 0);
+  float* hid = hidden_enc ? hidden.data() : nullptr;
   SplitMix64 rng(s.seed);
-  m.eval(in.prompt.data(), P, 0, s.ubatch, kv, logits.data(), false);
+  m.eval_hidden(in.prompt.data(), P, 0, s.ubatch, kv, hid, logits.data(), false);
   for (uint32_t j = 0; j < s.generate; ++j) {
-    RefDist d = encode_reference(logits.data(), V, s.self_kl_target);
-    t.self_kl_max = std::max(t.self_kl_max, self_kl(logits.data(), V, d));
+    if (hidden_enc) {
+      t.hid.push_back(encode_hidden(hid, E, logits.data(), V));
+    } else {
+      RefDist d = encode_reference(logits.data(), V, s.self_kl_target);
+      t.self_kl_max = std::max(t.self_kl_max, self_kl(logits.data(), V, d));
+      t.ref.push_back(std::move(d));
+    }
     const int32_t tok = pick_token(logits.data(), V, s, rng);
-    t.ref.push_back(std::move(d));
     t.tokens.push_back(tok);
     if (progress) progress(j + 1, s.generate);
     if (j + 1 == s.generate || (in.is_eog && in.is_eog(tok))) break;
-    m.eval(&t.tokens.back(), 1, P + j, s.ubatch, kv, logits.data(), false);
+    m.eval_hidden(&t.tokens.back(), 1, P + j, s.ubatch, kv, hid, logits.data(), false);
   }
   if (capture) {
     // Every position the model stored: the prompt and all generated tokens but the last.
@@ -169,21 +181,57 @@ Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput
   return t;
 }
 
+ReferenceRows::ReferenceRows(const Model& m, const Trajectory& t, size_t keep_bytes) : m_(m), t_(t) {
+  if (t.encoding != RefEncoding::hidden) return;
+  const uint32_t V = t.n_vocab, G = t.generated();
+  if (m.info().n_vocab != V || m.info().n_embd != t.n_embd)
+    throw std::invalid_argument("the model's vocabulary or hidden size (" + std::to_string(m.info().n_vocab) + ", " +
+                                std::to_string(m.info().n_embd) + ") differs from the trajectory's (" +
+                                std::to_string(V) + ", " + std::to_string(t.n_embd) + ")");
+  kept_ = static_cast<uint64_t>(G) * V * sizeof(float) <= keep_bytes;
+  rows_.resize(static_cast<size_t>(kept_ ? G : 1) * V);
+  for (uint32_t j = 0; j < G; ++j) {
+    float* r = rows_.data() + (kept_ ? static_cast<size_t>(j) * V : 0);
+    m.project(t.hid[j].hidden.data(), 1, r);
+    const std::string why = hidden_mismatch(t.hid[j], r, V);
+    if (!why.empty())
+      throw std::invalid_argument("reference position " + std::to_string(j) + ": this build's output projection does "
+                                  "not reproduce the recorded logits (" + why + "); it differs from the recording's "
+                                  "engine build or instruction set");
+  }
+}
+
+const float* ReferenceRows::row(uint32_t j) {
+  const uint32_t V = t_.n_vocab;
+  if (t_.encoding != RefEncoding::hidden || j >= t_.generated()) throw std::logic_error("ReferenceRows::row: no such row");
+  if (kept_) return rows_.data() + static_cast<size_t>(j) * V;
+  m_.project(t_.hid[j].hidden.data(), 1, rows_.data());
+  if (logits_hash(rows_.data(), V) != t_.hid[j].logits_hash)
+    throw std::logic_error("ReferenceRows::row: the output projection is not deterministic");
+  return rows_.data();
+}
+
 std::vector<ScoreRow> score_trajectory(Model& m, const KvArm& arm, const Trajectory& t, uint32_t n_ubatch,
-                                       const ProgressFn& progress) {
+                                       const ProgressFn& progress, ReferenceRows* ref) {
   const uint32_t V = m.info().n_vocab;
   if (V != t.n_vocab)
     throw std::invalid_argument("the model's vocabulary (" + std::to_string(V) + ") differs from the trajectory's (" +
                                 std::to_string(t.n_vocab) + ")");
   const uint32_t P = t.prompt_tokens, G = t.generated();
+  std::unique_ptr<ReferenceRows> own;
+  if (t.encoding == RefEncoding::hidden && !ref) {
+    own = std::make_unique<ReferenceRows>(m, t);
+    ref = own.get();
+  }
   std::vector<std::unique_ptr<LayerKv>> kv = make_cache(m, arm, P + G, n_ubatch);
   std::vector<float> logits(V);
   std::vector<ScoreRow> rows(G);
   m.eval(t.tokens.data(), P, 0, n_ubatch, kv, logits.data(), false);
   for (uint32_t j = 0; j < G; ++j) {
     ScoreRow& r = rows[j];
-    r.kl = kl_to_reference(t.ref[j], logits.data(), V);
-    r.same_top = argmax(logits.data(), V) == t.ref[j].top();
+    r.kl = t.encoding == RefEncoding::sparse ? kl_to_reference(t.ref[j], logits.data(), V)
+                                             : kl_full(ref->row(j), logits.data(), V);
+    r.same_top = argmax(logits.data(), V) == t.top_token(j);
     const LayerBits b = cache_bits(m, kv);
     r.bits_occupied = b.occupied;
     r.bits_allocated = b.allocated;

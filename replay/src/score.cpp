@@ -52,6 +52,18 @@ double kl_to_reference(const RefDist& p, const float* q, uint32_t n) {
   return kl;
 }
 
+double kl_full(const float* p, const float* q, uint32_t n) {
+  const double lz_p = log_sum_exp(p, n), lz_q = log_sum_exp(q, n);
+  double kl = 0.0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const double lp = static_cast<double>(p[i]) - lz_p, lq = static_cast<double>(q[i]) - lz_q;
+    const double pi = std::exp(lp);
+    // p_i underflowed to 0: the term p d + q - p is q's mass there (and 0 * expm1(huge) is NaN).
+    kl += pi > 0.0 ? term(pi, lp - lq) : std::exp(lq);
+  }
+  return kl;
+}
+
 double quantile(std::vector<double> v, double q) {
   if (v.empty()) return nan();
   std::sort(v.begin(), v.end());

@@ -18,7 +18,10 @@ namespace replay {
 namespace {
 
 constexpr const char* kMagic = "sjkv-trajectory";
-constexpr uint32_t kVersion = 1;
+// 1: sparse only, no `encoding` attribute; 2: `encoding` sparse or hidden.
+constexpr uint32_t kVersion = 2;
+constexpr uint32_t kMaxEmbd = 65536;
+constexpr uint32_t kMaxTopN = 1024;
 constexpr uint32_t kMaxVocab = 1u << 24;
 // Caps on the counts a file may claim, so that a small crafted file cannot size huge arrays.
 constexpr uint32_t kMaxPositions = 1u << 24;
@@ -70,6 +73,31 @@ std::string ref_defect(const RefDist& d, uint32_t n_vocab) {
   return {};
 }
 
+// Why a hidden-encoded position is unusable, or "".
+std::string hidden_defect(const HiddenRef& h, uint32_t n_embd, uint32_t n_vocab) {
+  if (h.hidden.size() != n_embd) return "hidden state has " + std::to_string(h.hidden.size()) + " values, not n_embd";
+  for (size_t i = 0; i < h.hidden.size(); ++i)
+    if (!std::isfinite(h.hidden[i])) return "hidden state value " + std::to_string(i) + " is not finite";
+  if (!std::isfinite(h.log_z)) return "log_z is not finite";
+  if (h.top_ids.empty()) return "lists no top token";
+  if (h.top_ids.size() != h.top_logprobs.size()) return "top ids and log-probabilities differ in length";
+  if (h.top_ids.size() > std::min(n_vocab, kMaxTopN)) return "lists more top tokens than allowed";
+  double mass = 0.0;
+  for (size_t i = 0; i < h.top_ids.size(); ++i) {
+    if (h.top_ids[i] >= n_vocab)
+      return "top token id " + std::to_string(h.top_ids[i]) + " is out of range [0, " + std::to_string(n_vocab) + ")";
+    for (size_t k = 0; k < i; ++k)
+      if (h.top_ids[k] == h.top_ids[i]) return "top token id " + std::to_string(h.top_ids[i]) + " is listed twice";
+    const float lp = h.top_logprobs[i];
+    if (!std::isfinite(lp) || lp > 0.0f) return "top log-probability " + std::to_string(i) + " is not finite and <= 0";
+    if (i && lp > h.top_logprobs[i - 1]) return "top log-probabilities are not in descending order";
+    mass += std::exp(static_cast<double>(lp));
+  }
+  // Each float32 log-probability is within half an ulp of the exact one.
+  if (mass > 1.0 + 1e-5) return "top probabilities sum to " + std::to_string(mass) + ", more than 1";
+  return {};
+}
+
 std::string settings_defect(const TrajectorySettings& s) {
   if (!(std::isfinite(s.temperature) && s.temperature > 0.0)) return "temperature must be finite and > 0";
   if (!(std::isfinite(s.top_p) && s.top_p > 0.0 && s.top_p <= 1.0)) return "top_p must be in (0, 1]";
@@ -97,17 +125,27 @@ double float_attr(const h5::Reader& r, hid_t obj, const char* name) {
 // An unsigned integer dataset of exactly `bytes` per element, read as stored.
 template <class T>
 std::vector<T> read_uint(const h5::Reader& r, hid_t parent, const std::string& name, const std::string& display,
-                         uint64_t n, const char* shape) {
-  h5::Hid d = r.dataset(parent, name, display, h5::Elem::integer, {n}, shape);
+                         const std::vector<uint64_t>& dims, const char* shape) {
+  h5::Hid d = r.dataset(parent, name, display, h5::Elem::integer, dims, shape);
   h5::Hid t(H5Dget_type(d.get()));
   if (H5Tget_size(t.get()) != sizeof(T) || H5Tget_sign(t.get()) != H5T_SGN_NONE)
     r.fail("dataset " + display + ": element type is not uint" + std::to_string(8 * sizeof(T)));
+  uint64_t n = 1;
+  for (uint64_t x : dims) n *= x;  // the reader checked the byte size for overflow
   std::vector<T> out(n);
   if (n) r.read(d.get(), sizeof(T) == 4 ? H5T_NATIVE_UINT32 : H5T_NATIVE_UINT64, out.data(), display);
   return out;
 }
 
 }  // namespace
+
+const char* encoding_name(RefEncoding e) { return e == RefEncoding::sparse ? "sparse" : "hidden"; }
+
+RefEncoding parse_encoding(const std::string& name) {
+  if (name == "sparse") return RefEncoding::sparse;
+  if (name == "hidden") return RefEncoding::hidden;
+  throw std::invalid_argument("unknown reference encoding '" + name + "' (sparse, hidden)");
+}
 
 int32_t RefDist::top() const {
   size_t best = 0;
@@ -126,9 +164,11 @@ void Trajectory::check_consistent() const {
   }
   if (n_vocab == 0 || n_vocab > kMaxVocab) bad("n_vocab " + std::to_string(n_vocab) + " is out of range [1, 2^24]");
   if (prompt_tokens == 0) bad("the prompt is empty");
-  if (ref.empty()) bad("no generated position");
-  if (prompt_tokens > kMaxPositions || ref.size() > kMaxPositions) bad("more than 2^24 prompt or generated positions");
-  if (tokens.size() != static_cast<uint64_t>(prompt_tokens) + ref.size())
+  const size_t G = encoding == RefEncoding::sparse ? ref.size() : hid.size();
+  if (encoding == RefEncoding::sparse ? !hid.empty() : !ref.empty()) bad("holds positions of both encodings");
+  if (G == 0) bad("no generated position");
+  if (prompt_tokens > kMaxPositions || G > kMaxPositions) bad("more than 2^24 prompt or generated positions");
+  if (tokens.size() != static_cast<uint64_t>(prompt_tokens) + G)
     bad("token count " + std::to_string(tokens.size()) + " is not prompt_tokens + generated");
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0 || static_cast<uint32_t>(tokens[i]) >= n_vocab)
@@ -136,10 +176,14 @@ void Trajectory::check_consistent() const {
   std::string d = settings_defect(settings);
   if (!d.empty()) bad(d);
   if (!(std::isfinite(self_kl_max) && self_kl_max >= 0.0)) bad("self_kl_max must be finite and >= 0");
-  for (size_t j = 0; j < ref.size(); ++j) {
-    d = ref_defect(ref[j], n_vocab);
+  if (encoding == RefEncoding::hidden && (n_embd == 0 || n_embd > kMaxEmbd))
+    bad("n_embd " + std::to_string(n_embd) + " is out of range [1, 65536]");
+  for (size_t j = 0; j < G; ++j) {
+    d = encoding == RefEncoding::sparse ? ref_defect(ref[j], n_vocab) : hidden_defect(hid[j], n_embd, n_vocab);
     if (!d.empty()) bad("reference position " + std::to_string(j) + ": " + d);
-    if (!settings.sample && ref[j].top() != tokens[prompt_tokens + j])
+    if (encoding == RefEncoding::hidden && hid[j].top_ids.size() != hid[0].top_ids.size())
+      bad("reference position " + std::to_string(j) + ": lists another number of top tokens than position 0");
+    if (!settings.sample && top_token(static_cast<uint32_t>(j)) != tokens[prompt_tokens + j])
       bad("generated token " + std::to_string(j) + " is not the reference's top token (greedy)");
   }
 }
@@ -165,6 +209,48 @@ double rest_mass(const float* row, uint32_t n, double log_z, const std::vector<u
     s += std::exp(static_cast<double>(row[i]) - log_z);
   }
   return s;
+}
+
+uint64_t logits_hash(const float* row, uint32_t n) {
+  uint64_t h = 14695981039346656037ull;
+  for (uint32_t i = 0; i < n; ++i) {
+    h ^= f32_bits(row[i]);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+HiddenRef encode_hidden(const float* hidden, uint32_t n_embd, const float* row, uint32_t n, uint32_t top_n) {
+  if (n == 0) throw std::invalid_argument("reference row is empty");
+  for (uint32_t i = 0; i < n_embd; ++i)
+    if (!std::isfinite(hidden[i])) throw std::invalid_argument("hidden state value " + std::to_string(i) + " is not finite");
+  for (uint32_t i = 0; i < n; ++i)
+    if (!std::isfinite(row[i])) throw std::invalid_argument("logit " + std::to_string(i) + " is not finite");
+  HiddenRef h;
+  h.hidden.assign(hidden, hidden + n_embd);
+  h.log_z = log_sum_exp(row, n);
+  h.logits_hash = logits_hash(row, n);
+  const uint32_t k = std::min(n, top_n);
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [row](uint32_t a, uint32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+  h.top_ids.assign(order.begin(), order.begin() + k);
+  for (uint32_t id : h.top_ids) h.top_logprobs.push_back(static_cast<float>(static_cast<double>(row[id]) - h.log_z));
+  return h;
+}
+
+std::string hidden_mismatch(const HiddenRef& h, const float* row, uint32_t n) {
+  if (logits_hash(row, n) != h.logits_hash) return "the logits row differs (hash)";
+  if (h.top_ids.empty() || h.top_ids.size() > n) return "the recorded top tokens do not fit the vocabulary";
+  const HiddenRef again = encode_hidden(h.hidden.data(), static_cast<uint32_t>(h.hidden.size()), row, n,
+                                        static_cast<uint32_t>(h.top_ids.size()));
+  if (f64_bits(again.log_z) != f64_bits(h.log_z)) return "log_z differs";
+  if (again.top_ids != h.top_ids) return "the top tokens differ";
+  for (size_t i = 0; i < h.top_ids.size(); ++i)
+    if (f32_bits(again.top_logprobs[i]) != f32_bits(h.top_logprobs[i]))
+      return "the log-probability of top token " + std::to_string(h.top_ids[i]) + " differs";
+  return {};
 }
 
 double self_kl(const float* row, uint32_t n, const RefDist& d) {
@@ -270,28 +356,55 @@ void write_trajectory(const std::string& path, const Trajectory& t, int zstd_lev
     w.dataset(root, "token_ids", "token_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, 4, {t.tokens.size()}, t.tokens.data(),
               zstd_level);
 
-    const uint64_t G = t.ref.size();
-    std::vector<uint32_t> kept(G), ids, logits;
-    std::vector<uint64_t> log_z(G), rest(G);
-    for (size_t j = 0; j < G; ++j) {
-      const RefDist& d = t.ref[j];
-      kept[j] = static_cast<uint32_t>(d.ids.size());
-      log_z[j] = f64_bits(d.log_z);
-      rest[j] = f64_bits(d.rest_mass);
-      for (size_t i = 0; i < d.ids.size(); ++i) {
-        ids.push_back(i ? d.ids[i] - d.ids[i - 1] - 1 : d.ids[0]);  // gaps: small numbers zstd packs well
-        logits.push_back(f32_bits(d.logits[i]));
-      }
-    }
+    w.attr_string(root, "encoding", encoding_name(t.encoding));
+    const uint64_t G = t.generated();
     h5::Hid g = w.create_group(root, "reference");
-    const uint64_t K = ids.size();
-    w.dataset(g.get(), "kept", "reference/kept", H5T_STD_U32LE, H5T_NATIVE_UINT32, 4, {G}, kept.data(), zstd_level);
+    std::vector<uint64_t> log_z(G);
+    if (t.encoding == RefEncoding::sparse) {
+      std::vector<uint32_t> kept(G), ids, logits;
+      std::vector<uint64_t> rest(G);
+      for (size_t j = 0; j < G; ++j) {
+        const RefDist& d = t.ref[j];
+        kept[j] = static_cast<uint32_t>(d.ids.size());
+        log_z[j] = f64_bits(d.log_z);
+        rest[j] = f64_bits(d.rest_mass);
+        for (size_t i = 0; i < d.ids.size(); ++i) {
+          ids.push_back(i ? d.ids[i] - d.ids[i - 1] - 1 : d.ids[0]);  // gaps: small numbers zstd packs well
+          logits.push_back(f32_bits(d.logits[i]));
+        }
+      }
+      const uint64_t K = ids.size();
+      w.dataset(g.get(), "kept", "reference/kept", H5T_STD_U32LE, H5T_NATIVE_UINT32, 4, {G}, kept.data(), zstd_level);
+      w.dataset(g.get(), "rest_mass", "reference/rest_mass", H5T_STD_U64LE, H5T_NATIVE_UINT64, 8, {G}, rest.data(),
+                zstd_level);
+      w.dataset(g.get(), "ids", "reference/ids", H5T_STD_U32LE, H5T_NATIVE_UINT32, 4, {K}, ids.data(), zstd_level);
+      w.dataset(g.get(), "logits", "reference/logits", H5T_STD_U32LE, H5T_NATIVE_UINT32, 4, {K}, logits.data(),
+                zstd_level);
+    } else {
+      const uint64_t E = t.n_embd, N = t.hid[0].top_ids.size();
+      w.attr_u32(root, "n_embd", t.n_embd);
+      w.attr_u32(root, "top_n", static_cast<uint32_t>(N));
+      std::vector<uint32_t> hidden, top_ids, top_lp;
+      std::vector<uint64_t> hash(G);
+      hidden.reserve(G * E);
+      for (size_t j = 0; j < G; ++j) {
+        const HiddenRef& h = t.hid[j];
+        log_z[j] = f64_bits(h.log_z);
+        hash[j] = h.logits_hash;
+        for (float x : h.hidden) hidden.push_back(f32_bits(x));
+        top_ids.insert(top_ids.end(), h.top_ids.begin(), h.top_ids.end());
+        for (float x : h.top_logprobs) top_lp.push_back(f32_bits(x));
+      }
+      w.dataset(g.get(), "hidden", "reference/hidden", H5T_STD_U32LE, H5T_NATIVE_UINT32, 4, {G, E}, hidden.data(),
+                zstd_level);
+      w.dataset(g.get(), "logits_hash", "reference/logits_hash", H5T_STD_U64LE, H5T_NATIVE_UINT64, 8, {G}, hash.data(),
+                zstd_level);
+      w.dataset(g.get(), "top_ids", "reference/top_ids", H5T_STD_U32LE, H5T_NATIVE_UINT32, 4, {G, N}, top_ids.data(),
+                zstd_level);
+      w.dataset(g.get(), "top_logprobs", "reference/top_logprobs", H5T_STD_U32LE, H5T_NATIVE_UINT32, 4, {G, N},
+                top_lp.data(), zstd_level);
+    }
     w.dataset(g.get(), "log_z", "reference/log_z", H5T_STD_U64LE, H5T_NATIVE_UINT64, 8, {G}, log_z.data(), zstd_level);
-    w.dataset(g.get(), "rest_mass", "reference/rest_mass", H5T_STD_U64LE, H5T_NATIVE_UINT64, 8, {G}, rest.data(),
-              zstd_level);
-    w.dataset(g.get(), "ids", "reference/ids", H5T_STD_U32LE, H5T_NATIVE_UINT32, 4, {K}, ids.data(), zstd_level);
-    w.dataset(g.get(), "logits", "reference/logits", H5T_STD_U32LE, H5T_NATIVE_UINT32, 4, {K}, logits.data(),
-              zstd_level);
     w.check_status(g.close(), "group reference");
     w.check_status(f.close(), "HDF5 file");
   }
@@ -313,6 +426,7 @@ Trajectory read_trajectory(const std::string& path) {
   const std::string magic = r.string_attr(root, "sjkv_format", "sjkv_format");
   if (magic != kMagic) r.fail("sjkv_format is '" + magic + "', expected '" + kMagic + "'");
   r.check_version(root, "version", kVersion);
+  const uint32_t version = r.u32_attr(root, "version");
 
   Trajectory t;
   t.model_file = r.string_attr(root, "model_file", "model_file");
@@ -344,20 +458,56 @@ Trajectory read_trajectory(const std::string& path) {
       r.fail("token_ids[" + std::to_string(i) + "] = " + std::to_string(t.tokens[i]) + " is out of the vocabulary (n_vocab " +
              std::to_string(t.n_vocab) + ")");
 
+  t.encoding = RefEncoding::sparse;
+  if (version >= 2) {
+    const std::string enc = r.string_attr(root, "encoding", "encoding");
+    if (enc == "hidden") t.encoding = RefEncoding::hidden;
+    else if (enc != "sparse") r.fail("encoding is '" + enc + "', expected 'sparse' or 'hidden'");
+  }
   h5::Hid g = r.member(root, "reference", "reference", H5I_GROUP);
-  const std::vector<uint32_t> kept = read_uint<uint32_t>(r, g.get(), "kept", "reference/kept", G, "[generated]");
+  const std::vector<uint64_t> log_z = read_uint<uint64_t>(r, g.get(), "log_z", "reference/log_z", {G}, "[generated]");
+  if (t.encoding == RefEncoding::hidden) {
+    t.n_embd = r.u32_attr(root, "n_embd", 1, kMaxEmbd);
+    const uint32_t N = r.u32_attr(root, "top_n", 1, std::min(t.n_vocab, kMaxTopN));
+    const uint64_t E = t.n_embd;
+    const std::vector<uint32_t> hidden =
+        read_uint<uint32_t>(r, g.get(), "hidden", "reference/hidden", {G, E}, "[generated, n_embd]");
+    const std::vector<uint64_t> hash =
+        read_uint<uint64_t>(r, g.get(), "logits_hash", "reference/logits_hash", {G}, "[generated]");
+    const std::vector<uint32_t> top_ids =
+        read_uint<uint32_t>(r, g.get(), "top_ids", "reference/top_ids", {G, N}, "[generated, top_n]");
+    const std::vector<uint32_t> top_lp =
+        read_uint<uint32_t>(r, g.get(), "top_logprobs", "reference/top_logprobs", {G, N}, "[generated, top_n]");
+    t.hid.resize(G);
+    for (uint32_t j = 0; j < G; ++j) {
+      HiddenRef& h = t.hid[j];
+      h.hidden.resize(E);
+      for (uint64_t i = 0; i < E; ++i) h.hidden[i] = bits_f32(hidden[j * E + i]);
+      h.log_z = bits_f64(log_z[j]);
+      h.logits_hash = hash[j];
+      h.top_ids.assign(top_ids.begin() + static_cast<std::ptrdiff_t>(j * N),
+                       top_ids.begin() + static_cast<std::ptrdiff_t>((j + 1) * N));
+      for (uint32_t i = 0; i < N; ++i) h.top_logprobs.push_back(bits_f32(top_lp[static_cast<size_t>(j) * N + i]));
+      defect = hidden_defect(h, t.n_embd, t.n_vocab);
+      if (!defect.empty()) r.fail("reference position " + std::to_string(j) + ": " + defect);
+      if (!s.sample && t.top_token(j) != t.tokens[t.prompt_tokens + j])
+        r.fail("generated token " + std::to_string(j) + " is not the reference's top token although greedy");
+    }
+    return t;
+  }
+
+  const std::vector<uint32_t> kept = read_uint<uint32_t>(r, g.get(), "kept", "reference/kept", {G}, "[generated]");
   uint64_t K = 0;
   for (uint32_t j = 0; j < G; ++j) {
     if (kept[j] == 0 || kept[j] > t.n_vocab)
       r.fail("reference/kept[" + std::to_string(j) + "] = " + std::to_string(kept[j]) + " is out of range [1, n_vocab]");
     K += kept[j];  // <= 2^32 * 2^24: no overflow
   }
-  const std::vector<uint64_t> log_z = read_uint<uint64_t>(r, g.get(), "log_z", "reference/log_z", G, "[generated]");
   const std::vector<uint64_t> rest =
-      read_uint<uint64_t>(r, g.get(), "rest_mass", "reference/rest_mass", G, "[generated]");
-  const std::vector<uint32_t> ids = read_uint<uint32_t>(r, g.get(), "ids", "reference/ids", K, "[sum of kept]");
+      read_uint<uint64_t>(r, g.get(), "rest_mass", "reference/rest_mass", {G}, "[generated]");
+  const std::vector<uint32_t> ids = read_uint<uint32_t>(r, g.get(), "ids", "reference/ids", {K}, "[sum of kept]");
   const std::vector<uint32_t> logits =
-      read_uint<uint32_t>(r, g.get(), "logits", "reference/logits", K, "[sum of kept]");
+      read_uint<uint32_t>(r, g.get(), "logits", "reference/logits", {K}, "[sum of kept]");
 
   t.ref.resize(G);
   uint64_t at = 0;

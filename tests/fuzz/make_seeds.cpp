@@ -1,6 +1,7 @@
 // sjkv_fuzz_seeds CORPUS_DIR [REJECT_DIR]: writes the seed inputs of the fuzz targets into
-// CORPUS_DIR/<reader>/ (capture, snapshot, kvd, llama_state, gguf): small valid files made by
-// the project's own writers (write_capture, encode_capture + write_snapshot) or, for the
+// CORPUS_DIR/<reader>/ (capture, snapshot, kvd, llama_state, gguf, trajectory): small valid
+// files made by the project's own writers (write_capture, encode_capture + write_snapshot,
+// write_trajectory) or, for the
 // formats sjkv only reads, by the documented byte layouts (the same layouts the writers in
 // tests/test_importers.cpp and tests/test_gguf.cpp use), plus a few invalid ones. With
 // REJECT_DIR (tests/reject) it also copies some of the must-reject HDF5 files. The output is
@@ -21,6 +22,7 @@
 #include "sjkv/io/capture_file.h"
 #include "sjkv/io/encode.h"
 #include "sjkv/io/snapshot_file.h"
+#include "sjkv/replay/trajectory.h"
 #include "sjkv/staging.h"
 
 using namespace sjkv;
@@ -441,6 +443,51 @@ void gguf_seeds() {
 
 }  // namespace
 
+// ---- trajectory: the project's writer ------------------------------------------------------
+
+// A small trajectory of G positions over V tokens: logits rows from a fixed formula, greedy
+// unless `sample`; hidden encoding with E values per position, or sparse.
+replay::Trajectory make_trajectory(uint32_t V, uint32_t G, bool hidden, uint32_t E, bool sample) {
+  replay::Trajectory t;
+  t.model_file = "seed.gguf";
+  t.model_sha256 = std::string(64, 'c');
+  t.architecture = "llama";
+  t.n_vocab = V;
+  t.prompt_tokens = 3;
+  t.tokens = {1, 2, static_cast<int32_t>(V - 1)};
+  t.settings.generate = G + 1;
+  t.settings.sample = sample;
+  t.settings.seed = 9;
+  t.encoding = hidden ? replay::RefEncoding::hidden : replay::RefEncoding::sparse;
+  t.n_embd = hidden ? E : 0;
+  for (uint32_t j = 0; j < G; ++j) {
+    std::vector<float> row(V), h(E);
+    for (uint32_t i = 0; i < V; ++i)
+      row[i] = 6.0f * std::sin(0.7f * static_cast<float>(i * (j + 1)) + 0.3f) - 0.01f * static_cast<float>(i % 50);
+    for (uint32_t i = 0; i < E; ++i) h[i] = std::cos(0.5f * static_cast<float>(i + 3 * j));
+    if (hidden) {
+      t.hid.push_back(replay::encode_hidden(h.data(), E, row.data(), V));
+    } else {
+      t.ref.push_back(replay::encode_reference(row.data(), V, t.settings.self_kl_target));
+      t.self_kl_max = std::max(t.self_kl_max, replay::self_kl(row.data(), V, t.ref.back()));
+    }
+    const int32_t top = hidden ? static_cast<int32_t>(t.hid.back().top_ids[0]) : t.ref.back().top();
+    t.tokens.push_back(sample ? static_cast<int32_t>((j * 37) % V) : top);
+  }
+  return t;
+}
+
+void trajectory_seeds() {
+  const std::string d = dir_of("trajectory");
+  replay::write_trajectory(d + "/valid-hidden-v300-e16-g4.h5", make_trajectory(300, 4, true, 16, false));
+  replay::write_trajectory(d + "/valid-hidden-v20-sampled.h5", make_trajectory(20, 3, true, 8, true), 1);
+  replay::write_trajectory(d + "/valid-sparse-v300-g3.h5", make_trajectory(300, 3, false, 0, false));
+  replay::write_trajectory(d + "/valid-sparse-v4-sampled.h5", make_trajectory(4, 2, false, 0, true));
+  const Bytes v = read_bytes(d + "/valid-hidden-v300-e16-g4.h5");
+  write_bytes("trajectory", "invalid-truncated-half.h5", truncated(v, v.size() / 2));
+  write_capture(d + "/invalid-a-capture.h5", make_capture(32, 1, 3, {0}, true, false));
+}
+
 int main(int argc, char** argv) {
   if (argc < 2 || argc > 3) {
     std::fprintf(stderr, "usage: sjkv_fuzz_seeds CORPUS_DIR [REJECT_DIR]\n");
@@ -454,6 +501,7 @@ int main(int argc, char** argv) {
     kvd_seeds();
     llama_seeds();
     gguf_seeds();
+    trajectory_seeds();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "sjkv_fuzz_seeds: %s\n", e.what());
     return 1;

@@ -19,6 +19,11 @@ grep -q '"baseline": "f32"' "$dir/res/results.json"
 test "$(grep -c ',f32,0,1,' "$dir/res/positions.csv")" -eq 20
 grep -q '^f16 ' "$dir/score.txt"
 
+# the sparse encoding scores like the hidden one: the same arm exactly 0, f16 close
+"$tool" record --prompt-file "$dir/prompt.txt" --generate 20 --ubatch 8 --reference-encoding sparse -o "$dir/sp.h5" -q
+"$tool" score "$dir/sp.h5" --arms f16,f32 --baseline f32 --out "$dir/res-sp" -q > /dev/null
+test "$(grep -c ',f32,0,1,' "$dir/res-sp/positions.csv")" -eq 20
+
 # run, with 1 and 2 threads: the same numbers
 "$tool" run --prompt-file "$dir/prompt.txt" --generate 16 --sample --seed 3 --temperature 0.9 --top-k 40 \
   --arms f32,f16 --out "$dir/run1" --threads 1 -q > /dev/null
@@ -38,11 +43,17 @@ head -c 2000 "$dir/t.h5" > "$dir/trunc.h5"
 "$tool" score "$dir/trunc.h5" --arms f16 --out "$dir/x" -q 2> "$dir/e3"; c=$?
 "$tool" record --generate 4 -o "$dir/y.h5" --prompt-file "$dir/missing.txt" -q 2> "$dir/e4"; d=$?
 "$tool" --bogus 2> /dev/null; e=$?
+SJKV_FAKE_OTHER_BUILD=1 "$tool" score "$dir/t.h5" --arms f16 --out "$dir/x" -q 2> "$dir/e5"; f=$?
+SJKV_FAKE_OTHER_BUILD=1 "$tool" score "$dir/sp.h5" --arms f16 --out "$dir/x-sp" -q > /dev/null; g=$?
+"$tool" record --generate 4 -o "$dir/y.h5" --reference-encoding dense -q < "$dir/prompt.txt" 2> /dev/null; h=$?
 set -e
 test $a -eq 1; grep -q "unknown arm" "$dir/e1"
 test $b -eq 2; grep -q "recorded with model model.bin" "$dir/e2"; grep -q "other.bin" "$dir/e2"
 test $c -eq 2; grep -q "trunc.h5" "$dir/e3"
 test $d -eq 2; grep -q "missing.txt" "$dir/e4"
 test $e -eq 1
+test $f -eq 2; grep -q "t.h5.*output projection does not reproduce" "$dir/e5"; test "$(wc -l < "$dir/e5")" -eq 1
+test $g -eq 0
+test $h -eq 1
 test ! -e "$dir/y.h5"
 echo OK

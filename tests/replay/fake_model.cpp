@@ -1,6 +1,8 @@
 // Test-only stand-ins for the model loader, tokenizer and arm parser, linked into
 // sjkv-replay-fake (never into the library) so that the command line can be tested end to
 // end without a GGUF model. A "model file" is any file starting with "tiny-model".
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -13,12 +15,29 @@
 namespace sjkv {
 namespace replay {
 
+namespace {
+// SJKV_FAKE_OTHER_BUILD=1: the same model file under an engine build whose output step rounds
+// one logit differently, for the test of score's check of hidden-encoded references.
+class OtherBuildModel : public sjkv_test::TinyModel {
+ public:
+  using TinyModel::TinyModel;
+  void project(const float* hidden, uint32_t rows, float* logits) const override {
+    TinyModel::project(hidden, rows, logits);
+    for (uint32_t i = 0; i < rows; ++i) {
+      float& x = logits[static_cast<size_t>(i) * info().n_vocab + 7];
+      x = std::nextafter(x, -INFINITY);
+    }
+  }
+};
+}  // namespace
+
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions&) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw FileError(path, "cannot open");
   std::string head(10, '\0');
   f.read(head.data(), 10);
   if (head != "tiny-model") throw FileError(path, "not a tiny test model");
+  if (const char* e = std::getenv("SJKV_FAKE_OTHER_BUILD"); e && e[0] == '1') return std::make_unique<OtherBuildModel>(4096);
   return std::make_unique<sjkv_test::TinyModel>(4096);
 }
 

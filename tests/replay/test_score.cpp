@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -85,6 +86,25 @@ TEST(Kl, ExactlyZeroOnlyForTheIdenticalRow) {
   const double tiny = kl_to_reference(d, one_off.data(), kGemmaVocab);
   EXPECT_GE(tiny, 0.0);
   EXPECT_LT(tiny, 1e-12);
+}
+
+TEST(Kl, FullRowsNonNegativeExactZeroAndEqualToTheLongDoubleKl) {
+  std::mt19937_64 g(9);
+  std::normal_distribution<double> z(0.0, 1.0);
+  for (const auto& shape : sjkv_test::row_shapes()) {
+    const auto row = sjkv_test::lm_logits(kGemmaVocab, shape, 13);
+    EXPECT_EQ(kl_full(row.data(), row.data(), kGemmaVocab), 0.0);
+    for (double sigma : {1e-6, 1e-3, 0.3}) {
+      std::vector<float> q(row);
+      for (float& x : q) x = static_cast<float>(x + sigma * z(g));
+      const double kl = kl_full(row.data(), q.data(), kGemmaVocab), full = sjkv_test::full_kl(row, q);
+      EXPECT_GE(kl, 0.0);
+      EXPECT_NEAR(kl, full, 1e-12 + 1e-6 * full) << sigma;
+    }
+  }
+  // p underflows to 0 where q does not: the term is q's mass there, not NaN.
+  const float p[] = {0.0f, -2000.0f}, q[] = {0.0f, 0.0f};
+  EXPECT_NEAR(kl_full(p, q, 2), std::log(2.0) - 0.5 + 0.5, 1e-12);
 }
 
 TEST(Kl, ArgmaxTakesTheLowestIdOnTies) {
@@ -189,8 +209,11 @@ TEST(Bootstrap, ZeroBaselineGivesNoRatio) {
 TEST(Replay, SameArmReplayIsExactlyZeroAndOthersAreNot) {
   TinyModel m(4096);
   const PlainArm f32(false), f16(true);
+  for (RefEncoding enc : {RefEncoding::hidden, RefEncoding::sparse})
   for (const KvArm* ref : {static_cast<const KvArm*>(&f32), static_cast<const KvArm*>(&f16)}) {
+    SCOPED_TRACE(encoding_name(enc));
     RecordInput in = tiny_input(24);
+    in.encoding = enc;
     in.settings.reference = ref->spec();
     const Trajectory t = record_trajectory(m, *ref, in);
     ASSERT_EQ(t.generated(), 24u);
@@ -302,4 +325,96 @@ TEST(Results, FolderHasEveryFile) {
 
   res.baseline = "q4_0";
   EXPECT_THROW(summarize(res), std::invalid_argument);
+}
+
+// ---- the hidden encoding through the tiny model ----------------------------------------------
+
+namespace {
+
+// The same model file under another engine build: the output step rounds one logit
+// differently (as a build without FMA, or another summation order, would).
+class OtherBuild : public TinyModel {
+ public:
+  using TinyModel::TinyModel;
+  void project(const float* hidden, uint32_t rows, float* logits) const override {
+    TinyModel::project(hidden, rows, logits);
+    for (uint32_t i = 0; i < rows; ++i) {
+      float& x = logits[static_cast<size_t>(i) * info().n_vocab + 1000];
+      x = std::nextafter(x, -INFINITY);
+    }
+  }
+};
+
+}  // namespace
+
+TEST(HiddenReplay, EvalHiddenAndProjectAgreeBitForBit) {
+  TinyModel m(4096);
+  const PlainArm f32(false);
+  const RecordInput in = tiny_input(1);
+  auto kv = make_cache(m, f32, 16, 4);
+  std::vector<float> all(in.prompt.size() * 4096), hidden(in.prompt.size() * 64), again(all.size());
+  m.eval_hidden(in.prompt.data(), static_cast<uint32_t>(in.prompt.size()), 0, 4, kv, hidden.data(), all.data(), true);
+  m.project(hidden.data(), static_cast<uint32_t>(in.prompt.size()), again.data());
+  EXPECT_EQ(0, std::memcmp(all.data(), again.data(), 4 * all.size()));
+}
+
+TEST(HiddenReplay, HiddenAndSparseScoreTheSame) {
+  TinyModel m(4096);
+  const PlainArm f32(false), f16(true);
+  RecordInput in = tiny_input(20);
+  in.settings.reference = "f32";
+  const Trajectory th = record_trajectory(m, f32, in);
+  in.encoding = RefEncoding::sparse;
+  const Trajectory ts = record_trajectory(m, f32, in);
+  ASSERT_EQ(th.tokens, ts.tokens);
+  EXPECT_EQ(th.self_kl_max, 0.0);
+  const auto rh = score_trajectory(m, f16, th, 4), rs = score_trajectory(m, f16, ts, 4);
+  ASSERT_EQ(rh.size(), rs.size());
+  for (size_t j = 0; j < rh.size(); ++j) {
+    EXPECT_GT(rh[j].kl, 0.0);
+    // The sparse partition KL is a lower bound of the full KL, short of it by about
+    // rest_mass times the tails' KL.
+    EXPECT_LE(rs[j].kl, rh[j].kl * (1 + 1e-9) + 1e-15) << j;
+    EXPECT_LE(rh[j].kl - rs[j].kl, 1e-3 * rh[j].kl + ts.ref[j].rest_mass + 1e-12) << j;
+    EXPECT_EQ(rh[j].same_top, rs[j].same_top);
+  }
+}
+
+TEST(HiddenReplay, FromFileKeptOrRecomputedRowsGiveTheSameBits) {
+  TinyModel m(4096);
+  const PlainArm f32(false), f16(true);
+  const Trajectory t = record_trajectory(m, f16, tiny_input(12));
+  const std::string path = temp_path("hidden-replay.h5");
+  write_trajectory(path, t);
+  const Trajectory back = read_trajectory(path);
+  std::remove(path.c_str());
+  ReferenceRows kept(m, back), recomputed(m, back, 0);
+  const auto a = score_trajectory(m, f32, back, 4, {}, &kept), b = score_trajectory(m, f32, back, 4, {}, &recomputed);
+  ASSERT_EQ(a.size(), 12u);
+  for (size_t j = 0; j < a.size(); ++j) {
+    EXPECT_EQ(a[j].kl, b[j].kl);
+    EXPECT_GT(a[j].kl, 0.0);
+  }
+  for (const ScoreRow& r : score_trajectory(m, f16, back, 4)) EXPECT_EQ(r.kl, 0.0);  // f16 on f16: exactly 0
+}
+
+TEST(HiddenReplay, AnotherOutputStepIsRefused) {
+  TinyModel m(4096);
+  OtherBuild other(4096);
+  const PlainArm f16(true);
+  const Trajectory t = record_trajectory(m, f16, tiny_input(6));
+  try {
+    ReferenceRows rows(other, t);
+    ADD_FAILURE() << "a differing output projection was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("reference position 0: this build's output projection does not reproduce"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(score_trajectory(other, f16, t, 4), std::invalid_argument);
+  // The sparse encoding needs no projection: the same model under the other build scores it.
+  RecordInput in = tiny_input(6);
+  in.encoding = RefEncoding::sparse;
+  const Trajectory ts = record_trajectory(m, f16, in);
+  for (const ScoreRow& r : score_trajectory(other, f16, ts, 4)) EXPECT_GE(r.kl, 0.0);
 }

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <string>
 
 #include "fake_logits.h"
@@ -47,6 +48,7 @@ Trajectory make_trajectory(uint32_t G, uint64_t seed, std::vector<std::vector<fl
   t.tokens = {2, 100, 7000, 262143, 42};
   t.settings.generate = G;
   t.settings.reference = "f32";
+  t.encoding = RefEncoding::sparse;
   const auto shapes = sjkv_test::row_shapes();
   for (uint32_t j = 0; j < G; ++j) {
     const auto row = sjkv_test::lm_logits(kGemmaVocab, shapes[j % shapes.size()], seed + j);
@@ -82,6 +84,50 @@ void expect_same(const Trajectory& a, const Trajectory& b) {
     EXPECT_EQ(0, std::memcmp(a.ref[j].logits.data(), b.ref[j].logits.data(), 4 * a.ref[j].logits.size()));
     EXPECT_EQ(0, std::memcmp(&a.ref[j].log_z, &b.ref[j].log_z, 8));
     EXPECT_EQ(0, std::memcmp(&a.ref[j].rest_mass, &b.ref[j].rest_mass, 8));
+  }
+}
+
+constexpr uint32_t kEmbd = 640;
+
+// A greedy hidden-encoded trajectory: per position a hidden state and a realistic logits row
+// (unrelated here: the file only records them; test_score checks the recomputation).
+Trajectory make_hidden_trajectory(uint32_t G, uint64_t seed, std::vector<std::vector<float>>* rows = nullptr) {
+  Trajectory t = make_trajectory(1, seed);
+  t.encoding = RefEncoding::hidden;
+  t.ref.clear();
+  t.self_kl_max = 0.0;
+  t.tokens.resize(t.prompt_tokens);
+  t.n_embd = kEmbd;
+  t.settings.generate = G;
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> z(0.0f, 1.0f);
+  const auto shapes = sjkv_test::row_shapes();
+  for (uint32_t j = 0; j < G; ++j) {
+    std::vector<float> hidden(kEmbd);
+    for (float& x : hidden) x = 3.0f * z(g);
+    const auto row = sjkv_test::lm_logits(kGemmaVocab, shapes[j % shapes.size()], seed + 100 + j);
+    t.hid.push_back(encode_hidden(hidden.data(), kEmbd, row.data(), kGemmaVocab));
+    t.tokens.push_back(argmax(row.data(), kGemmaVocab));
+    if (rows) rows->push_back(row);
+  }
+  return t;
+}
+
+void expect_same_hidden(const Trajectory& a, const Trajectory& b) {
+  ASSERT_EQ(b.encoding, RefEncoding::hidden);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.n_embd, b.n_embd);
+  EXPECT_EQ(a.settings.reference, b.settings.reference);
+  ASSERT_EQ(a.hid.size(), b.hid.size());
+  for (size_t j = 0; j < a.hid.size(); ++j) {
+    const HiddenRef &x = a.hid[j], &y = b.hid[j];
+    ASSERT_EQ(x.hidden.size(), y.hidden.size());
+    EXPECT_EQ(0, std::memcmp(x.hidden.data(), y.hidden.data(), 4 * x.hidden.size()));
+    EXPECT_EQ(0, std::memcmp(&x.log_z, &y.log_z, 8));
+    EXPECT_EQ(x.logits_hash, y.logits_hash);
+    EXPECT_EQ(x.top_ids, y.top_ids);
+    ASSERT_EQ(x.top_logprobs.size(), y.top_logprobs.size());
+    EXPECT_EQ(0, std::memcmp(x.top_logprobs.data(), y.top_logprobs.data(), 4 * x.top_logprobs.size()));
   }
 }
 
@@ -257,8 +303,8 @@ TEST(TrajectoryFile, RejectsDamagedFiles) {
   }
 
   const std::string version = copy("version.h5", bytes.size());
-  H5Edit(version).set_u32_attr("version", 2);
-  expect_rejected(version, "version 2 is newer than this build reads");
+  H5Edit(version).set_u32_attr("version", 3);
+  expect_rejected(version, "version 3 is newer than this build reads");
 
   const std::string nan_logit = copy("nan.h5", bytes.size());
   H5Edit(nan_logit).poke<uint32_t>("reference/logits", 3, 0x7fc00000u, H5T_NATIVE_UINT32);
@@ -290,4 +336,153 @@ TEST(TrajectoryFile, RejectsDamagedFiles) {
   expect_rejected(temp_path("does-not-exist.h5"), "cannot open");
   for (const std::string& p : {good, truncated, version, nan_logit, id_range, token_range, mass, kept, magic})
     std::remove(p.c_str());
+}
+
+// ---- the hidden encoding ---------------------------------------------------------------------
+
+TEST(HiddenEncoding, RecordsTheRowExactly) {
+  const auto row = sjkv_test::lm_logits(kGemmaVocab, sjkv_test::row_shapes()[2], 5);
+  std::vector<float> hidden(kEmbd, 0.25f);
+  const HiddenRef h = encode_hidden(hidden.data(), kEmbd, row.data(), kGemmaVocab);
+  ASSERT_EQ(h.top_ids.size(), kHiddenTopTokens);
+  EXPECT_EQ(static_cast<int32_t>(h.top_ids[0]), argmax(row.data(), kGemmaVocab));
+  const double lz = log_sum_exp(row.data(), kGemmaVocab);
+  EXPECT_EQ(h.log_z, lz);
+  for (size_t i = 0; i < h.top_ids.size(); ++i) {
+    EXPECT_EQ(h.top_logprobs[i], static_cast<float>(row[h.top_ids[i]] - lz));
+    if (i) {
+      EXPECT_GE(row[h.top_ids[i - 1]], row[h.top_ids[i]]);
+    }
+  }
+  size_t above = 0;  // nothing outside the list beats its last entry
+  for (float x : row) above += x > row[h.top_ids.back()];
+  EXPECT_LE(above, kHiddenTopTokens - 1);
+  EXPECT_EQ(hidden_mismatch(h, row.data(), kGemmaVocab), "");
+  // One ulp in one token far from the top: the hash sees it.
+  std::vector<float> other(row);
+  size_t low = 0;
+  for (size_t i = 0; i < other.size(); ++i)
+    if (other[i] < other[low]) low = i;
+  other[low] = std::nextafter(other[low], 0.0f);
+  EXPECT_NE(hidden_mismatch(h, other.data(), kGemmaVocab), "");
+  // One ulp in the top token: log_z and its log-probability change too.
+  other = row;
+  other[h.top_ids[0]] = std::nextafter(other[h.top_ids[0]], 100.0f);
+  EXPECT_NE(hidden_mismatch(h, other.data(), kGemmaVocab), "");
+  std::vector<float> bad_hidden(hidden);
+  bad_hidden[3] = INFINITY;
+  EXPECT_THROW(encode_hidden(bad_hidden.data(), kEmbd, row.data(), kGemmaVocab), std::invalid_argument);
+  // A vocabulary smaller than the list: every token, best first.
+  const float tiny[] = {0.5f, 2.0f, 2.0f};
+  const HiddenRef t3 = encode_hidden(hidden.data(), 4, tiny, 3);
+  EXPECT_EQ(t3.top_ids, (std::vector<uint32_t>{1, 2, 0}));
+}
+
+TEST(HiddenEncoding, RoundTripIsBitExactAndSmall) {
+  const Trajectory t = make_hidden_trajectory(16, 41);
+  const std::string path = temp_path("hidden.h5");
+  write_trajectory(path, t);
+  const Trajectory back = read_trajectory(path);
+  expect_same_hidden(t, back);
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  const double bytes = static_cast<double>(f.tellg());
+  std::printf("hidden encoding: %.0f bytes for %zu positions (%u values each): %.0f bytes per position\n", bytes,
+              t.hid.size(), kEmbd, bytes / t.hid.size());
+  // 2,560 bytes of hidden state and 32 top tokens per position, plus the file's fixed part.
+  EXPECT_LT(bytes, 16 * 3000.0 + 16384);
+  std::remove(path.c_str());
+}
+
+TEST(HiddenEncoding, WriterRefusesInconsistentTrajectories) {
+  const Trajectory t = make_hidden_trajectory(3, 43);
+  const std::string path = temp_path("hidden-refused.h5");
+  Trajectory bad = t;
+  bad.hid[1].hidden[7] = NAN;
+  EXPECT_THROW(write_trajectory(path, bad), std::invalid_argument);
+  bad = t;
+  bad.hid[0].hidden.pop_back();
+  EXPECT_THROW(write_trajectory(path, bad), std::invalid_argument);
+  bad = t;
+  std::swap(bad.hid[2].top_logprobs[0], bad.hid[2].top_logprobs[5]);
+  EXPECT_THROW(write_trajectory(path, bad), std::invalid_argument);
+  bad = t;
+  bad.hid[2].top_ids[3] = bad.hid[2].top_ids[1];
+  EXPECT_THROW(write_trajectory(path, bad), std::invalid_argument);
+  bad = t;
+  bad.ref.push_back(make_trajectory(1, 3).ref[0]);  // both encodings at once
+  EXPECT_THROW(write_trajectory(path, bad), std::invalid_argument);
+  bad = t;
+  bad.tokens.back() = static_cast<int32_t>(bad.hid.back().top_ids[1]);  // greedy but not the top token
+  EXPECT_THROW(write_trajectory(path, bad), std::invalid_argument);
+  EXPECT_EQ(::access(path.c_str(), F_OK), -1);
+}
+
+TEST(HiddenEncoding, RejectsDamagedFiles) {
+  const Trajectory t = make_hidden_trajectory(4, 47);
+  const std::string good = temp_path("hidden-good.h5");
+  write_trajectory(good, t);
+  std::ifstream in(good, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> made = {good};
+  auto copy = [&](const std::string& name) {
+    const std::string p = temp_path(name);
+    std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    made.push_back(p);
+    return p;
+  };
+  const std::string nan_hidden = copy("h-nan.h5");
+  H5Edit(nan_hidden).poke<uint32_t>("reference/hidden", 2 * kEmbd + 9, 0x7f800000u, H5T_NATIVE_UINT32);
+  expect_rejected(nan_hidden, "reference position 2: hidden state value 9 is not finite");
+
+  const std::string id_range = copy("h-id.h5");
+  H5Edit(id_range).poke<uint32_t>("reference/top_ids", 32 + 4, kGemmaVocab + 1, H5T_NATIVE_UINT32);
+  expect_rejected(id_range, "reference position 1: top token id 262145 is out of range");
+
+  const std::string unsorted = copy("h-unsorted.h5");
+  H5Edit(unsorted).poke<uint32_t>("reference/top_logprobs", 3 * 32 + 31, 0x00000000u, H5T_NATIVE_UINT32);  // 0.0
+  expect_rejected(unsorted, "not in descending order");
+
+  const std::string positive = copy("h-positive.h5");
+  H5Edit(positive).poke<uint32_t>("reference/top_logprobs", 0, 0x3f800000u, H5T_NATIVE_UINT32);  // +1.0
+  expect_rejected(positive, "top log-probability 0 is not finite and <= 0");
+
+  const std::string top = copy("h-greedy.h5");
+  H5Edit(top).poke<uint32_t>("reference/top_ids", 0, t.hid[0].top_ids[1], H5T_NATIVE_UINT32);
+  expect_rejected(top, "listed twice");
+
+  const std::string embd = copy("h-embd.h5");
+  H5Edit(embd).set_u32_attr("n_embd", kEmbd + 1);
+  expect_rejected(embd, "reference/hidden: shape [4, 640] does not match");
+
+  const std::string top_n = copy("h-topn.h5");
+  H5Edit(top_n).set_u32_attr("top_n", 0);
+  expect_rejected(top_n, "top_n");
+
+  const std::string lz = copy("h-logz.h5");
+  H5Edit(lz).poke<uint64_t>("reference/log_z", 1, 0x7ff0000000000000ull, H5T_NATIVE_UINT64);  // +inf
+  expect_rejected(lz, "reference position 1: log_z is not finite");
+
+  const std::string enc = copy("h-encoding.h5");
+  {
+    H5Edit e(enc);
+    H5Adelete(e.f, "encoding");
+  }
+  expect_rejected(enc, "missing attribute encoding");
+  for (const std::string& p : made) std::remove(p.c_str());
+}
+
+// Files written before the hidden encoding existed (version 1, no `encoding`) read as sparse.
+TEST(TrajectoryFile, ReadsVersionOneAsSparse) {
+  const Trajectory t = make_trajectory(3, 53);
+  const std::string path = temp_path("v1.h5");
+  write_trajectory(path, t);
+  {
+    H5Edit e(path);
+    e.set_u32_attr("version", 1);
+    H5Adelete(e.f, "encoding");
+  }
+  const Trajectory back = read_trajectory(path);
+  EXPECT_EQ(back.encoding, RefEncoding::sparse);
+  expect_same(t, back);
+  std::remove(path.c_str());
 }

@@ -88,6 +88,7 @@ class TinyModel : public Model {
     info_.n_head = 2;
     info_.n_head_kv = 1;
     info_.head_dim = 32;
+    info_.n_embd = 64;
     LayerShape full, slide;
     full.layer = 0;
     full.n_head = 2;
@@ -116,8 +117,9 @@ class TinyModel : public Model {
     return empty;
   }
 
-  void eval(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
-            std::vector<std::unique_ptr<LayerKv>>& kv, float* logits, bool all_logits) override {
+  void eval_hidden(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
+                   std::vector<std::unique_ptr<LayerKv>>& kv, float* hidden_out, float* logits,
+                   bool all_logits) override {
     for (uint32_t b0 = 0; b0 < n; b0 += n_ubatch) {
       const uint32_t nb = std::min(n_ubatch, n - b0);
       std::vector<float> x(static_cast<size_t>(nb) * 32), q(static_cast<size_t>(nb) * 64), o(q.size());
@@ -139,14 +141,23 @@ class TinyModel : public Model {
       const uint32_t V = info_.n_vocab;
       for (uint32_t i = 0; i < nb; ++i) {
         if (!all_logits && b0 + i != n - 1) continue;
-        float* row = all_logits ? logits + static_cast<size_t>(b0 + i) * V : logits;
-        // Each row entry is one fixed-order dot product, so any thread count gives the same bits.
+        const size_t r = all_logits ? b0 + i : 0;
+        if (hidden_out) std::copy(hidden.begin() + i * 64, hidden.begin() + (i + 1) * 64, hidden_out + r * 64);
+        project(hidden.data() + i * 64, 1, logits + r * V);
+      }
+    }
+  }
+
+  // Each row entry is one fixed-order dot product, so any thread count gives the same bits.
+  void project(const float* hidden, uint32_t rows, float* logits) const override {
+    const uint32_t V = info_.n_vocab;
+    for (uint32_t i = 0; i < rows; ++i) {
+      float* row = logits + static_cast<size_t>(i) * V;
 #pragma omp parallel for schedule(static)
-        for (int64_t t = 0; t < static_cast<int64_t>(V); ++t) {
-          float acc = 0;
-          for (uint32_t d = 0; d < 64; ++d) acc += out_[static_cast<size_t>(t) * 64 + d] * hidden[i * 64 + d];
-          row[t] = acc;
-        }
+      for (int64_t t = 0; t < static_cast<int64_t>(V); ++t) {
+        float acc = 0;
+        for (uint32_t d = 0; d < 64; ++d) acc += out_[static_cast<size_t>(t) * 64 + d] * hidden[i * 64 + d];
+        row[t] = acc;
       }
     }
   }

@@ -37,8 +37,19 @@ class Model {
   // Runs tokens [0, n) at positions pos0.. in ubatches of at most n_ubatch, storing into and
   // attending over `kv` (info().n_layer stores). logits: [n][n_vocab] when all_logits, else
   // the last token's [n_vocab]. The same bytes for any thread count.
-  virtual void eval(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
-                    std::vector<std::unique_ptr<LayerKv>>& kv, float* logits, bool all_logits) = 0;
+  void eval(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
+            std::vector<std::unique_ptr<LayerKv>>& kv, float* logits, bool all_logits) {
+    eval_hidden(tokens, n, pos0, n_ubatch, kv, nullptr, logits, all_logits);
+  }
+  // eval that also writes, when `hidden` is not null, the final normed hidden state of the same
+  // rows as the logits ([rows][n_embd]): the vector project() turns into those logits.
+  virtual void eval_hidden(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
+                           std::vector<std::unique_ptr<LayerKv>>& kv, float* hidden, float* logits,
+                           bool all_logits) = 0;
+  // The output step alone: logits [rows][n_vocab] from hidden [rows][n_embd] (output matrix,
+  // then the final soft-cap if the model has one). eval_hidden computes its logits with this
+  // function, so a stored hidden state gives the same bits, for any thread count and rows.
+  virtual void project(const float* hidden, uint32_t rows, float* logits) const = 0;
 };
 
 // The model the tools use without --model: $SJKV_MODEL, else the file scripts/setup links

@@ -35,6 +35,7 @@ struct RecordInput {
   TrajectorySettings settings;           // generate, sampling, reference arm name, ubatch, ...
   std::string model_file, model_sha256;  // copied into the trajectory
   std::function<bool(int32_t)> is_eog;   // stops generation after such a token (may be empty)
+  RefEncoding encoding = RefEncoding::hidden;  // how the reference is kept (FORMAT.md 9.2)
 };
 
 // Records with `reference`. When `capture` is given, it receives the K/V that the model
@@ -42,10 +43,31 @@ struct RecordInput {
 Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput& in, Capture* capture = nullptr,
                              const ProgressFn& progress = {});
 
-// Replays t's tokens with `arm`, scoring the generated positions against t's reference.
-// std::invalid_argument when the model's vocabulary does not match the trajectory's.
+// The reference logits rows of a hidden-encoded trajectory, recomputed at score time by
+// m.project() from the stored hidden states. The constructor checks every position against
+// the recording (logits hash, log_z, top tokens, bit for bit) and throws std::invalid_argument
+// naming the first position that differs: the output step is not the recording's (another
+// engine build or instruction set). Rows are kept when all of them fit in keep_bytes, else
+// recomputed (the same bits) when asked. For a sparse trajectory it holds nothing.
+class ReferenceRows {
+ public:
+  ReferenceRows(const Model& m, const Trajectory& t, size_t keep_bytes = size_t(256) << 20);
+  // Position j's logits row (n_vocab floats), valid until the next call; hidden encoding only.
+  const float* row(uint32_t j);
+
+ private:
+  const Model& m_;
+  const Trajectory& t_;
+  bool kept_ = false;
+  std::vector<float> rows_;
+};
+
+// Replays t's tokens with `arm`, scoring the generated positions against t's reference (for
+// a hidden-encoded trajectory, `ref` when given, else a ReferenceRows made here).
+// std::invalid_argument when the model's vocabulary does not match the trajectory's, or the
+// model does not reproduce the recorded reference (ReferenceRows).
 std::vector<ScoreRow> score_trajectory(Model& m, const KvArm& arm, const Trajectory& t, uint32_t n_ubatch,
-                                       const ProgressFn& progress = {});
+                                       const ProgressFn& progress = {}, ReferenceRows* ref = nullptr);
 
 }  // namespace replay
 }  // namespace sjkv

@@ -18,6 +18,10 @@ namespace replay {
 // of it by at most rest_mass times the KL between the two rests (docs/FORMAT.md 9.2).
 // +infinity when q gives an outcome probability 0 that p does not.
 double kl_to_reference(const RefDist& p, const float* q_logits, uint32_t n_vocab);
+// Full-vocabulary KL(p || q) in nats between the softmaxes of two logits rows (the hidden
+// encoding keeps p exactly): the same log-sum-exp and terms as above over every token, so
+// >= 0 term by term and exactly 0 for a bit-identical row.
+double kl_full(const float* p_logits, const float* q_logits, uint32_t n_vocab);
 // The lowest id among the largest logits.
 int32_t argmax(const float* row, uint32_t n);
 

@@ -1,6 +1,8 @@
 // Trajectory files (docs/FORMAT.md section 9): the token ids of one recorded generation and
 // the reference model's next-token distribution at every generated position, kept compactly
-// so that scoring needs no second run of the reference.
+// so that scoring needs no second run of the reference. Two encodings: `hidden` (default)
+// keeps the final hidden state, from which the scorer recomputes the exact logits with the
+// same model's output step; `sparse` keeps the top logits themselves (no model needed).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +23,25 @@ struct RefDist {
   int32_t top() const;         // the kept id of the largest logit (the lowest id on a tie)
 };
 
+// Hidden encoding, one position: the normed final hidden state the output projection
+// multiplies, and what the recording run saw, so that a scorer can check its recomputation
+// bit for bit and a reader without the model can inspect the file.
+struct HiddenRef {
+  std::vector<float> hidden;         // [n_embd]
+  double log_z = 0.0;                // log_sum_exp of the logits row
+  uint64_t logits_hash = 0;          // logits_hash() of the row
+  std::vector<uint32_t> top_ids;     // the top tokens, best first (larger logit, then lower id)
+  std::vector<float> top_logprobs;   // float(logit - log_z) of each, in the same order
+};
+
+enum class RefEncoding { sparse, hidden };
+const char* encoding_name(RefEncoding e);  // "sparse", "hidden"
+// Throws std::invalid_argument on another name.
+RefEncoding parse_encoding(const std::string& name);
+
+// Top tokens the hidden encoding lists per position (fewer when the vocabulary is smaller).
+constexpr uint32_t kHiddenTopTokens = 32;
+
 struct TrajectorySettings {
   uint32_t generate = 0;       // tokens asked for (fewer are recorded after an end-of-generation token)
   bool sample = false;         // false: greedy
@@ -30,7 +51,7 @@ struct TrajectorySettings {
   std::string reference = "f32";
   uint32_t ubatch = 512;
   uint32_t threads = 0;        // 0: OpenMP's default
-  double self_kl_target = 5e-7;
+  double self_kl_target = 5e-7;  // sparse encoding only
 };
 
 struct Trajectory {
@@ -41,11 +62,21 @@ struct Trajectory {
   uint32_t prompt_tokens = 0;
   std::vector<int32_t> tokens;  // prompt then generated, [prompt_tokens + ref.size()]
   TrajectorySettings settings;
-  // ref[j]: the distribution of token prompt_tokens + j, given the tokens before it.
+  RefEncoding encoding = RefEncoding::hidden;
+  // Position j is the distribution of token prompt_tokens + j, given the tokens before it.
+  // sparse: ref[j]; hidden: hid[j] (the other vector is empty).
   std::vector<RefDist> ref;
-  double self_kl_max = 0.0;     // largest self_kl() over the recorded positions
+  double self_kl_max = 0.0;     // sparse: largest self_kl() over the recorded positions; hidden: 0
+  uint32_t n_embd = 0;          // hidden: the hidden state's length
+  std::vector<HiddenRef> hid;
 
-  uint32_t generated() const { return static_cast<uint32_t>(ref.size()); }
+  uint32_t generated() const {
+    return static_cast<uint32_t>(encoding == RefEncoding::sparse ? ref.size() : hid.size());
+  }
+  // The generated token at position j: the reference's top token when greedy.
+  int32_t top_token(uint32_t j) const {
+    return encoding == RefEncoding::sparse ? ref[j].top() : static_cast<int32_t>(hid[j].top_ids[0]);
+  }
   // Throws std::invalid_argument naming the first inconsistency.
   void check_consistent() const;
 };
@@ -63,6 +94,16 @@ double log_sum_exp(const float* row, uint32_t n);
 // sum over i not in `kept` (ascending ids) of exp(row[i] - log_z), in index order. The
 // recorder and the scorer call this same function, so identical rows give identical bits.
 double rest_mass(const float* row, uint32_t n, double log_z, const std::vector<uint32_t>& kept);
+
+// FNV-1a (64 bit) over the row's float32 bit patterns taken as u32 words, in index order: a
+// cheap check that a recomputed row equals the recorded one bit for bit.
+uint64_t logits_hash(const float* row, uint32_t n);
+// The hidden encoding's record of one position: its logits row (n_vocab), log_z, hash, and
+// the top min(top_n, n) tokens. Throws std::invalid_argument on a non-finite entry.
+HiddenRef encode_hidden(const float* hidden, uint32_t n_embd, const float* row, uint32_t n,
+                        uint32_t top_n = kHiddenTopTokens);
+// Why `row` (recomputed from h.hidden) is not the row h was recorded from, or "" when it is.
+std::string hidden_mismatch(const HiddenRef& h, const float* row, uint32_t n);
 
 // Keeps the fewest top tokens (by logit, lowest id first on ties) whose self_kl is at most
 // `target` nats. Throws std::invalid_argument on a non-finite logit.
