@@ -33,6 +33,7 @@ struct ModelArgs {
   uint32_t ubatch = 512;
   bool ubatch_given = false;
   bool quiet = false;
+  std::string device = "auto";
 };
 
 struct RecordArgs {
@@ -68,7 +69,10 @@ Loaded load_model(const ModelArgs& a) {
   if (l.path.empty())
     throw cli::UsageError("no model: pass --model FILE.gguf, set SJKV_MODEL, or run scripts/setup to install the default");
   if (a.threads > 0) omp_set_num_threads(a.threads);
-  note(a, "model " + l.path);
+  const std::string dev = set_seal_device(a.device == "cuda"  ? SealDevice::cuda
+                                           : a.device == "cpu" ? SealDevice::cpu
+                                                               : SealDevice::automatic);
+  note(a, "model " + l.path + "; SJ records sealed on " + dev);
   l.sha256 = train::sha256_file_hex(l.path);
   LoadOptions opt;
   opt.n_threads = a.threads;
@@ -223,6 +227,9 @@ void add_model_options(CLI::App* c, ModelArgs& m) {
       ->check(CLI::Range(0, 1024))->capture_default_str();
   c->add_option("--ubatch", m.ubatch, "Tokens per ubatch for the prompt (score: default the trajectory's)")
       ->check(CLI::Range(1u, 1u << 16))->capture_default_str()->each([&](const std::string&) { m.ubatch_given = true; });
+  c->add_option("--device", m.device,
+                 "Where the SJ-KVaRN/KVarN arms seal records: auto (a GPU when present), cpu or cuda; same bytes either way")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   c->add_flag("-q,--quiet", m.quiet, "No progress on stderr");
 }
 

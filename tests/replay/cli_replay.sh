@@ -57,3 +57,14 @@ test $g -eq 0
 test $h -eq 1
 test ! -e "$dir/y.h5"
 echo OK
+
+# --device: cpu always works; cuda without a GPU (or without the kernels) is a one-line exit 2
+"$tool" score "$dir/t.h5" --arms f16 --out "$dir/dev-cpu" --device cpu -q > /dev/null
+if ! command -v nvidia-smi > /dev/null 2>&1; then
+  set +e
+  "$tool" score "$dir/t.h5" --arms f16 --out "$dir/dev-cuda" --device cuda -q 2> "$dir/e-dev"; r=$?
+  set -e
+  test $r -eq 2; grep -q -- "--device cuda: " "$dir/e-dev"; test "$(wc -l < "$dir/e-dev")" -eq 1
+  test ! -e "$dir/dev-cuda/results.json"
+fi
+echo "device OK"
