@@ -1,0 +1,168 @@
+// Folded per-record attention math (fused decode attention, GPU kernels and their CPU
+// emulation). A body value is an affine of its code with per-row and per-column factors
+// (record.h): K(t,d) = (q*Ks[d] + Kz[d]) * Ktok[t], V(t,d) = (q*Vs[t] + Vz[t]) * Vch[d]. So
+//   q.K(t)      = Ktok[t] * (sum_d q[d]*Kz[d] + sum_d (q[d]*Ks[d]) * code(t,d))
+//   sum_t p_t V = Vch[d]  * (sum_t p_t*Vz[t] + sum_t (p_t*Vs[t]) * code(t,d))
+// and the inner loops are one multiply-add per code and query row; the factors are applied
+// once per record. Equal to the reference up to rounding (a tolerance, not bits: §9.1's
+// attention is a tolerance reference).
+#pragma once
+
+#include <math.h>
+
+#include "sjkv/cache_view.h"
+#include "sjkv/record.h"
+#include "sjkv/staging.h"
+
+namespace sjkv {
+namespace attn {
+
+// One correctly rounded multiply-add: the same bits from C fmaf on the host and the device.
+SJKV_HD inline float fma32(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return ::fmaf(a, b, c);
+#endif
+}
+
+// out[r] = sum over i in [i0, i1), in order, of x[r*ldx + i] * val(i), for NR rows; val(i)
+// is evaluated once per i (one code decode serves every query row of a KV head).
+template <int NR, class Val>
+SJKV_HD inline void dot_rows(Val val, const float* x, uint32_t ldx, uint32_t i0, uint32_t i1, float* out) {
+  for (int r = 0; r < NR; ++r) out[r] = 0.0f;
+  for (uint32_t i = i0; i < i1; ++i) {
+    const float c = val(i);
+    for (int r = 0; r < NR; ++r) out[r] = fma32(x[r * ldx + i], c, out[r]);
+  }
+}
+
+// Code value of (t, d) of one side: the integer code (scalar) or F(cb[w]) (trellis).
+SJKV_HD inline float code_k(const RecordLayout& l, const uint8_t* rec, uint32_t t, uint32_t d, const uint16_t* tab) {
+  return record_q(l, rec, Side::k, t, d, tab);
+}
+SJKV_HD inline float code_v(const RecordLayout& l, const uint8_t* rec, uint32_t t, uint32_t d, const uint16_t* tab) {
+  return record_q(l, rec, Side::v, t, d, tab);
+}
+
+// K fold of channel d for query value qd: qs = qd*Ks[d]; the zero term qd*Kz[d].
+SJKV_HD inline float k_scale_of(const RecordLayout& l, const uint8_t* rec, uint32_t d) {
+  return f16_to_f32(load_u16(rec + l.k_scale + 2 * k_ch_idx(l, d)));
+}
+SJKV_HD inline float k_zero_of(const RecordLayout& l, const uint8_t* rec, uint32_t d) {
+  return f16_to_f32(load_u16(rec + l.k_zero + 2 * k_ch_idx(l, d)));
+}
+SJKV_HD inline float k_tok_of(const RecordLayout& l, const uint8_t* rec, uint32_t t) {
+  return f16_to_f32(load_u16(rec + l.k_tok + 2 * t));
+}
+SJKV_HD inline float v_scale_of(const RecordLayout& l, const uint8_t* rec, uint32_t t) {
+  return f16_to_f32(load_u16(rec + l.v_scale + 2 * t));
+}
+SJKV_HD inline float v_zero_of(const RecordLayout& l, const uint8_t* rec, uint32_t t) {
+  return f16_to_f32(load_u16(rec + l.v_zero + 2 * t));
+}
+SJKV_HD inline float v_ch_of(const RecordLayout& l, const uint8_t* rec, uint32_t d) {
+  return f16_to_f32(load_u16(rec + l.v_ch + 2 * v_ch_idx(l, d)));
+}
+
+// Score of token t from the folded dot (sum_d qs[d]*code) and c0 = sum_d q[d]*Kz[d].
+SJKV_HD inline float k_score(float tok, float c0, float dot) { return op::fmul(tok, op::fadd(c0, dot)); }
+// Output value of channel d from sum_t pv[t]*code and Z = sum_t p[t]*Vz[t].
+SJKV_HD inline float v_value(float vch, float Z, float acc) { return op::fmul(vch, op::fadd(acc, Z)); }
+
+// Value i of a staged or fp16 row (sink and ring positions): the exact per-element decode.
+SJKV_HD inline float row_value(const CacheView& v, uint32_t p, uint32_t h, Side side, uint32_t d) {
+  const uint32_t D = v.layout.head_dim, H = v.n_head_kv;
+  if (p < v.sink && !v.sink_inherit) {
+    const uint16_t* e = v.sink_f16 + (static_cast<size_t>(p) * H + h) * 2 * D;
+    return f16_to_f32(e[(side == Side::v ? D : 0) + d]);
+  }
+  const uint32_t rb = v.row_bytes();
+  const uint8_t* e = p < v.sink ? v.sink_staged + (static_cast<size_t>(p) * H + h) * 2 * rb
+                                : v.ring + (static_cast<size_t>(ring_slot(p, v.sink, v.cap)) * H + h) * 2 * rb;
+  return staging_decode_value(v.staging, e + (side == Side::v ? rb : 0), d);
+}
+
+// The work items of a decode over [0, end): staged/fp16 sink rows in chunks of `rows`
+// positions, one item per body record (possibly cut by end), ring rows in chunks.
+struct Items {
+  uint32_t end = 0, rows = 128;
+  uint32_t sink_end = 0, n_sink = 0;
+  uint32_t body_end = 0, n_body = 0;
+  uint32_t ring_lo = 0, n_ring = 0;
+  SJKV_HD uint32_t count() const { return n_sink + n_body + n_ring; }
+  // Positions [p0, p1) of item i; body records report their group in *g (else ~0u).
+  SJKV_HD void range(const CacheView& v, uint32_t i, uint32_t* p0, uint32_t* p1, uint32_t* g) const {
+    *g = ~0u;
+    if (i < n_sink) {
+      *p0 = i * rows;
+      *p1 = *p0 + rows < sink_end ? *p0 + rows : sink_end;
+      return;
+    }
+    i -= n_sink;
+    if (i < n_body) {
+      *g = i;
+      *p0 = v.sink + i * v.layout.group;
+      *p1 = *p0 + v.layout.group < body_end ? *p0 + v.layout.group : body_end;
+      return;
+    }
+    i -= n_body;
+    *p0 = ring_lo + i * rows;
+    *p1 = *p0 + rows < end ? *p0 + rows : end;
+  }
+};
+
+SJKV_HD inline Items make_items(const CacheView& v, uint32_t end, uint32_t rows) {
+  Items it;
+  it.end = end;
+  it.rows = rows;
+  it.sink_end = end < v.sink ? end : v.sink;
+  it.n_sink = (it.sink_end + rows - 1) / rows;
+  if (v.B > v.sink && end > v.sink) {
+    it.body_end = end < v.B ? end : v.B;
+    it.n_body = (it.body_end - v.sink + v.layout.group - 1) / v.layout.group;
+  }
+  it.ring_lo = v.B > v.sink ? v.B : v.sink;
+  it.n_ring = end > it.ring_lo ? (end - it.ring_lo + rows - 1) / rows : 0;
+  return it;
+}
+
+// Sum of 32 lane values by the xor butterfly the kernels use (every lane ends with these bits).
+SJKV_HD inline float butterfly_sum32(float* x) {
+  for (int o = 16; o > 0; o >>= 1) {
+    float y[32];
+    for (int i = 0; i < 32; ++i) y[i] = op::fadd(x[i], x[i ^ o]);
+    for (int i = 0; i < 32; ++i) x[i] = y[i];
+  }
+  return x[0];
+}
+
+// Max of 32 lane values by the same butterfly (order-free: max is exact).
+SJKV_HD inline float butterfly_max32(float* x) {
+  for (int o = 16; o > 0; o >>= 1) {
+    float y[32];
+    for (int i = 0; i < 32; ++i) y[i] = op::maxS(x[i], x[i ^ o]);
+    for (int i = 0; i < 32; ++i) x[i] = y[i];
+  }
+  return x[0];
+}
+
+// Merge of one channel over the items of a row, in item order: m[s], S[s] and acc(s) the
+// partials (acc relative to exp(-m[s])); returns the output value.
+template <class Acc>
+SJKV_HD inline float merge_value(uint32_t n, const float* m, const float* S, Acc acc) {
+  float M = -INFINITY;
+  for (uint32_t s = 0; s < n; ++s)
+    if (S[s] != 0.0f) M = op::maxS(M, m[s]);
+  float tot = 0.0f, a = 0.0f;
+  for (uint32_t s = 0; s < n; ++s) {
+    if (S[s] == 0.0f) continue;
+    const float f = expf(op::fsub(m[s], M));
+    tot = op::fadd(tot, op::fmul(S[s], f));
+    a = op::fadd(a, op::fmul(acc(s), f));
+  }
+  return tot == 0.0f ? 0.0f : op::fdiv(a, tot);
+}
+
+}  // namespace attn
+}  // namespace sjkv
