@@ -3,6 +3,8 @@
 
 #include <math.h>
 
+#include <cstdint>
+
 #include "sjkv/cuda/attention_cuda.h"
 #include "sjkv/record.h"
 #include "sjkv/staging.h"
@@ -46,13 +48,14 @@ __device__ inline float warp_max(float x) {
 template <int D, int NR>
 __global__ void __launch_bounds__(kThreads) attention_item_kernel(CacheView v, attn::Items it,
                                                                  const float* __restrict__ q, uint32_t n_rep,
-                                                                 float scale, Workspace ws) {
+                                                                 float scale, Workspace ws, uint32_t stage) {
   constexpr uint32_t NSL = D >= kThreads ? 1 : kThreads / D;  // token slices of step 4
   __shared__ float qs_s[NR * D];
   __shared__ float p_s[NR * kMaxP];
   __shared__ float vpart_s[NSL > 1 ? NSL * NR * D : 1];
   __shared__ float c0_s[NR], m_s[NR], S_s[NR], Z_s[NR];
   __shared__ uint16_t tab_s[2][kMaxTable];
+  extern __shared__ uint4 rec_dyn[];  // the record's bytes when `stage` (dynamic size l.bytes)
   const uint32_t item = blockIdx.x, h = blockIdx.y, r0 = blockIdx.z * NR;
   const uint32_t nr = n_rep - r0 < static_cast<uint32_t>(NR) ? n_rep - r0 : NR;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -62,6 +65,18 @@ __global__ void __launch_bounds__(kThreads) attention_item_kernel(CacheView v, a
   const uint32_t P = p1 - p0;
   const bool body = g != ~0u;
   const uint8_t* rec = body ? v.body + (static_cast<size_t>(g) * v.n_head_kv + h) * l.bytes : nullptr;
+  if (body && stage) {
+    // One coalesced sweep of 16-byte loads brings the record in; every later read of codes
+    // and factors (in whatever layout order) hits shared memory.
+    if ((reinterpret_cast<uintptr_t>(rec) & 15u) == 0 && (l.bytes & 15u) == 0) {
+      const uint4* src = reinterpret_cast<const uint4*>(rec);
+      for (uint32_t i = tid; i < l.bytes / 16; i += kThreads) rec_dyn[i] = __ldg(src + i);
+    } else {
+      uint8_t* dst = reinterpret_cast<uint8_t*>(rec_dyn);
+      for (uint32_t i = tid; i < l.bytes; i += kThreads) dst[i] = rec[i];
+    }
+    rec = reinterpret_cast<const uint8_t*>(rec_dyn);
+  }
   const float* qh = q + (static_cast<size_t>(h) * n_rep + r0) * D;
   if (body && l.body == Body::trellis) {
     const uint16_t* tk = codebook_table(v.codebooks, Side::k, l.bits_k);
@@ -69,11 +84,12 @@ __global__ void __launch_bounds__(kThreads) attention_item_kernel(CacheView v, a
     for (uint32_t i = tid; i < trellis_entries(l.bits_k); i += kThreads) tab_s[0][i] = tk[i];
     for (uint32_t i = tid; i < trellis_entries(l.bits_v); i += kThreads) tab_s[1][i] = tv[i];
   }
+  __syncthreads();
   // 1.
   for (uint32_t i = tid; i < NR * D; i += kThreads) {
     const uint32_t r = i / D, d = i % D;
     const float x = r < nr ? qh[static_cast<size_t>(r) * D + d] : 0.0f;
-    qs_s[i] = body ? op::fmul(x, attn::k_scale_of(l, rec, d)) : x;
+    qs_s[d * NR + r] = body ? op::fmul(x, attn::k_scale_of(l, rec, d)) : x;
   }
   if (warp < NR) {
     float part = 0.0f;
@@ -94,10 +110,9 @@ __global__ void __launch_bounds__(kThreads) attention_item_kernel(CacheView v, a
     if (live) {
       if (body) {
         const uint16_t* tab = tab_s[0];
-        attn::dot_rows<NR>([&](uint32_t d) { return attn::code_k(l, rec, t, d, tab); }, qs_s, D, d0, d1, part);
+        attn::dot_rows<NR>([&](uint32_t d) { return attn::code_k(l, rec, t, d, tab); }, qs_s, d0, d1, part);
       } else {
-        attn::dot_rows<NR>([&](uint32_t d) { return attn::row_value(v, p0 + t, h, Side::k, d); }, qs_s, D, d0, d1,
-                           part);
+        attn::dot_rows<NR>([&](uint32_t d) { return attn::row_value(v, p0 + t, h, Side::k, d); }, qs_s, d0, d1, part);
       }
     } else {
 #pragma unroll
@@ -109,25 +124,25 @@ __global__ void __launch_bounds__(kThreads) attention_item_kernel(CacheView v, a
       const float other = __shfl_xor_sync(0xffffffffu, part[r], 1);
       const float dot = half == 0 ? op::fadd(part[r], other) : op::fadd(other, part[r]);
       const float sc = body ? attn::k_score(tok, c0_s[r], dot) : dot;
-      if (live && half == 0) p_s[r * kMaxP + t] = op::fmul(sc, scale);
+      if (live && half == 0) p_s[t * NR + r] = op::fmul(sc, scale);
     }
   }
   __syncthreads();
   // 3.
   if (warp < NR) {
-    float* pr = p_s + warp * kMaxP;
+    float* pr = p_s + warp;  // pr[t * NR]: row `warp`, token t
     float m = -INFINITY;
-    for (uint32_t t = lane; t < P; t += 32) m = op::maxS(m, pr[t]);
+    for (uint32_t t = lane; t < P; t += 32) m = op::maxS(m, pr[t * NR]);
     m = warp_max(m);
     float S = 0.0f, Z = 0.0f;
     for (uint32_t t = lane; t < P; t += 32) {
-      const float p = expf(op::fsub(pr[t], m));
+      const float p = expf(op::fsub(pr[t * NR], m));
       S = op::fadd(S, p);
       if (body) {
         Z = attn::fma32(p, attn::v_zero_of(l, rec, t), Z);
-        pr[t] = op::fmul(p, attn::v_scale_of(l, rec, t));
+        pr[t * NR] = op::fmul(p, attn::v_scale_of(l, rec, t));
       } else {
-        pr[t] = p;
+        pr[t * NR] = p;
       }
     }
     S = warp_sum(S);
@@ -149,10 +164,9 @@ __global__ void __launch_bounds__(kThreads) attention_item_kernel(CacheView v, a
     float acc[NR];
     if (body) {
       const uint16_t* tab = tab_s[1];
-      attn::dot_rows<NR>([&](uint32_t t) { return attn::code_v(l, rec, t, d, tab); }, p_s, kMaxP, t0, t1, acc);
+      attn::dot_rows<NR>([&](uint32_t t) { return attn::code_v(l, rec, t, d, tab); }, p_s, t0, t1, acc);
     } else {
-      attn::dot_rows<NR>([&](uint32_t t) { return attn::row_value(v, p0 + t, h, Side::v, d); }, p_s, kMaxP, t0, t1,
-                         acc);
+      attn::dot_rows<NR>([&](uint32_t t) { return attn::row_value(v, p0 + t, h, Side::v, d); }, p_s, t0, t1, acc);
     }
     if (NSL > 1) {
 #pragma unroll
@@ -208,13 +222,52 @@ uint32_t item_rows(uint32_t span) { return span == 0 || span > kMaxRows ? kMaxRo
 size_t pad64(size_t x) { return (x + 63) & ~static_cast<size_t>(63); }
 size_t workspace_floats(size_t rows, size_t n_items, uint32_t D) { return 2 * pad64(rows * n_items) + rows * n_items * D; }
 
+int smem_optin() {
+  static int n = -1;
+  if (n < 0) {
+    int dev = 0, c = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&c, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+      cudaGetLastError();
+      c = 0;
+    }
+    n = c;
+  }
+  return n;
+}
+
+// Launch with the record staged in shared memory when it fits next to the static arrays.
+template <int D, int R>
+cudaError_t launch_one(dim3 grid, cudaStream_t st, const AttentionArgs& a, const attn::Items& it, Workspace ws) {
+  static const size_t static_smem = [] {  // once per instantiation (thread-safe static)
+    cudaFuncAttributes fa{};
+    if (cudaFuncGetAttributes(&fa, attention_item_kernel<D, R>) != cudaSuccess) {
+      cudaGetLastError();
+      return ~static_cast<size_t>(0) / 2;  // unknown: never stage
+    }
+    return fa.sharedSizeBytes;
+  }();
+  cudaError_t e = cudaSuccess;
+  const size_t dyn = a.view.layout.bytes;
+  uint32_t stage = it.n_body > 0 && static_smem + dyn <= static_cast<size_t>(smem_optin()) ? 1u : 0u;
+  if (stage && dyn > 48 * 1024) {
+    e = cudaFuncSetAttribute(attention_item_kernel<D, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(dyn));
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      stage = 0;
+    }
+  }
+  attention_item_kernel<D, R><<<grid, kThreads, stage ? dyn : 0, st>>>(a.view, it, a.q, a.n_rep, a.scale, ws, stage);
+  return cudaGetLastError();
+}
+
 template <int D>
 cudaError_t launch_items(uint32_t rb, dim3 grid, cudaStream_t st, const AttentionArgs& a, const attn::Items& it,
                          Workspace ws) {
   switch (rb) {
-#define SJKV_ATTN_CASE(R)                                                                                   \
-  case R: attention_item_kernel<D, R><<<grid, kThreads, 0, st>>>(a.view, it, a.q, a.n_rep, a.scale, ws); \
-    break;
+#define SJKV_ATTN_CASE(R)                            \
+  case R: return launch_one<D, R>(grid, st, a, it, ws);
     SJKV_ATTN_CASE(1)
     SJKV_ATTN_CASE(2)
     SJKV_ATTN_CASE(4)

@@ -235,7 +235,7 @@ void emulate(const CacheView& v, const std::vector<float>& q, uint32_t n_rep, ui
         for (int r = 0; r < NR; ++r)
           for (uint32_t d = 0; d < D; ++d) {
             const float x = static_cast<uint32_t>(r) < nr ? qh[static_cast<size_t>(r) * D + d] : 0.0f;
-            qs[r * D + d] = body ? op::fmul(x, attn::k_scale_of(l, rec, d)) : x;
+            qs[d * NR + r] = body ? op::fmul(x, attn::k_scale_of(l, rec, d)) : x;
           }
         for (uint32_t r = 0; r < nr && body; ++r) {
           float lanes[32];
@@ -251,36 +251,36 @@ void emulate(const CacheView& v, const std::vector<float>& q, uint32_t n_rep, ui
           for (uint32_t half = 0; half < 2; ++half) {
             const uint32_t d0 = half * (D / 2), d1 = d0 + D / 2;
             if (body)
-              attn::dot_rows<NR>([&](uint32_t d) { return attn::code_k(l, rec, t, d, tk); }, qs.data(), D, d0, d1,
+              attn::dot_rows<NR>([&](uint32_t d) { return attn::code_k(l, rec, t, d, tk); }, qs.data(), d0, d1,
                                  part[half]);
             else
-              attn::dot_rows<NR>([&](uint32_t d) { return attn::row_value(v, p0 + t, h, Side::k, d); }, qs.data(), D,
+              attn::dot_rows<NR>([&](uint32_t d) { return attn::row_value(v, p0 + t, h, Side::k, d); }, qs.data(),
                                  d0, d1, part[half]);
           }
           for (int r = 0; r < NR; ++r) {
             const float dot = op::fadd(part[0][r], part[1][r]);
             const float sc = body ? attn::k_score(attn::k_tok_of(l, rec, t), c0[r], dot) : dot;
-            ps[r * kMaxP + t] = op::fmul(sc, scale);
+            ps[t * NR + r] = op::fmul(sc, scale);
           }
         }
         for (uint32_t r = 0; r < nr; ++r) {
-          float* pr = &ps[r * kMaxP];
+          float* pr = &ps[r];  // pr[t * NR]
           float lm[32], lS[32], lZ[32];
           for (uint32_t ln = 0; ln < 32; ++ln) {
             lm[ln] = -INFINITY;
-            for (uint32_t t = ln; t < P; t += 32) lm[ln] = op::maxS(lm[ln], pr[t]);
+            for (uint32_t t = ln; t < P; t += 32) lm[ln] = op::maxS(lm[ln], pr[t * NR]);
           }
           m[r] = attn::butterfly_max32(lm);
           for (uint32_t ln = 0; ln < 32; ++ln) {
             lS[ln] = lZ[ln] = 0.0f;
             for (uint32_t t = ln; t < P; t += 32) {
-              const float p = expf(op::fsub(pr[t], m[r]));
+              const float p = expf(op::fsub(pr[t * NR], m[r]));
               lS[ln] = op::fadd(lS[ln], p);
               if (body) {
                 lZ[ln] = attn::fma32(p, attn::v_zero_of(l, rec, t), lZ[ln]);
-                pr[t] = op::fmul(p, attn::v_scale_of(l, rec, t));
+                pr[t * NR] = op::fmul(p, attn::v_scale_of(l, rec, t));
               } else {
-                pr[t] = p;
+                pr[t * NR] = p;
               }
             }
           }
@@ -293,11 +293,11 @@ void emulate(const CacheView& v, const std::vector<float>& q, uint32_t n_rep, ui
             const uint32_t t0 = std::min(P, sl * chunk), t1 = std::min(P, t0 + chunk);
             float acc[NR];
             if (body)
-              attn::dot_rows<NR>([&](uint32_t t) { return attn::code_v(l, rec, t, d, tv); }, ps.data(), kMaxP, t0, t1,
+              attn::dot_rows<NR>([&](uint32_t t) { return attn::code_v(l, rec, t, d, tv); }, ps.data(), t0, t1,
                                  acc);
             else
               attn::dot_rows<NR>([&](uint32_t t) { return attn::row_value(v, p0 + t, h, Side::v, d); }, ps.data(),
-                                 kMaxP, t0, t1, acc);
+                                 t0, t1, acc);
             for (int r = 0; r < NR; ++r) vpart[(sl * NR + r) * D + d] = acc[r];
           }
         for (uint32_t r = 0; r < nr; ++r) {
@@ -601,7 +601,7 @@ TEST(AttentionHelpers, FoldedRecordMathMatchesDecodedRows) {
         std::vector<float> q(NR * D), qs(NR * D), kr(D), vr(D), pw(128), pv(128);
         for (float& x : q) x = static_cast<float>(rng.gauss());
         for (int r = 0; r < NR; ++r)
-          for (uint32_t d = 0; d < D; ++d) qs[r * D + d] = op::fmul(q[r * D + d], attn::k_scale_of(l, rec.data(), d));
+          for (uint32_t d = 0; d < D; ++d) qs[d * NR + r] = op::fmul(q[r * D + d], attn::k_scale_of(l, rec.data(), d));
         float c0[NR] = {};
         for (int r = 0; r < NR; ++r)
           for (uint32_t d = 0; d < D; ++d) c0[r] = attn::fma32(q[r * D + d], attn::k_zero_of(l, rec.data(), d), c0[r]);
@@ -617,7 +617,7 @@ TEST(AttentionHelpers, FoldedRecordMathMatchesDecodedRows) {
           decode_v_row_ref(l, rec.data(), t, vr.data());
           for (uint32_t d = 0; d < D; ++d) vex[d] += static_cast<double>(pw[t]) * vr[d];
           float dot[NR];
-          attn::dot_rows<NR>([&](uint32_t d) { return attn::code_k(l, rec.data(), t, d, tk); }, qs.data(), D, 0, D, dot);
+          attn::dot_rows<NR>([&](uint32_t d) { return attn::code_k(l, rec.data(), t, d, tk); }, qs.data(), 0, D, dot);
           const float tok = attn::k_tok_of(l, rec.data(), t);
           for (int r = 0; r < NR; ++r) {
             double ex = 0, M = 0;
@@ -637,7 +637,7 @@ TEST(AttentionHelpers, FoldedRecordMathMatchesDecodedRows) {
         }
         for (uint32_t d = 0; d < D; ++d) {
           float acc[1];
-          attn::dot_rows<1>([&](uint32_t t) { return attn::code_v(l, rec.data(), t, d, tv); }, pv.data(), 128, 0, 128, acc);
+          attn::dot_rows<1>([&](uint32_t t) { return attn::code_v(l, rec.data(), t, d, tv); }, pv.data(), 0, 128, acc);
           const float out = attn::v_value(attn::v_ch_of(l, rec.data(), d), Z, acc[0]);
           double M = 0;
           for (uint32_t t = 0; t < 128; ++t)

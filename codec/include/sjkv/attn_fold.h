@@ -26,14 +26,15 @@ SJKV_HD inline float fma32(float a, float b, float c) {
 #endif
 }
 
-// out[r] = sum over i in [i0, i1), in order, of x[r*ldx + i] * val(i), for NR rows; val(i)
-// is evaluated once per i (one code decode serves every query row of a KV head).
+// out[r] = sum over i in [i0, i1), in order, of x[i*NR + r] * val(i), for NR rows; val(i)
+// is evaluated once per i (one code decode serves every query row of a KV head), and the
+// NR factors of one i are adjacent (vector loads from shared memory).
 template <int NR, class Val>
-SJKV_HD inline void dot_rows(Val val, const float* x, uint32_t ldx, uint32_t i0, uint32_t i1, float* out) {
+SJKV_HD inline void dot_rows(Val val, const float* x, uint32_t i0, uint32_t i1, float* out) {
   for (int r = 0; r < NR; ++r) out[r] = 0.0f;
   for (uint32_t i = i0; i < i1; ++i) {
     const float c = val(i);
-    for (int r = 0; r < NR; ++r) out[r] = fma32(x[r * ldx + i], c, out[r]);
+    for (int r = 0; r < NR; ++r) out[r] = fma32(x[i * NR + r], c, out[r]);
   }
 }
 
