@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kThreads) attention_item_kernel(CacheView v, a
     if (live) {
       if (body) {
         const uint16_t* tab = tab_s[0];
-        attn::dot_rows<NR>([&](uint32_t d) { return attn::code_k(l, rec, t, d, tab); }, qs_s, d0, d1, part);
+        attn::body_k_dot<NR>(l, rec, t, d0, d1, P == l.group, qs_s, tab, part);
       } else {
         attn::dot_rows<NR>([&](uint32_t d) { return attn::row_value(v, p0 + t, h, Side::k, d); }, qs_s, d0, d1, part);
       }
@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(kThreads) attention_item_kernel(CacheView v, a
     float acc[NR];
     if (body) {
       const uint16_t* tab = tab_s[1];
-      attn::dot_rows<NR>([&](uint32_t t) { return attn::code_v(l, rec, t, d, tab); }, p_s, t0, t1, acc);
+      attn::body_v_dot<NR>(l, rec, d, t0, t1, P == l.group, p_s, tab, acc);
     } else {
       attn::dot_rows<NR>([&](uint32_t t) { return attn::row_value(v, p0 + t, h, Side::v, d); }, p_s, t0, t1, acc);
     }

@@ -251,8 +251,7 @@ void emulate(const CacheView& v, const std::vector<float>& q, uint32_t n_rep, ui
           for (uint32_t half = 0; half < 2; ++half) {
             const uint32_t d0 = half * (D / 2), d1 = d0 + D / 2;
             if (body)
-              attn::dot_rows<NR>([&](uint32_t d) { return attn::code_k(l, rec, t, d, tk); }, qs.data(), d0, d1,
-                                 part[half]);
+              attn::body_k_dot<NR>(l, rec, t, d0, d1, P == l.group, qs.data(), tk, part[half]);
             else
               attn::dot_rows<NR>([&](uint32_t d) { return attn::row_value(v, p0 + t, h, Side::k, d); }, qs.data(),
                                  d0, d1, part[half]);
@@ -293,8 +292,7 @@ void emulate(const CacheView& v, const std::vector<float>& q, uint32_t n_rep, ui
             const uint32_t t0 = std::min(P, sl * chunk), t1 = std::min(P, t0 + chunk);
             float acc[NR];
             if (body)
-              attn::dot_rows<NR>([&](uint32_t t) { return attn::code_v(l, rec, t, d, tv); }, ps.data(), t0, t1,
-                                 acc);
+              attn::body_v_dot<NR>(l, rec, d, t0, t1, P == l.group, ps.data(), tv, acc);
             else
               attn::dot_rows<NR>([&](uint32_t t) { return attn::row_value(v, p0 + t, h, Side::v, d); }, ps.data(),
                                  t0, t1, acc);
@@ -616,8 +614,10 @@ TEST(AttentionHelpers, FoldedRecordMathMatchesDecodedRows) {
           decode_k_row_ref(l, rec.data(), t, kr.data());
           decode_v_row_ref(l, rec.data(), t, vr.data());
           for (uint32_t d = 0; d < D; ++d) vex[d] += static_cast<double>(pw[t]) * vr[d];
-          float dot[NR];
-          attn::dot_rows<NR>([&](uint32_t d) { return attn::code_k(l, rec.data(), t, d, tk); }, qs.data(), 0, D, dot);
+          float dot[NR], half[NR];  // the kernels' split: two halves, fragment fast path where it applies
+          attn::body_k_dot<NR>(l, rec.data(), t, 0, D / 2, true, qs.data(), tk, dot);
+          attn::body_k_dot<NR>(l, rec.data(), t, D / 2, D, true, qs.data(), tk, half);
+          for (int r = 0; r < NR; ++r) dot[r] = op::fadd(dot[r], half[r]);
           const float tok = attn::k_tok_of(l, rec.data(), t);
           for (int r = 0; r < NR; ++r) {
             double ex = 0, M = 0;
@@ -637,7 +637,7 @@ TEST(AttentionHelpers, FoldedRecordMathMatchesDecodedRows) {
         }
         for (uint32_t d = 0; d < D; ++d) {
           float acc[1];
-          attn::dot_rows<1>([&](uint32_t t) { return attn::code_v(l, rec.data(), t, d, tv); }, pv.data(), 0, 128, acc);
+          attn::body_v_dot<1>(l, rec.data(), d, 0, 128, true, pv.data(), tv, acc);
           const float out = attn::v_value(attn::v_ch_of(l, rec.data(), d), Z, acc[0]);
           double M = 0;
           for (uint32_t t = 0; t < 128; ++t)
@@ -648,6 +648,37 @@ TEST(AttentionHelpers, FoldedRecordMathMatchesDecodedRows) {
           ASSERT_LE(std::fabs(out - vex[d]), bound) << "D " << D << " " << k.bk << "/" << k.bv << " V d " << d;
         }
       }
+}
+
+// The fragment fast path visits every code of a thread's range once with the right value:
+// with small integer factors every sum is exact, so it must equal the per-element path.
+TEST(AttentionHelpers, FragmentFastPathEqualsPerElementDecode) {
+  for (uint32_t D : {32u, 64u, 128u, 256u, 512u}) {
+    const RecordLayout l = make_layout(D, 128, 4, 4, Body::scalar);
+    ASSERT_TRUE(l.k_fragment() && l.v_fragment());
+    std::vector<uint8_t> rec(l.bytes);
+    XorShift64 rng(D);
+    for (uint8_t& b : rec) b = static_cast<uint8_t>(rng.next());
+    constexpr int NR = 4;
+    std::vector<float> x(NR * std::max(D, 128u));
+    for (float& v : x) v = static_cast<float>(static_cast<int>(rng.next() % 7u) - 3);
+    for (uint32_t t = 0; t < 128; t += 5)
+      for (uint32_t d0 = 0; d0 < D; d0 += 16) {
+        const uint32_t d1 = std::min(D, d0 + 16 * (1 + t % 3));
+        float fast[NR], slow[NR];
+        attn::body_k_dot<NR>(l, rec.data(), t, d0, d1, true, x.data(), nullptr, fast);
+        attn::dot_rows<NR>([&](uint32_t d) { return scalar_q(l, rec.data(), Side::k, t, d); }, x.data(), d0, d1, slow);
+        for (int r = 0; r < NR; ++r) ASSERT_EQ(fast[r], slow[r]) << "K D " << D << " t " << t << " d0 " << d0;
+      }
+    for (uint32_t d = 0; d < D; d += 3)
+      for (uint32_t t0 = 0; t0 < 128; t0 += 16) {
+        const uint32_t t1 = std::min(128u, t0 + 16 * (1 + d % 4));
+        float fast[NR], slow[NR];
+        attn::body_v_dot<NR>(l, rec.data(), d, t0, t1, true, x.data(), nullptr, fast);
+        attn::dot_rows<NR>([&](uint32_t t) { return scalar_q(l, rec.data(), Side::v, t, d); }, x.data(), t0, t1, slow);
+        for (int r = 0; r < NR; ++r) ASSERT_EQ(fast[r], slow[r]) << "V D " << D << " d " << d << " t0 " << t0;
+      }
+  }
 }
 
 TEST(AttentionHelpers, PerElementStagingDecodeEqualsRowDecode) {

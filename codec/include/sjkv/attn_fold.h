@@ -10,6 +10,8 @@
 
 #include <math.h>
 
+#include <cstdint>
+
 #include "sjkv/cache_view.h"
 #include "sjkv/record.h"
 #include "sjkv/staging.h"
@@ -44,6 +46,64 @@ SJKV_HD inline float code_k(const RecordLayout& l, const uint8_t* rec, uint32_t 
 }
 SJKV_HD inline float code_v(const RecordLayout& l, const uint8_t* rec, uint32_t t, uint32_t d, const uint16_t* tab) {
   return record_q(l, rec, Side::v, t, d, tab);
+}
+
+// 4-bit fragment order (layout.h code_bit, k_fragment / v_fragment): in a 16x16 tile, the
+// codes of a fixed "own" index o (token t of a K tile, channel d of a V tile) lie in the 4
+// words 4*(o%8) + j4 (j4 = 0..3) of the tile's 32, nibble (o/8)%2 + 2*hi + 4*e holding the
+// other index x = 8*hi + 2*j4 + e. So one 32-bit word gives 4 of o's codes.
+// out[r] = sum over the tiles tile0 + k*stride (k < n_tiles; x from x0 + 16k) of
+// x[xi*NR + r] * code, in (tile, j4, hi, e) order.
+SJKV_HD inline uint32_t load_u32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
+         (static_cast<uint32_t>(p[3]) << 24);
+}
+template <int NR>
+SJKV_HD inline void frag4_dot(const uint8_t* payload, uint32_t tile0, uint32_t stride, uint32_t n_tiles, uint32_t o,
+                              const float* x, uint32_t x0, float* out) {
+  for (int r = 0; r < NR; ++r) out[r] = 0.0f;
+  const uint32_t lane4 = 4 * (o % 8), nib0 = (o / 8) % 2;
+  for (uint32_t k = 0; k < n_tiles; ++k) {
+    const uint8_t* tile = payload + 128 * (tile0 + k * stride);
+    for (uint32_t j4 = 0; j4 < 4; ++j4) {
+#if defined(__CUDA_ARCH__)
+      const uint8_t* wp = tile + 4 * (lane4 + j4);
+      const uint32_t w = (reinterpret_cast<uintptr_t>(wp) & 3u) == 0 ? *reinterpret_cast<const uint32_t*>(wp) : load_u32(wp);
+#else
+      const uint32_t w = load_u32(tile + 4 * (lane4 + j4));
+#endif
+      for (uint32_t hi = 0; hi < 2; ++hi)
+        for (uint32_t e = 0; e < 2; ++e) {
+          const float c = static_cast<float>((w >> (4 * (nib0 + 2 * hi + 4 * e))) & 15u);
+          const float* xr = x + (x0 + 16 * k + 8 * hi + 2 * j4 + e) * NR;
+          for (int r = 0; r < NR; ++r) out[r] = fma32(xr[r], c, out[r]);
+        }
+    }
+  }
+}
+
+// A thread's part of the folded K dot of token t over channels [d0, d1) (qs[d*NR + r]) and
+// of the V sum of channel d over tokens [t0, t1) (pv[t*NR + r]) in a body record. `full`:
+// the item covers the whole record. Fragment sides use frag4_dot when the ranges are whole
+// tiles, everything else the per-element decode.
+template <int NR>
+SJKV_HD inline void body_k_dot(const RecordLayout& l, const uint8_t* rec, uint32_t t, uint32_t d0, uint32_t d1,
+                               bool full, const float* qs, const uint16_t* tab, float* out) {
+  if (full && l.k_fragment() && d0 % 16 == 0 && d1 % 16 == 0) {
+    frag4_dot<NR>(rec + l.k_payload, (t / 16) * (l.head_dim / 16) + d0 / 16, 1, (d1 - d0) / 16, t % 16, qs, d0, out);
+    return;
+  }
+  dot_rows<NR>([&](uint32_t d) { return record_q(l, rec, Side::k, t, d, tab); }, qs, d0, d1, out);
+}
+template <int NR>
+SJKV_HD inline void body_v_dot(const RecordLayout& l, const uint8_t* rec, uint32_t d, uint32_t t0, uint32_t t1,
+                               bool full, const float* pv, const uint16_t* tab, float* out) {
+  if (full && l.v_fragment() && t0 % 16 == 0 && t1 % 16 == 0) {
+    frag4_dot<NR>(rec + l.v_payload, (t0 / 16) * (l.head_dim / 16) + d / 16, l.head_dim / 16, (t1 - t0) / 16, d % 16,
+                  pv, t0, out);
+    return;
+  }
+  dot_rows<NR>([&](uint32_t t) { return record_q(l, rec, Side::v, t, d, tab); }, pv, t0, t1, out);
 }
 
 // K fold of channel d for query value qd: qs = qd*Ks[d]; the zero term qd*Kz[d].
