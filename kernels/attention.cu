@@ -55,6 +55,7 @@ __global__ void __launch_bounds__(kThreads) attention_item_kernel(CacheView v, a
   __shared__ float vpart_s[NSL > 1 ? NSL * NR * D : 1];
   __shared__ float c0_s[NR], m_s[NR], S_s[NR], Z_s[NR];
   __shared__ uint16_t tab_s[2][kMaxTable];
+  __shared__ float tabf_s[2][kMaxTable];  // the same tables as binary32 (trellis readers)
   extern __shared__ uint4 rec_dyn[];  // the record's bytes when `stage` (dynamic size l.bytes)
   const uint32_t item = blockIdx.x, h = blockIdx.y, r0 = blockIdx.z * NR;
   const uint32_t nr = n_rep - r0 < static_cast<uint32_t>(NR) ? n_rep - r0 : NR;
@@ -81,8 +82,14 @@ __global__ void __launch_bounds__(kThreads) attention_item_kernel(CacheView v, a
   if (body && l.body == Body::trellis) {
     const uint16_t* tk = codebook_table(v.codebooks, Side::k, l.bits_k);
     const uint16_t* tv = codebook_table(v.codebooks, Side::v, l.bits_v);
-    for (uint32_t i = tid; i < trellis_entries(l.bits_k); i += kThreads) tab_s[0][i] = tk[i];
-    for (uint32_t i = tid; i < trellis_entries(l.bits_v); i += kThreads) tab_s[1][i] = tv[i];
+    for (uint32_t i = tid; i < trellis_entries(l.bits_k); i += kThreads) {
+      tab_s[0][i] = tk[i];
+      tabf_s[0][i] = f16_to_f32(tk[i]);
+    }
+    for (uint32_t i = tid; i < trellis_entries(l.bits_v); i += kThreads) {
+      tab_s[1][i] = tv[i];
+      tabf_s[1][i] = f16_to_f32(tv[i]);
+    }
   }
   __syncthreads();
   // 1.
@@ -110,7 +117,7 @@ __global__ void __launch_bounds__(kThreads) attention_item_kernel(CacheView v, a
     if (live) {
       if (body) {
         const uint16_t* tab = tab_s[0];
-        attn::body_k_dot<NR>(l, rec, t, d0, d1, P == l.group, qs_s, tab, part);
+        attn::body_k_dot<NR>(l, rec, t, d0, d1, P == l.group, qs_s, tab, tabf_s[0], part);
       } else {
         attn::dot_rows<NR>([&](uint32_t d) { return attn::row_value(v, p0 + t, h, Side::k, d); }, qs_s, d0, d1, part);
       }
@@ -164,7 +171,7 @@ __global__ void __launch_bounds__(kThreads) attention_item_kernel(CacheView v, a
     float acc[NR];
     if (body) {
       const uint16_t* tab = tab_s[1];
-      attn::body_v_dot<NR>(l, rec, d, t0, t1, P == l.group, p_s, tab, acc);
+      attn::body_v_dot<NR>(l, rec, d, t0, t1, P == l.group, p_s, tab, tabf_s[1], acc);
     } else {
       attn::dot_rows<NR>([&](uint32_t t) { return attn::row_value(v, p0 + t, h, Side::v, d); }, p_s, t0, t1, acc);
     }

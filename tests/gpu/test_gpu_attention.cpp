@@ -219,6 +219,9 @@ void emulate(const CacheView& v, const std::vector<float>& q, uint32_t n_rep, ui
   const uint32_t n_items = it.count(), nsl = D >= kThreads ? 1 : kThreads / D, rb = rows_per_block(n_rep);
   const uint16_t* tk = l.body == Body::trellis ? codebook_table(v.codebooks, Side::k, l.bits_k) : nullptr;
   const uint16_t* tv = l.body == Body::trellis ? codebook_table(v.codebooks, Side::v, l.bits_v) : nullptr;
+  std::vector<float> tfk(1024), tfv(1024);  // the kernels' binary32 copies of the tables
+  for (uint32_t w = 0; tk && w < trellis_entries(l.bits_k); ++w) tfk[w] = f16_to_f32(tk[w]);
+  for (uint32_t w = 0; tv && w < trellis_entries(l.bits_v); ++w) tfv[w] = f16_to_f32(tv[w]);
   std::vector<float> pm(static_cast<size_t>(H) * n_rep * n_items), pS(pm.size()), pacc(pm.size() * D);
   std::vector<float> qs(NR * D), ps(NR * kMaxP), vpart(static_cast<size_t>(nsl) * NR * D);
   for (uint32_t h = 0; h < H; ++h)
@@ -251,7 +254,7 @@ void emulate(const CacheView& v, const std::vector<float>& q, uint32_t n_rep, ui
           for (uint32_t half = 0; half < 2; ++half) {
             const uint32_t d0 = half * (D / 2), d1 = d0 + D / 2;
             if (body)
-              attn::body_k_dot<NR>(l, rec, t, d0, d1, P == l.group, qs.data(), tk, part[half]);
+              attn::body_k_dot<NR>(l, rec, t, d0, d1, P == l.group, qs.data(), tk, tfk.data(), part[half]);
             else
               attn::dot_rows<NR>([&](uint32_t d) { return attn::row_value(v, p0 + t, h, Side::k, d); }, qs.data(),
                                  d0, d1, part[half]);
@@ -292,7 +295,7 @@ void emulate(const CacheView& v, const std::vector<float>& q, uint32_t n_rep, ui
             const uint32_t t0 = std::min(P, sl * chunk), t1 = std::min(P, t0 + chunk);
             float acc[NR];
             if (body)
-              attn::body_v_dot<NR>(l, rec, d, t0, t1, P == l.group, ps.data(), tv, acc);
+              attn::body_v_dot<NR>(l, rec, d, t0, t1, P == l.group, ps.data(), tv, tfv.data(), acc);
             else
               attn::dot_rows<NR>([&](uint32_t t) { return attn::row_value(v, p0 + t, h, Side::v, d); }, ps.data(),
                                  t0, t1, acc);
@@ -594,6 +597,9 @@ TEST(AttentionHelpers, FoldedRecordMathMatchesDecodedRows) {
         ASSERT_TRUE(seal_record(l, o, K.data(), V.data(), D, rec.data(), ws, SealPath::reference).ok());
         const uint16_t* tk = l.body == Body::trellis ? codebook_table(TrellisCodebooks{}, Side::k, l.bits_k) : nullptr;
         const uint16_t* tv = l.body == Body::trellis ? codebook_table(TrellisCodebooks{}, Side::v, l.bits_v) : nullptr;
+        std::vector<float> tfk(1024), tfv(1024);
+        for (uint32_t w = 0; tk && w < trellis_entries(l.bits_k); ++w) tfk[w] = f16_to_f32(tk[w]);
+        for (uint32_t w = 0; tv && w < trellis_entries(l.bits_v); ++w) tfv[w] = f16_to_f32(tv[w]);
         XorShift64 rng(7 + D);
         constexpr int NR = 2;
         std::vector<float> q(NR * D), qs(NR * D), kr(D), vr(D), pw(128), pv(128);
@@ -615,8 +621,8 @@ TEST(AttentionHelpers, FoldedRecordMathMatchesDecodedRows) {
           decode_v_row_ref(l, rec.data(), t, vr.data());
           for (uint32_t d = 0; d < D; ++d) vex[d] += static_cast<double>(pw[t]) * vr[d];
           float dot[NR], half[NR];  // the kernels' split: two halves, fragment fast path where it applies
-          attn::body_k_dot<NR>(l, rec.data(), t, 0, D / 2, true, qs.data(), tk, dot);
-          attn::body_k_dot<NR>(l, rec.data(), t, D / 2, D, true, qs.data(), tk, half);
+          attn::body_k_dot<NR>(l, rec.data(), t, 0, D / 2, true, qs.data(), tk, tfk.data(), dot);
+          attn::body_k_dot<NR>(l, rec.data(), t, D / 2, D, true, qs.data(), tk, tfk.data(), half);
           for (int r = 0; r < NR; ++r) dot[r] = op::fadd(dot[r], half[r]);
           const float tok = attn::k_tok_of(l, rec.data(), t);
           for (int r = 0; r < NR; ++r) {
@@ -637,7 +643,7 @@ TEST(AttentionHelpers, FoldedRecordMathMatchesDecodedRows) {
         }
         for (uint32_t d = 0; d < D; ++d) {
           float acc[1];
-          attn::body_v_dot<1>(l, rec.data(), d, 0, 128, true, pv.data(), tv, acc);
+          attn::body_v_dot<1>(l, rec.data(), d, 0, 128, true, pv.data(), tv, tfv.data(), acc);
           const float out = attn::v_value(attn::v_ch_of(l, rec.data(), d), Z, acc[0]);
           double M = 0;
           for (uint32_t t = 0; t < 128; ++t)
@@ -666,7 +672,7 @@ TEST(AttentionHelpers, FragmentFastPathEqualsPerElementDecode) {
       for (uint32_t d0 = 0; d0 < D; d0 += 16) {
         const uint32_t d1 = std::min(D, d0 + 16 * (1 + t % 3));
         float fast[NR], slow[NR];
-        attn::body_k_dot<NR>(l, rec.data(), t, d0, d1, true, x.data(), nullptr, fast);
+        attn::body_k_dot<NR>(l, rec.data(), t, d0, d1, true, x.data(), nullptr, nullptr, fast);
         attn::dot_rows<NR>([&](uint32_t d) { return scalar_q(l, rec.data(), Side::k, t, d); }, x.data(), d0, d1, slow);
         for (int r = 0; r < NR; ++r) ASSERT_EQ(fast[r], slow[r]) << "K D " << D << " t " << t << " d0 " << d0;
       }
@@ -674,11 +680,55 @@ TEST(AttentionHelpers, FragmentFastPathEqualsPerElementDecode) {
       for (uint32_t t0 = 0; t0 < 128; t0 += 16) {
         const uint32_t t1 = std::min(128u, t0 + 16 * (1 + d % 4));
         float fast[NR], slow[NR];
-        attn::body_v_dot<NR>(l, rec.data(), d, t0, t1, true, x.data(), nullptr, fast);
+        attn::body_v_dot<NR>(l, rec.data(), d, t0, t1, true, x.data(), nullptr, nullptr, fast);
         attn::dot_rows<NR>([&](uint32_t t) { return scalar_q(l, rec.data(), Side::v, t, d); }, x.data(), t0, t1, slow);
         for (int r = 0; r < NR; ++r) ASSERT_EQ(fast[r], slow[r]) << "V D " << D << " d " << d << " t0 " << t0;
       }
   }
+}
+
+// The trellis readers (slide and stride, both axes, 2..4 bits) give the same bits as the
+// per-element window decode with the same summation order, for any range of a random record.
+TEST(AttentionHelpers, TrellisReadersEqualPerElementDecode) {
+  struct W {
+    uint32_t bk, bv;
+  };
+  for (uint32_t D : {128u, 256u})
+    for (const W& wb : {W{3, 2}, W{2, 2}, W{3, 3}, W{4, 4}})
+      for (TrellisAxis axis : {TrellisAxis::token, TrellisAxis::channel}) {
+        const RecordLayout l = make_layout(D, 128, wb.bk, wb.bv, Body::trellis, axis);
+        std::vector<uint8_t> rec(l.bytes);
+        XorShift64 rng(D * 7 + wb.bk * 3 + wb.bv + static_cast<uint32_t>(axis));
+        for (uint8_t& b : rec) b = static_cast<uint8_t>(rng.next());
+        const uint16_t* tk = codebook_table(TrellisCodebooks{}, Side::k, wb.bk);
+        const uint16_t* tv = codebook_table(TrellisCodebooks{}, Side::v, wb.bv);
+        std::vector<float> tfk(1024), tfv(1024);
+        for (uint32_t w = 0; w < trellis_entries(wb.bk); ++w) tfk[w] = f16_to_f32(tk[w]);
+        for (uint32_t w = 0; w < trellis_entries(wb.bv); ++w) tfv[w] = f16_to_f32(tv[w]);
+        constexpr int NR = 2;
+        std::vector<float> x(NR * D);
+        for (float& v : x) v = static_cast<float>(rng.gauss());
+        for (uint32_t t = 0; t < 128; t += 3)
+          for (uint32_t d0 : {0u, 5u, D / 2}) {
+            const uint32_t d1 = std::min(D, d0 + 1 + (t * 37) % D);
+            float fast[NR], slow[NR];
+            attn::body_k_dot<NR>(l, rec.data(), t, d0, d1, true, x.data(), tk, tfk.data(), fast);
+            attn::dot_rows<NR>([&](uint32_t d) { return record_q(l, rec.data(), Side::k, t, d, tk); }, x.data(), d0, d1,
+                               slow);
+            for (int r = 0; r < NR; ++r)
+              ASSERT_EQ(f32_bits(fast[r]), f32_bits(slow[r])) << "K D " << D << " t " << t << " d0 " << d0;
+          }
+        for (uint32_t d = 0; d < D; d += 7)
+          for (uint32_t t0 : {0u, 1u, 2u, 3u, 64u}) {
+            const uint32_t t1 = std::min(128u, t0 + 1 + (d * 13) % 128);
+            float fast[NR], slow[NR];
+            attn::body_v_dot<NR>(l, rec.data(), d, t0, t1, true, x.data(), tv, tfv.data(), fast);
+            attn::dot_rows<NR>([&](uint32_t t) { return record_q(l, rec.data(), Side::v, t, d, tv); }, x.data(), t0, t1,
+                               slow);
+            for (int r = 0; r < NR; ++r)
+              ASSERT_EQ(f32_bits(fast[r]), f32_bits(slow[r])) << "V D " << D << " d " << d << " t0 " << t0;
+          }
+      }
 }
 
 TEST(AttentionHelpers, PerElementStagingDecodeEqualsRowDecode) {

@@ -82,13 +82,55 @@ SJKV_HD inline void frag4_dot(const uint8_t* payload, uint32_t tile0, uint32_t s
   }
 }
 
+// Trellis values F(cb[w]) from a float copy of the table (tabf[w] = F(table[w])), the same
+// values and the same summation order as dot_rows over record_q, so the same bits.
+// Slide: positions [i0, i1) of one sequence starting at seq_bit; the window of position i
+// is (window(i-1) >> b) | (code_i << 6), so each step reads one code.
+template <int NR>
+SJKV_HD inline void trellis_slide_dot(const uint8_t* payload, uint32_t seq_bit, uint32_t b, uint32_t i0, uint32_t i1,
+                                      const float* tabf, const float* x, float* out) {
+  uint32_t w = i0 > 0 ? trellis::window(payload, seq_bit, b, i0 - 1) : 0u;
+  dot_rows<NR>(
+      [&](uint32_t i) {
+        w = (w >> b) | (get_bits(payload, seq_bit + i * b, b) << kTrellisHistoryBits);
+        return tabf[w];
+      },
+      x, i0, i1, out);
+}
+// Stride: position pos of the sequences [s0, s1), each seq_bits long: the windows sit at the
+// same bit offset in every sequence, two bytes each.
+template <int NR>
+SJKV_HD inline void trellis_stride_dot(const uint8_t* payload, uint32_t seq_bits, uint32_t b, uint32_t pos,
+                                       uint32_t s0, uint32_t s1, const float* tabf, const float* x, float* out) {
+  const uint32_t L = kTrellisHistoryBits + b;
+  if (pos * b >= kTrellisHistoryBits && seq_bits % 8 == 0 && ((pos * b - kTrellisHistoryBits) & 7u) + L <= 16) {
+    const uint32_t bit0 = pos * b - kTrellisHistoryBits, sh = bit0 & 7u, stride = seq_bits / 8, mask = (1u << L) - 1u;
+    const uint8_t* p = payload + (bit0 >> 3);
+    dot_rows<NR>(
+        [&](uint32_t s) {
+          const uint8_t* e = p + s * stride;
+          return tabf[((static_cast<uint32_t>(e[0]) | (static_cast<uint32_t>(e[1]) << 8)) >> sh) & mask];
+        },
+        x, s0, s1, out);
+    return;
+  }
+  dot_rows<NR>([&](uint32_t s) { return tabf[trellis::window(payload, s * seq_bits, b, pos)]; }, x, s0, s1, out);
+}
+
 // A thread's part of the folded K dot of token t over channels [d0, d1) (qs[d*NR + r]) and
 // of the V sum of channel d over tokens [t0, t1) (pv[t*NR + r]) in a body record. `full`:
-// the item covers the whole record. Fragment sides use frag4_dot when the ranges are whole
-// tiles, everything else the per-element decode.
+// the item covers the whole record. Trellis sides with a float table (tabf, else null) use
+// the slide/stride readers, fragment sides frag4_dot when the ranges are whole tiles,
+// everything else the per-element decode.
 template <int NR>
 SJKV_HD inline void body_k_dot(const RecordLayout& l, const uint8_t* rec, uint32_t t, uint32_t d0, uint32_t d1,
-                               bool full, const float* qs, const uint16_t* tab, float* out) {
+                               bool full, const float* qs, const uint16_t* tab, const float* tabf, float* out) {
+  if (l.body == Body::trellis && tabf) {
+    const uint32_t b = l.bits_k;
+    if (l.axis == TrellisAxis::channel) trellis_slide_dot<NR>(rec + l.k_payload, t * l.head_dim * b, b, d0, d1, tabf, qs, out);
+    else trellis_stride_dot<NR>(rec + l.k_payload, l.group * b, b, t, d0, d1, tabf, qs, out);
+    return;
+  }
   if (full && l.k_fragment() && d0 % 16 == 0 && d1 % 16 == 0) {
     frag4_dot<NR>(rec + l.k_payload, (t / 16) * (l.head_dim / 16) + d0 / 16, 1, (d1 - d0) / 16, t % 16, qs, d0, out);
     return;
@@ -97,7 +139,13 @@ SJKV_HD inline void body_k_dot(const RecordLayout& l, const uint8_t* rec, uint32
 }
 template <int NR>
 SJKV_HD inline void body_v_dot(const RecordLayout& l, const uint8_t* rec, uint32_t d, uint32_t t0, uint32_t t1,
-                               bool full, const float* pv, const uint16_t* tab, float* out) {
+                               bool full, const float* pv, const uint16_t* tab, const float* tabf, float* out) {
+  if (l.body == Body::trellis && tabf) {
+    const uint32_t b = l.bits_v;
+    if (l.axis == TrellisAxis::channel) trellis_stride_dot<NR>(rec + l.v_payload, l.head_dim * b, b, d, t0, t1, tabf, pv, out);
+    else trellis_slide_dot<NR>(rec + l.v_payload, d * l.group * b, b, t0, t1, tabf, pv, out);
+    return;
+  }
   if (full && l.v_fragment() && t0 % 16 == 0 && t1 % 16 == 0) {
     frag4_dot<NR>(rec + l.v_payload, (t0 / 16) * (l.head_dim / 16) + d / 16, l.head_dim / 16, (t1 - t0) / 16, d % 16,
                   pv, t0, out);
