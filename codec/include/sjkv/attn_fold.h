@@ -86,13 +86,43 @@ SJKV_HD inline void frag4_dot(const uint8_t* payload, uint32_t tile0, uint32_t s
 // values and the same summation order as dot_rows over record_q, so the same bits.
 // Slide: positions [i0, i1) of one sequence starting at seq_bit; the window of position i
 // is (window(i-1) >> b) | (code_i << 6), so each step reads one code.
+// Codes come from two 32-bit words of the stream held in registers (one load per 32/b
+// codes); the stream is read up to two words past the last code, which stays inside the
+// record (the scales follow the payloads). Word loads need a 4-byte aligned payload.
+SJKV_HD inline uint32_t load_word(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const uint32_t*>(p);
+#else
+  return load_u32(p);
+#endif
+}
 template <int NR>
 SJKV_HD inline void trellis_slide_dot(const uint8_t* payload, uint32_t seq_bit, uint32_t b, uint32_t i0, uint32_t i1,
                                       const float* tabf, const float* x, float* out) {
   uint32_t w = i0 > 0 ? trellis::window(payload, seq_bit, b, i0 - 1) : 0u;
+  if ((reinterpret_cast<uintptr_t>(payload) & 3u) != 0) {
+    dot_rows<NR>(
+        [&](uint32_t i) {
+          w = (w >> b) | (get_bits(payload, seq_bit + i * b, b) << kTrellisHistoryBits);
+          return tabf[w];
+        },
+        x, i0, i1, out);
+    return;
+  }
+  uint32_t bit = seq_bit + i0 * b, wi = bit >> 5;
+  uint32_t lo = load_word(payload + 4 * wi), hi = load_word(payload + 4 * (wi + 1));
+  const uint32_t mask = (1u << b) - 1u;
   dot_rows<NR>(
-      [&](uint32_t i) {
-        w = (w >> b) | (get_bits(payload, seq_bit + i * b, b) << kTrellisHistoryBits);
+      [&](uint32_t) {
+        const uint32_t sh = bit & 31u;
+        const uint32_t code = static_cast<uint32_t>(((static_cast<uint64_t>(hi) << 32) | lo) >> sh) & mask;
+        w = (w >> b) | (code << kTrellisHistoryBits);
+        bit += b;
+        if ((bit >> 5) != wi) {
+          ++wi;
+          lo = hi;
+          hi = load_word(payload + 4 * (wi + 1));
+        }
         return tabf[w];
       },
       x, i0, i1, out);
