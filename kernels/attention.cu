@@ -206,13 +206,39 @@ __global__ void __launch_bounds__(kThreads) attention_item_kernel(CacheView v, a
   }
 }
 
-// One block per query row; thread d merges channel d over the items in item order.
-__global__ void attention_merge_kernel(uint32_t D, uint32_t n_items, Workspace ws, float* out) {
+// Block (row, 32 channels): item weights in shared memory once, warp c sums chunk c of the
+// items (lane = channel), chunk sums added in order (attn::merge_* on the host).
+constexpr int kMergeThreads = 32 * attn::kMergeChunks;
+__global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(uint32_t D, uint32_t n_items, Workspace ws,
+                                                                        float* out) {
+  extern __shared__ float f_s[];  // [n_items]
+  __shared__ float red_s[kMergeThreads / 32];
+  __shared__ float a_s[attn::kMergeChunks][32], t_s[attn::kMergeChunks];
   const size_t row = blockIdx.x;
   const float* m = ws.m + row * n_items;
   const float* S = ws.S + row * n_items;
-  for (uint32_t d = threadIdx.x; d < D; d += blockDim.x)
-    out[row * D + d] = attn::merge_value(n_items, m, S, [&](uint32_t s) { return ws.acc[(row * n_items + s) * D + d]; });
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  float M = -INFINITY;  // max is exact in any order
+  for (uint32_t s = tid; s < n_items; s += kMergeThreads)
+    if (S[s] != 0.0f) M = op::maxS(M, m[s]);
+  M = warp_max(M);
+  if (lane == 0) red_s[warp] = M;
+  __syncthreads();
+  M = red_s[0];
+  for (int w = 1; w < kMergeThreads / 32; ++w) M = op::maxS(M, red_s[w]);
+  for (uint32_t s = tid; s < n_items; s += kMergeThreads) f_s[s] = attn::merge_weight(m[s], S[s], M);
+  __syncthreads();
+  const uint32_t d = blockIdx.y * 32 + lane;
+  const float* acc = ws.acc + row * n_items * D;
+  a_s[warp][lane] = d < D ? attn::merge_chunk_sum(n_items, warp, S, f_s, [&](uint32_t s) { return acc[s * D + d]; })
+                          : 0.0f;
+  if (lane == 0) t_s[warp] = attn::merge_chunk_sum(n_items, warp, S, f_s, [&](uint32_t s) { return S[s]; });
+  __syncthreads();
+  if (warp == 0 && d < D) {
+    float a[attn::kMergeChunks];
+    for (uint32_t c = 0; c < attn::kMergeChunks; ++c) a[c] = a_s[c][lane];
+    out[row * D + d] = attn::merge_finish(a, t_s);
+  }
 }
 
 uint32_t rows_per_block(uint32_t n_rep) {
@@ -339,7 +365,14 @@ std::string attention_decode(const AttentionArgs& a) {
     default: return "unsupported head_dim";
   }
   if (e != cudaSuccess) return cudaGetErrorString(e);
-  attention_merge_kernel<<<static_cast<unsigned>(rows), 128, 0, st>>>(D, n_items, ws, a.out);
+  const size_t merge_smem = static_cast<size_t>(n_items) * sizeof(float);
+  if (merge_smem > 48 * 1024) {
+    e = cudaFuncSetAttribute(attention_merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(merge_smem));
+    if (e != cudaSuccess) return std::string("context too long for the merge: ") + cudaGetErrorString(e);
+  }
+  attention_merge_kernel<<<dim3(static_cast<unsigned>(rows), (D + 31) / 32), kMergeThreads, merge_smem, st>>>(
+      D, n_items, ws, a.out);
   e = cudaGetLastError();
   return e == cudaSuccess ? "" : cudaGetErrorString(e);
 }

@@ -314,10 +314,21 @@ void emulate(const CacheView& v, const std::vector<float>& q, uint32_t n_rep, ui
       }
     }
   out.assign(static_cast<size_t>(H) * n_rep * D, 0.0f);
-  for (size_t row = 0; row < static_cast<size_t>(H) * n_rep; ++row)
-    for (uint32_t d = 0; d < D; ++d)
-      out[row * D + d] = attn::merge_value(n_items, &pm[row * n_items], &pS[row * n_items],
-                                           [&](uint32_t s) { return pacc[(row * n_items + s) * D + d]; });
+  std::vector<float> f(n_items);
+  for (size_t row = 0; row < static_cast<size_t>(H) * n_rep; ++row) {
+    const float* m = &pm[row * n_items];
+    const float* S = &pS[row * n_items];
+    const float M = attn::merge_max(n_items, m, S);
+    for (uint32_t s = 0; s < n_items; ++s) f[s] = attn::merge_weight(m[s], S[s], M);
+    float t[attn::kMergeChunks], a[attn::kMergeChunks];
+    for (uint32_t c = 0; c < attn::kMergeChunks; ++c)
+      t[c] = attn::merge_chunk_sum(n_items, c, S, f.data(), [&](uint32_t s) { return S[s]; });
+    for (uint32_t d = 0; d < D; ++d) {
+      for (uint32_t c = 0; c < attn::kMergeChunks; ++c)
+        a[c] = attn::merge_chunk_sum(n_items, c, S, f.data(), [&](uint32_t s) { return pacc[(row * n_items + s) * D + d]; });
+      out[row * D + d] = attn::merge_finish(a, t);
+    }
+  }
 }
 
 // Max |x - exact| against the binary64 softmax, over a row, with the row's magnitude.

@@ -74,7 +74,9 @@ SJKV_HD inline void frag4_dot(const uint8_t* payload, uint32_t tile0, uint32_t s
 #endif
       for (uint32_t hi = 0; hi < 2; ++hi)
         for (uint32_t e = 0; e < 2; ++e) {
-          const float c = static_cast<float>((w >> (4 * (nib0 + 2 * hi + 4 * e))) & 15u);
+          // 2^23 + code, minus 2^23: exact, and full-rate integer and float ops on the GPU
+          // instead of an int-to-float conversion.
+          const float c = op::fsub(f32_from_bits(0x4b000000u | ((w >> (4 * (nib0 + 2 * hi + 4 * e))) & 15u)), 8388608.0f);
           const float* xr = x + (x0 + 16 * k + 8 * hi + 2 * j4 + e) * NR;
           for (int r = 0; r < NR; ++r) out[r] = fma32(xr[r], c, out[r]);
         }
@@ -286,21 +288,37 @@ SJKV_HD inline float butterfly_max32(float* x) {
   return x[0];
 }
 
-// Merge of one channel over the items of a row, in item order: m[s], S[s] and acc(s) the
-// partials (acc relative to exp(-m[s])); returns the output value.
-template <class Acc>
-SJKV_HD inline float merge_value(uint32_t n, const float* m, const float* S, Acc acc) {
+// Merge of the item partials of one row (m[s], S[s], acc relative to exp(-m[s])). The
+// items are cut into kMergeChunks fixed chunks summed in item order, chunk sums added in
+// chunk order: the kernel gives each chunk to one warp (many items in flight at once).
+constexpr uint32_t kMergeChunks = 8;
+SJKV_HD inline uint32_t merge_chunk_len(uint32_t n) { return (n + kMergeChunks - 1) / kMergeChunks; }
+// M: the largest m over items with S != 0 (-inf when none).
+SJKV_HD inline float merge_max(uint32_t n, const float* m, const float* S) {
   float M = -INFINITY;
   for (uint32_t s = 0; s < n; ++s)
     if (S[s] != 0.0f) M = op::maxS(M, m[s]);
-  float tot = 0.0f, a = 0.0f;
-  for (uint32_t s = 0; s < n; ++s) {
-    if (S[s] == 0.0f) continue;
-    const float f = expf(op::fsub(m[s], M));
-    tot = op::fadd(tot, op::fmul(S[s], f));
-    a = op::fadd(a, op::fmul(acc(s), f));
+  return M;
+}
+// Item weight exp(m - M); 0 for items with S == 0 (skipped below).
+SJKV_HD inline float merge_weight(float m, float S, float M) { return S == 0.0f ? 0.0f : expf(op::fsub(m, M)); }
+// Sum over chunk c of val(s) * f[s] for the items with S != 0, in item order.
+template <class Val>
+SJKV_HD inline float merge_chunk_sum(uint32_t n, uint32_t c, const float* S, const float* f, Val val) {
+  const uint32_t len = merge_chunk_len(n), s0 = c * len < n ? c * len : n, s1 = s0 + len < n ? s0 + len : n;
+  float a = 0.0f;
+  for (uint32_t s = s0; s < s1; ++s)
+    if (S[s] != 0.0f) a = op::fadd(a, op::fmul(val(s), f[s]));
+  return a;
+}
+// The output value from the chunk sums of acc (a[c]) and of S (t[c]).
+SJKV_HD inline float merge_finish(const float* a, const float* t) {
+  float A = 0.0f, T = 0.0f;
+  for (uint32_t c = 0; c < kMergeChunks; ++c) {
+    A = op::fadd(A, a[c]);
+    T = op::fadd(T, t[c]);
   }
-  return tot == 0.0f ? 0.0f : op::fdiv(a, tot);
+  return T == 0.0f ? 0.0f : op::fdiv(A, T);
 }
 
 }  // namespace attn
