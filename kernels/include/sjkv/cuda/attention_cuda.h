@@ -8,8 +8,17 @@
 // weights p = exp(s - m), S = sum p and acc[D] = sum p V, all query rows served from one
 // read of the record. Body records use the folded math of attn_fold.h (one multiply-add per
 // code and query row, the record's factors applied once). A second kernel merges the
-// partials of each row in item order. No atomics and fixed reduction orders, so the output
-// bits depend only on the inputs and `span`, never on scheduling.
+// partials of each row in 8 fixed item chunks (one warp each). No atomics and fixed
+// reduction orders, so the output bits depend only on the inputs and `span`, never on
+// scheduling.
+//
+// Per record block: the record is brought into shared memory by one sweep of 16-byte loads
+// (when it fits; else read in place); step K, thread pair (token, half of the channels):
+// score partials for all query rows; step V, thread (channel, token slice): the weighted
+// code sums. Code readers (attn_fold.h): 4-bit fragment sides read one 32-bit word per 4
+// codes; trellis sides slide a window along a sequence (two stream words in registers) or
+// read it at a fixed offset in every sequence, with the codebook as binary32 in shared
+// memory; other layouts (and a record cut by the query position) decode per element.
 #pragma once
 
 #include <cstddef>
