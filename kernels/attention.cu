@@ -50,14 +50,18 @@ __global__ void __launch_bounds__(kThreads) attention_item_kernel(CacheView v, a
                                                                  const float* __restrict__ q, uint32_t n_rep,
                                                                  float scale, Workspace ws, uint32_t stage) {
   constexpr uint32_t NSL = D >= kThreads ? 1 : kThreads / D;  // token slices of step 4
-  __shared__ float qs_s[NR * D];
+  constexpr uint32_t kPad = 4;  // upper half of qs_s shifted 4 banks: the two halves of step 2 read apart
+  __shared__ __align__(16) float qs_s[NR * D + kPad];
   __shared__ float p_s[NR * kMaxP];
   __shared__ float vpart_s[NSL > 1 ? NSL * NR * D : 1];
   __shared__ float c0_s[NR], m_s[NR], S_s[NR], Z_s[NR];
   __shared__ uint16_t tab_s[2][kMaxTable];
   __shared__ float tabf_s[2][kMaxTable];  // the same tables as binary32 (trellis readers)
   extern __shared__ uint4 rec_dyn[];  // the record's bytes when `stage` (dynamic size l.bytes)
-  const uint32_t item = blockIdx.x, h = blockIdx.y, r0 = blockIdx.z * NR;
+  // Flat grid, item-major (block = (item * H + h) * nz + z): the heads and row blocks of an
+  // item run together, and the items run in order (sink and ring chunks first).
+  const uint32_t nz = (n_rep + NR - 1) / NR, bz = blockIdx.x % nz, bh = blockIdx.x / nz;
+  const uint32_t item = bh / v.n_head_kv, h = bh % v.n_head_kv, r0 = bz * NR;
   const uint32_t nr = n_rep - r0 < static_cast<uint32_t>(NR) ? n_rep - r0 : NR;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const RecordLayout& l = v.layout;
@@ -96,7 +100,7 @@ __global__ void __launch_bounds__(kThreads) attention_item_kernel(CacheView v, a
   for (uint32_t i = tid; i < NR * D; i += kThreads) {
     const uint32_t r = i / D, d = i % D;
     const float x = r < nr ? qh[static_cast<size_t>(r) * D + d] : 0.0f;
-    qs_s[d * NR + r] = body ? op::fmul(x, attn::k_scale_of(l, rec, d)) : x;
+    qs_s[d * NR + r + (d >= D / 2 ? kPad : 0)] = body ? op::fmul(x, attn::k_scale_of(l, rec, d)) : x;
   }
   if (warp < NR) {
     float part = 0.0f;
@@ -114,12 +118,13 @@ __global__ void __launch_bounds__(kThreads) attention_item_kernel(CacheView v, a
     const bool live = t < P;
     float part[NR];
     const uint32_t d0 = half * (D / 2), d1 = d0 + D / 2;
+    const float* qx = qs_s + (half ? kPad : 0);  // qx[d * NR + r] for d in [d0, d1)
     if (live) {
       if (body) {
         const uint16_t* tab = tab_s[0];
-        attn::body_k_dot<NR>(l, rec, t, d0, d1, P == l.group, qs_s, tab, tabf_s[0], part);
+        attn::body_k_dot<NR>(l, rec, t, d0, d1, P == l.group, qx, tab, tabf_s[0], part);
       } else {
-        attn::dot_rows<NR>([&](uint32_t d) { return attn::row_value(v, p0 + t, h, Side::k, d); }, qs_s, d0, d1, part);
+        attn::dot_rows<NR>([&](uint32_t d) { return attn::row_value(v, p0 + t, h, Side::k, d); }, qx, d0, d1, part);
       }
     } else {
 #pragma unroll
@@ -353,8 +358,9 @@ std::string attention_decode(const AttentionArgs& a) {
   float* base = static_cast<float*>(a.workspace);
   Workspace ws{base, base + pad64(rows * n_items), base + 2 * pad64(rows * n_items)};
   const uint32_t rb = rows_per_block(a.n_rep);
-  const dim3 grid(n_items, a.view.n_head_kv, (a.n_rep + rb - 1) / rb);
-  if (grid.y > 65535 || grid.z > 65535) return "too many KV heads or query rows for one launch";
+  const uint64_t blocks = static_cast<uint64_t>(n_items) * a.view.n_head_kv * ((a.n_rep + rb - 1) / rb);
+  if (blocks > 0x7fffffffu) return "too many items, KV heads or query rows for one launch";
+  const dim3 grid(static_cast<unsigned>(blocks));
   cudaError_t e = cudaSuccess;
   switch (D) {
     case 32: e = launch_items<32>(rb, grid, st, a, it, ws); break;

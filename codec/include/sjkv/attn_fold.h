@@ -224,8 +224,9 @@ SJKV_HD inline float row_value(const CacheView& v, uint32_t p, uint32_t h, Side 
   return staging_decode_value(v.staging, e + (side == Side::v ? rb : 0), d);
 }
 
-// The work items of a decode over [0, end): staged/fp16 sink rows in chunks of `rows`
-// positions, one item per body record (possibly cut by end), ring rows in chunks.
+// The work items of a decode over [0, end), in this order: staged/fp16 sink rows in chunks
+// of `rows` positions, ring rows in chunks, one item per body record (possibly cut by end).
+// The row chunks come first so their slower per-element decode starts in the first wave.
 struct Items {
   uint32_t end = 0, rows = 128;
   uint32_t sink_end = 0, n_sink = 0;
@@ -241,15 +242,15 @@ struct Items {
       return;
     }
     i -= n_sink;
-    if (i < n_body) {
-      *g = i;
-      *p0 = v.sink + i * v.layout.group;
-      *p1 = *p0 + v.layout.group < body_end ? *p0 + v.layout.group : body_end;
+    if (i < n_ring) {
+      *p0 = ring_lo + i * rows;
+      *p1 = *p0 + rows < end ? *p0 + rows : end;
       return;
     }
-    i -= n_body;
-    *p0 = ring_lo + i * rows;
-    *p1 = *p0 + rows < end ? *p0 + rows : end;
+    i -= n_ring;
+    *g = i;
+    *p0 = v.sink + i * v.layout.group;
+    *p1 = *p0 + v.layout.group < body_end ? *p0 + v.layout.group : body_end;
   }
 };
 
