@@ -288,13 +288,20 @@ cudaError_t launch_one(dim3 grid, cudaStream_t st, const AttentionArgs& a, const
   cudaError_t e = cudaSuccess;
   const size_t dyn = a.view.layout.bytes;
   uint32_t stage = it.n_body > 0 && static_smem + dyn <= static_cast<size_t>(smem_optin()) ? 1u : 0u;
-  if (stage && dyn > 48 * 1024) {
+  // Above 48 KiB per block (static + dynamic) the kernel must opt in (the default dynamic
+  // limit is 48 KiB less the static arrays).
+  if (stage && static_smem + dyn > 48 * 1024) {
     e = cudaFuncSetAttribute(attention_item_kernel<D, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(dyn));
     if (e != cudaSuccess) {
       cudaGetLastError();
       stage = 0;
     }
+  }
+  if (stage) {  // a hint: prefer shared memory over L1 so four or more record blocks fit per SM
+    if (cudaFuncSetAttribute(attention_item_kernel<D, R>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared) != cudaSuccess)
+      cudaGetLastError();
   }
   attention_item_kernel<D, R><<<grid, kThreads, stage ? dyn : 0, st>>>(a.view, it, a.q, a.n_rep, a.scale, ws, stage);
   return cudaGetLastError();
@@ -372,7 +379,7 @@ std::string attention_decode(const AttentionArgs& a) {
   }
   if (e != cudaSuccess) return cudaGetErrorString(e);
   const size_t merge_smem = static_cast<size_t>(n_items) * sizeof(float);
-  if (merge_smem > 48 * 1024) {
+  if (merge_smem + 2048 > 48 * 1024) {  // static arrays of the merge kernel: about 1 KiB
     e = cudaFuncSetAttribute(attention_merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(merge_smem));
     if (e != cudaSuccess) return std::string("context too long for the merge: ") + cudaGetErrorString(e);
