@@ -3,6 +3,7 @@
 
 #include <math.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "sjkv/cuda/attention_cuda.h"
@@ -290,15 +291,20 @@ cudaError_t launch_one(dim3 grid, cudaStream_t st, const AttentionArgs& a, const
   uint32_t stage = it.n_body > 0 && static_smem + dyn <= static_cast<size_t>(smem_optin()) ? 1u : 0u;
   // Above 48 KiB per block (static + dynamic) the kernel must opt in (the default dynamic
   // limit is 48 KiB less the static arrays).
-  if (stage && static_smem + dyn > 48 * 1024) {
+  // The attributes are set once per kernel and size (they persist), not on every call.
+  static std::atomic<size_t> opted{0};
+  static std::atomic<bool> carved{false};
+  if (stage && static_smem + dyn > 48 * 1024 && dyn > opted.load()) {
     e = cudaFuncSetAttribute(attention_item_kernel<D, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(dyn));
     if (e != cudaSuccess) {
       cudaGetLastError();
       stage = 0;
+    } else {
+      opted.store(dyn);
     }
   }
-  if (stage) {  // a hint: prefer shared memory over L1 so four or more record blocks fit per SM
+  if (stage && !carved.exchange(true)) {  // a hint: prefer shared memory over L1 (more record blocks per SM)
     if (cudaFuncSetAttribute(attention_item_kernel<D, R>, cudaFuncAttributePreferredSharedMemoryCarveout,
                              cudaSharedmemCarveoutMaxShared) != cudaSuccess)
       cudaGetLastError();
@@ -379,10 +385,12 @@ std::string attention_decode(const AttentionArgs& a) {
   }
   if (e != cudaSuccess) return cudaGetErrorString(e);
   const size_t merge_smem = static_cast<size_t>(n_items) * sizeof(float);
-  if (merge_smem + 2048 > 48 * 1024) {  // static arrays of the merge kernel: about 1 KiB
+  static std::atomic<size_t> merge_opted{0};
+  if (merge_smem + 2048 > 48 * 1024 && merge_smem > merge_opted.load()) {  // static arrays: about 1 KiB
     e = cudaFuncSetAttribute(attention_merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(merge_smem));
     if (e != cudaSuccess) return std::string("context too long for the merge: ") + cudaGetErrorString(e);
+    merge_opted.store(merge_smem);
   }
   attention_merge_kernel<<<dim3(static_cast<unsigned>(rows), (D + 31) / 32), kMergeThreads, merge_smem, st>>>(
       D, n_items, ws, a.out);
