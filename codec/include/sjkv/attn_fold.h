@@ -135,6 +135,14 @@ template <int NR>
 SJKV_HD inline void trellis_stride_dot(const uint8_t* payload, uint32_t seq_bits, uint32_t b, uint32_t pos,
                                        uint32_t s0, uint32_t s1, const float* tabf, const float* x, float* out) {
   const uint32_t L = kTrellisHistoryBits + b;
+  if (pos * b >= kTrellisHistoryBits && seq_bits % 32 == 0 && ((pos * b - kTrellisHistoryBits) & 31u) + L <= 32 &&
+      (reinterpret_cast<uintptr_t>(payload) & 3u) == 0) {
+    // The window inside one aligned 32-bit word at the same place in every sequence.
+    const uint32_t bit0 = pos * b - kTrellisHistoryBits, sh = bit0 & 31u, stride = seq_bits / 8, mask = (1u << L) - 1u;
+    const uint8_t* p = payload + 4 * (bit0 >> 5);
+    dot_rows<NR>([&](uint32_t s) { return tabf[(load_word(p + s * stride) >> sh) & mask]; }, x, s0, s1, out);
+    return;
+  }
   if (pos * b >= kTrellisHistoryBits && seq_bits % 8 == 0 && ((pos * b - kTrellisHistoryBits) & 7u) + L <= 16) {
     const uint32_t bit0 = pos * b - kTrellisHistoryBits, sh = bit0 & 7u, stride = seq_bits / 8, mask = (1u << L) - 1u;
     const uint8_t* p = payload + (bit0 >> 3);
