@@ -3,6 +3,9 @@
 
 #include <math.h>
 
+#include <atomic>
+#include <cstdint>
+
 #include "sjkv/cuda/attention_cuda.h"
 #include "sjkv/record.h"
 #include "sjkv/staging.h"
@@ -11,11 +14,12 @@ namespace sjkv {
 namespace cuda {
 namespace {
 
-constexpr int kWarps = 4;           // warps per block of the span kernel
-constexpr int kMaxRegs = 64;        // acc floats per lane: rows per block * channels per lane
+constexpr int kThreads = 256;          // threads per item block (8 warps)
+constexpr uint32_t kMaxRows = 128;     // sink/ring rows per item
+constexpr uint32_t kMaxP = 256;        // positions per item (a body group or a row chunk)
 constexpr uint32_t kMaxTable = kTrellisMaxEntries;
 
-// Partials of one (KV head, query row, span): m, S, then acc[D]; rows back to back.
+// Partials of one (KV head, query row, item): m, S, then acc[D]; rows back to back.
 struct Workspace {
   float* m;
   float* S;
@@ -23,121 +27,298 @@ struct Workspace {
 };
 
 __device__ inline float warp_sum(float x) {
-  // xor butterfly: every lane ends with the same bits (a + b == b + a).
+  // xor butterfly: every lane ends with the same bits (attn::butterfly_sum32 on the host).
   for (int o = 16; o > 0; o >>= 1) x = op::fadd(x, __shfl_xor_sync(0xffffffffu, x, o));
   return x;
 }
+__device__ inline float warp_max(float x) {
+  for (int o = 16; o > 0; o >>= 1) x = op::maxS(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
 
-// Lane `lane` owns channels [lane*CPL, lane*CPL + CPL) of every row; RB query rows per block.
-template <int CPL, int RB>
-__global__ void __launch_bounds__(kWarps * 32) attention_span_kernel(CacheView v, const float* __restrict__ q,
-                                                                     uint32_t n_rep, uint32_t end, float scale,
-                                                                     uint32_t span, uint32_t n_spans, Workspace ws) {
-  constexpr int D = CPL * 32;
-  __shared__ float q_s[RB * CPL * 32];  // [r][k][lane]: conflict-free reads
+// One block per (item, KV head h, NR query rows from blockIdx.z*NR). Steps (the CPU
+// emulation in tests/gpu/test_gpu_attention.cpp follows them in the same order):
+//  1. body items: c0[r] = sum_d q*Kz (lane partials over d = lane + 32k, butterfly) and
+//     qs[r][d] = q*Ks; row items: qs = q.
+//  2. thread pair (t, half): dot over the half's channels for all rows, one code decode per
+//     (t, d); score = (Ktok[t]*(c0 + (lo + hi)) | lo + hi) * scale.
+//  3. warp r: m = max, p = exp(s - m), S = sum p, Z = sum p*Vz (lane partials, butterfly);
+//     body items keep pv = p*Vs[t].
+//  4. thread (d, token slice): sum_t pv*code(t, d) for all rows; slices added in order; body
+//     items finish with Vch[d]*(acc + Z).
+template <int D, int NR>
+__global__ void __launch_bounds__(kThreads) attention_item_kernel(CacheView v, attn::Items it,
+                                                                 const float* __restrict__ q, uint32_t n_rep,
+                                                                 float scale, Workspace ws, uint32_t stage) {
+  constexpr uint32_t NSL = D >= kThreads ? 1 : kThreads / D;  // token slices of step 4
+  constexpr uint32_t kPad = 4;  // upper half of qs_s shifted 4 banks: the two halves of step 2 read apart
+  __shared__ __align__(16) float qs_s[NR * D + kPad];
+  __shared__ float p_s[NR * kMaxP];
+  __shared__ float vpart_s[NSL > 1 ? NSL * NR * D : 1];
+  __shared__ float c0_s[NR], m_s[NR], S_s[NR], Z_s[NR];
   __shared__ uint16_t tab_s[2][kMaxTable];
-  const uint32_t h = blockIdx.y, r0 = blockIdx.z * RB;
-  const uint32_t nr = n_rep - r0 < static_cast<uint32_t>(RB) ? n_rep - r0 : RB;
+  __shared__ float tabf_s[2][kMaxTable];  // the same tables as binary32 (trellis readers)
+  extern __shared__ uint4 rec_dyn[];  // the record's bytes when `stage` (dynamic size l.bytes)
+  // Flat grid, item-major (block = (item * H + h) * nz + z): the heads and row blocks of an
+  // item run together, and the items run in order (sink and ring chunks first).
+  const uint32_t nz = (n_rep + NR - 1) / NR, bz = blockIdx.x % nz, bh = blockIdx.x / nz;
+  const uint32_t item = bh / v.n_head_kv, h = bh % v.n_head_kv, r0 = bz * NR;
+  const uint32_t nr = n_rep - r0 < static_cast<uint32_t>(NR) ? n_rep - r0 : NR;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  for (int i = tid; i < RB * D; i += kWarps * 32) {
-    const int r = i / D, d = i % D;
-    q_s[(r * CPL + d % CPL) * 32 + d / CPL] =
-        static_cast<uint32_t>(r) < nr ? q[(static_cast<size_t>(h) * n_rep + r0 + r) * D + d] : 0.0f;
-  }
   const RecordLayout& l = v.layout;
-  const bool trellis = l.body == Body::trellis;
-  if (trellis) {
+  uint32_t p0, p1, g;
+  it.range(v, item, &p0, &p1, &g);
+  const uint32_t P = p1 - p0;
+  const bool body = g != ~0u;
+  const uint8_t* rec = body ? v.body + (static_cast<size_t>(g) * v.n_head_kv + h) * l.bytes : nullptr;
+  if (body && stage) {
+    // One coalesced sweep of 16-byte loads brings the record in; every later read of codes
+    // and factors (in whatever layout order) hits shared memory.
+    if ((reinterpret_cast<uintptr_t>(rec) & 15u) == 0 && (l.bytes & 15u) == 0) {
+      const uint4* src = reinterpret_cast<const uint4*>(rec);
+      for (uint32_t i = tid; i < l.bytes / 16; i += kThreads) rec_dyn[i] = __ldg(src + i);
+    } else {
+      uint8_t* dst = reinterpret_cast<uint8_t*>(rec_dyn);
+      for (uint32_t i = tid; i < l.bytes; i += kThreads) dst[i] = rec[i];
+    }
+    rec = reinterpret_cast<const uint8_t*>(rec_dyn);
+  }
+  const float* qh = q + (static_cast<size_t>(h) * n_rep + r0) * D;
+  if (body && l.body == Body::trellis) {
     const uint16_t* tk = codebook_table(v.codebooks, Side::k, l.bits_k);
     const uint16_t* tv = codebook_table(v.codebooks, Side::v, l.bits_v);
-    for (uint32_t i = tid; i < trellis_entries(l.bits_k); i += kWarps * 32) tab_s[0][i] = tk[i];
-    for (uint32_t i = tid; i < trellis_entries(l.bits_v); i += kWarps * 32) tab_s[1][i] = tv[i];
+    for (uint32_t i = tid; i < trellis_entries(l.bits_k); i += kThreads) {
+      tab_s[0][i] = tk[i];
+      tabf_s[0][i] = f16_to_f32(tk[i]);
+    }
+    for (uint32_t i = tid; i < trellis_entries(l.bits_v); i += kThreads) {
+      tab_s[1][i] = tv[i];
+      tabf_s[1][i] = f16_to_f32(tv[i]);
+    }
   }
   __syncthreads();
-  const uint32_t s = blockIdx.x * kWarps + warp;
-  if (s >= n_spans) return;
-  const uint32_t p0 = s * span, p1 = p0 + span < end ? p0 + span : end;
-  const uint32_t d0 = lane * CPL;
-
-  float m[RB], S[RB], acc[RB][CPL];
-#pragma unroll
-  for (int r = 0; r < RB; ++r) {
-    m[r] = -INFINITY;
-    S[r] = 0.0f;
-#pragma unroll
-    for (int k = 0; k < CPL; ++k) acc[r][k] = 0.0f;
+  // 1.
+  for (uint32_t i = tid; i < NR * D; i += kThreads) {
+    const uint32_t r = i / D, d = i % D;
+    const float x = r < nr ? qh[static_cast<size_t>(r) * D + d] : 0.0f;
+    qs_s[d * NR + r + (d >= D / 2 ? kPad : 0)] = body ? op::fmul(x, attn::k_scale_of(l, rec, d)) : x;
   }
-  LaneRecordFactors<CPL> f;  // reloaded when the span enters a new group
-  for (uint32_t p = p0; p < p1; ++p) {
-    float kv[CPL], vv[CPL];
-    attention_lane_rows<CPL>(v, p, h, d0, tab_s[0], tab_s[1], f, kv, vv);
+  if (warp < NR) {
+    float part = 0.0f;
+    if (body && static_cast<uint32_t>(warp) < nr)
+      for (uint32_t d = lane; d < D; d += 32)
+        part = attn::fma32(qh[static_cast<size_t>(warp) * D + d], attn::k_zero_of(l, rec, d), part);
+    part = warp_sum(part);
+    if (lane == 0) c0_s[warp] = part;
+  }
+  __syncthreads();
+  // 2.
+  for (uint32_t j0 = 0; j0 < 2 * kMaxP; j0 += kThreads) {
+    if (j0 >= 2 * P) break;  // uniform over the block
+    const uint32_t j = j0 + tid, t = j >> 1, half = j & 1;
+    const bool live = t < P;
+    float part[NR];
+    const uint32_t d0 = half * (D / 2), d1 = d0 + D / 2;
+    const float* qx = qs_s + (half ? kPad : 0);  // qx[d * NR + r] for d in [d0, d1)
+    if (live) {
+      if (body) {
+        const uint16_t* tab = tab_s[0];
+        attn::body_k_dot<NR>(l, rec, t, d0, d1, P == l.group, qx, tab, tabf_s[0], part);
+      } else {
+        attn::dot_rows<NR>([&](uint32_t d) { return attn::row_value(v, p0 + t, h, Side::k, d); }, qx, d0, d1, part);
+      }
+    } else {
 #pragma unroll
-    for (int r = 0; r < RB; ++r) {
-      const float part = attention_lane_dot<CPL>([&](int k) { return q_s[(r * CPL + k) * 32 + lane]; }, kv);
-      const float sc = op::fmul(warp_sum(part), scale);
-      attention_lane_update<CPL>(sc, m[r], S[r], acc[r], vv);
+      for (int r = 0; r < NR; ++r) part[r] = 0.0f;
+    }
+    const float tok = live && body ? attn::k_tok_of(l, rec, t) : 0.0f;
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      const float other = __shfl_xor_sync(0xffffffffu, part[r], 1);
+      const float dot = half == 0 ? op::fadd(part[r], other) : op::fadd(other, part[r]);
+      const float sc = body ? attn::k_score(tok, c0_s[r], dot) : dot;
+      if (live && half == 0) p_s[t * NR + r] = op::fmul(sc, scale);
     }
   }
-#pragma unroll
-  for (int r = 0; r < RB; ++r) {
-    if (static_cast<uint32_t>(r) >= nr) break;
-    const size_t row = (static_cast<size_t>(h) * n_rep + r0 + r) * n_spans + s;
+  __syncthreads();
+  // 3.
+  if (warp < NR) {
+    float* pr = p_s + warp;  // pr[t * NR]: row `warp`, token t
+    float m = -INFINITY;
+    for (uint32_t t = lane; t < P; t += 32) m = op::maxS(m, pr[t * NR]);
+    m = warp_max(m);
+    float S = 0.0f, Z = 0.0f;
+    for (uint32_t t = lane; t < P; t += 32) {
+      const float p = expf(op::fsub(pr[t * NR], m));
+      S = op::fadd(S, p);
+      if (body) {
+        Z = attn::fma32(p, attn::v_zero_of(l, rec, t), Z);
+        pr[t * NR] = op::fmul(p, attn::v_scale_of(l, rec, t));
+      } else {
+        pr[t * NR] = p;
+      }
+    }
+    S = warp_sum(S);
+    Z = warp_sum(Z);
     if (lane == 0) {
-      ws.m[row] = m[r];
-      ws.S[row] = S[r];
+      m_s[warp] = m;
+      S_s[warp] = S;
+      Z_s[warp] = Z;
     }
+  }
+  __syncthreads();
+  // 4.
+  const size_t n_items = it.count();
+  for (uint32_t dd = 0; dd < (D + kThreads - 1) / kThreads * kThreads; dd += kThreads) {
+    const uint32_t d = NSL > 1 ? tid % D : dd + tid, sl = NSL > 1 ? tid / D : 0;
+    if (d >= D) continue;
+    const uint32_t chunk = (P + NSL - 1) / NSL;
+    const uint32_t t0 = sl * chunk < P ? sl * chunk : P, t1 = t0 + chunk < P ? t0 + chunk : P;
+    float acc[NR];
+    if (body) {
+      const uint16_t* tab = tab_s[1];
+      attn::body_v_dot<NR>(l, rec, d, t0, t1, P == l.group, p_s, tab, tabf_s[1], acc);
+    } else {
+      attn::dot_rows<NR>([&](uint32_t t) { return attn::row_value(v, p0 + t, h, Side::v, d); }, p_s, t0, t1, acc);
+    }
+    if (NSL > 1) {
 #pragma unroll
-    for (int k = 0; k < CPL; ++k) ws.acc[row * D + d0 + k] = acc[r][k];
+      for (int r = 0; r < NR; ++r) vpart_s[(sl * NR + r) * D + d] = acc[r];
+    } else {
+      const float vch = body ? attn::v_ch_of(l, rec, d) : 0.0f;
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+        if (static_cast<uint32_t>(r) >= nr) break;
+        const size_t row = (static_cast<size_t>(h) * n_rep + r0 + r) * n_items + item;
+        ws.acc[row * D + d] = body ? attn::v_value(vch, Z_s[r], acc[r]) : acc[r];
+      }
+    }
+    if (NSL > 1) break;
+  }
+  if (NSL > 1) {
+    __syncthreads();
+    for (uint32_t i = tid; i < nr * D; i += kThreads) {
+      const uint32_t r = i / D, d = i % D;
+      float a = vpart_s[r * D + d];
+      for (uint32_t sl = 1; sl < NSL; ++sl) a = op::fadd(a, vpart_s[(sl * NR + r) * D + d]);
+      const size_t row = (static_cast<size_t>(h) * n_rep + r0 + r) * n_items + item;
+      ws.acc[row * D + d] = body ? attn::v_value(attn::v_ch_of(l, rec, d), Z_s[r], a) : a;
+    }
+  }
+  if (tid < static_cast<int>(nr)) {
+    const size_t row = (static_cast<size_t>(h) * n_rep + r0 + tid) * n_items + item;
+    ws.m[row] = m_s[tid];
+    ws.S[row] = S_s[tid];
   }
 }
 
-// One block per query row; thread d merges channel d over the spans in span order.
-__global__ void attention_merge_kernel(uint32_t D, uint32_t n_spans, Workspace ws, float* out) {
+// Block (row, 32 channels): item weights in shared memory once, warp c sums chunk c of the
+// items (lane = channel), chunk sums added in order (attn::merge_* on the host).
+constexpr int kMergeThreads = 32 * attn::kMergeChunks;
+__global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(uint32_t D, uint32_t n_items, Workspace ws,
+                                                                        float* out) {
+  extern __shared__ float f_s[];  // [n_items]
+  __shared__ float red_s[kMergeThreads / 32];
+  __shared__ float a_s[attn::kMergeChunks][32], t_s[attn::kMergeChunks];
   const size_t row = blockIdx.x;
-  const float* m = ws.m + row * n_spans;
-  const float* S = ws.S + row * n_spans;
-  for (uint32_t d = threadIdx.x; d < D; d += blockDim.x)
-    out[row * D + d] =
-        attention_merge_value(n_spans, m, S, [&](uint32_t s) { return ws.acc[(row * n_spans + s) * D + d]; });
+  const float* m = ws.m + row * n_items;
+  const float* S = ws.S + row * n_items;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  float M = -INFINITY;  // max is exact in any order
+  for (uint32_t s = tid; s < n_items; s += kMergeThreads)
+    if (S[s] != 0.0f) M = op::maxS(M, m[s]);
+  M = warp_max(M);
+  if (lane == 0) red_s[warp] = M;
+  __syncthreads();
+  M = red_s[0];
+  for (int w = 1; w < kMergeThreads / 32; ++w) M = op::maxS(M, red_s[w]);
+  for (uint32_t s = tid; s < n_items; s += kMergeThreads) f_s[s] = attn::merge_weight(m[s], S[s], M);
+  __syncthreads();
+  const uint32_t d = blockIdx.y * 32 + lane;
+  const float* acc = ws.acc + row * n_items * D;
+  a_s[warp][lane] = d < D ? attn::merge_chunk_sum(n_items, warp, S, f_s, [&](uint32_t s) { return acc[s * D + d]; })
+                          : 0.0f;
+  if (lane == 0) t_s[warp] = attn::merge_chunk_sum(n_items, warp, S, f_s, [&](uint32_t s) { return S[s]; });
+  __syncthreads();
+  if (warp == 0 && d < D) {
+    float a[attn::kMergeChunks];
+    for (uint32_t c = 0; c < attn::kMergeChunks; ++c) a[c] = a_s[c][lane];
+    out[row * D + d] = attn::merge_finish(a, t_s);
+  }
 }
 
-uint32_t rows_per_block(uint32_t D, uint32_t n_rep) {
-  const uint32_t cap = static_cast<uint32_t>(kMaxRegs) / (D / 32);  // 64 (D=32) .. 4 (D=512)
-  const uint32_t lim = cap < 8 ? cap : 8;
+uint32_t rows_per_block(uint32_t n_rep) {
   uint32_t rb = 1;
-  while (rb < n_rep && rb < lim) rb *= 2;
+  while (rb < n_rep && rb < 8) rb *= 2;
   return rb;
 }
 
 uint32_t context_end(const CacheView& v, uint32_t qpos) { return v.N < qpos + 1 ? v.N : qpos + 1; }
+uint32_t item_rows(uint32_t span) { return span == 0 || span > kMaxRows ? kMaxRows : span; }
 
-// Workspace layout in floats: m[rows*n_spans], S[rows*n_spans] (each padded to 64 floats),
-// acc[rows*n_spans*D].
+// Workspace layout in floats: m[rows*n_items], S[rows*n_items] (each padded to 64 floats),
+// acc[rows*n_items*D].
 size_t pad64(size_t x) { return (x + 63) & ~static_cast<size_t>(63); }
-size_t workspace_floats(size_t rows, size_t n_spans, uint32_t D) { return 2 * pad64(rows * n_spans) + rows * n_spans * D; }
+size_t workspace_floats(size_t rows, size_t n_items, uint32_t D) { return 2 * pad64(rows * n_items) + rows * n_items * D; }
 
-int sm_count() {
+int smem_optin() {
   static int n = -1;
   if (n < 0) {
     int dev = 0, c = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&c, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
       cudaGetLastError();
       c = 0;
     }
-    n = c > 0 ? c : 1;
+    n = c;
   }
   return n;
 }
 
-template <int CPL>
-cudaError_t launch_span(uint32_t rb, dim3 grid, cudaStream_t st, const AttentionArgs& a, uint32_t end, uint32_t span,
-                        uint32_t n_spans, Workspace ws) {
+// Launch with the record staged in shared memory when it fits next to the static arrays.
+template <int D, int R>
+cudaError_t launch_one(dim3 grid, cudaStream_t st, const AttentionArgs& a, const attn::Items& it, Workspace ws) {
+  static const size_t static_smem = [] {  // once per instantiation (thread-safe static)
+    cudaFuncAttributes fa{};
+    if (cudaFuncGetAttributes(&fa, attention_item_kernel<D, R>) != cudaSuccess) {
+      cudaGetLastError();
+      return ~static_cast<size_t>(0) / 2;  // unknown: never stage
+    }
+    return fa.sharedSizeBytes;
+  }();
+  cudaError_t e = cudaSuccess;
+  const size_t dyn = a.view.layout.bytes;
+  uint32_t stage = it.n_body > 0 && static_smem + dyn <= static_cast<size_t>(smem_optin()) ? 1u : 0u;
+  // Above 48 KiB per block (static + dynamic) the kernel must opt in (the default dynamic
+  // limit is 48 KiB less the static arrays).
+  // The attributes are set once per kernel and size (they persist), not on every call.
+  static std::atomic<size_t> opted{0};
+  static std::atomic<bool> carved{false};
+  if (stage && static_smem + dyn > 48 * 1024 && dyn > opted.load()) {
+    e = cudaFuncSetAttribute(attention_item_kernel<D, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(dyn));
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      stage = 0;
+    } else {
+      opted.store(dyn);
+    }
+  }
+  if (stage && !carved.exchange(true)) {  // a hint: prefer shared memory over L1 (more record blocks per SM)
+    if (cudaFuncSetAttribute(attention_item_kernel<D, R>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared) != cudaSuccess)
+      cudaGetLastError();
+  }
+  attention_item_kernel<D, R><<<grid, kThreads, stage ? dyn : 0, st>>>(a.view, it, a.q, a.n_rep, a.scale, ws, stage);
+  return cudaGetLastError();
+}
+
+template <int D>
+cudaError_t launch_items(uint32_t rb, dim3 grid, cudaStream_t st, const AttentionArgs& a, const attn::Items& it,
+                         Workspace ws) {
   switch (rb) {
-#define SJKV_ATTN_CASE(R)                                                                                    \
-  case R:                                                                                                    \
-    if constexpr (R * CPL <= kMaxRegs)                                                                       \
-      attention_span_kernel<CPL, R><<<grid, kWarps * 32, 0, st>>>(a.view, a.q, a.n_rep, end, a.scale, span, \
-                                                                  n_spans, ws);                              \
-    break;
+#define SJKV_ATTN_CASE(R)                            \
+  case R: return launch_one<D, R>(grid, st, a, it, ws);
     SJKV_ATTN_CASE(1)
     SJKV_ATTN_CASE(2)
     SJKV_ATTN_CASE(4)
@@ -150,22 +331,14 @@ cudaError_t launch_span(uint32_t rb, dim3 grid, cudaStream_t st, const Attention
 
 }  // namespace
 
-uint32_t attention_pick_span(uint32_t n_head_kv, uint32_t n_rep, uint32_t head_dim, uint32_t end) {
-  const uint32_t rb = rows_per_block(head_dim, n_rep);
-  const uint64_t items = static_cast<uint64_t>(n_head_kv) * ((n_rep + rb - 1) / rb);
-  // About 48 warps per SM in flight: enough loads outstanding to stream the cache.
-  const uint64_t target = static_cast<uint64_t>(sm_count()) * 48;
-  uint64_t span = (static_cast<uint64_t>(end) * items + target - 1) / target;
-  if (span < 32) span = 32;
-  if (span > 4096) span = 4096;
-  return static_cast<uint32_t>(span);
-}
+uint32_t attention_pick_span(uint32_t, uint32_t, uint32_t, uint32_t) { return kMaxRows; }
 
 std::string attention_can_implement(const CacheView& v, uint32_t n_rep) {
   const uint32_t D = v.layout.head_dim;
   if (D < 32 || D > 512 || (D & (D - 1)) != 0) return "attention kernels need head_dim a power of two in 32..512";
   if (n_rep == 0) return "n_rep must be at least 1";
   if (v.n_head_kv == 0) return "no KV heads";
+  if (v.layout.group == 0 || v.layout.group > kMaxP) return "attention kernels need group 1..256";
   if (v.layout.body == Body::trellis) {
     if (v.layout.bits_k > 4 || v.layout.bits_v > 4) return "trellis widths above 4 bits";
     if ((v.layout.bits_k == 4 && !v.codebooks.k) || (v.layout.bits_v == 4 && !v.codebooks.v))
@@ -176,10 +349,9 @@ std::string attention_can_implement(const CacheView& v, uint32_t n_rep) {
 
 size_t attention_workspace_bytes(const CacheView& v, uint32_t n_rep, uint32_t qpos, uint32_t span) {
   const uint32_t end = context_end(v, qpos);
-  if (span == 0) span = attention_pick_span(v.n_head_kv, n_rep, v.layout.head_dim, end);
-  const size_t n_spans = (static_cast<size_t>(end) + span - 1) / span;
+  const size_t n_items = attn::make_items(v, end, item_rows(span)).count();
   const size_t rows = static_cast<size_t>(v.n_head_kv) * n_rep;
-  return workspace_floats(rows, n_spans, v.layout.head_dim) * sizeof(float);
+  return workspace_floats(rows, n_items, v.layout.head_dim) * sizeof(float);
 }
 
 std::string attention_decode(const AttentionArgs& a) {
@@ -193,25 +365,35 @@ std::string attention_decode(const AttentionArgs& a) {
     const cudaError_t e = cudaMemsetAsync(a.out, 0, rows * D * sizeof(float), st);
     return e == cudaSuccess ? "" : cudaGetErrorString(e);
   }
-  const uint32_t span = a.span ? a.span : attention_pick_span(a.view.n_head_kv, a.n_rep, D, end);
-  if (a.workspace_bytes < attention_workspace_bytes(a.view, a.n_rep, a.qpos, span)) return "attention workspace too small";
-  const uint32_t n_spans = static_cast<uint32_t>((static_cast<size_t>(end) + span - 1) / span);
+  if (a.workspace_bytes < attention_workspace_bytes(a.view, a.n_rep, a.qpos, a.span)) return "attention workspace too small";
+  const attn::Items it = attn::make_items(a.view, end, item_rows(a.span));
+  const uint32_t n_items = it.count();
   float* base = static_cast<float*>(a.workspace);
-  Workspace ws{base, base + pad64(rows * n_spans), base + 2 * pad64(rows * n_spans)};
-  const uint32_t rb = rows_per_block(D, a.n_rep);
-  const dim3 grid((n_spans + kWarps - 1) / kWarps, a.view.n_head_kv, (a.n_rep + rb - 1) / rb);
-  if (grid.y > 65535 || grid.z > 65535) return "too many KV heads or query rows for one launch";
+  Workspace ws{base, base + pad64(rows * n_items), base + 2 * pad64(rows * n_items)};
+  const uint32_t rb = rows_per_block(a.n_rep);
+  const uint64_t blocks = static_cast<uint64_t>(n_items) * a.view.n_head_kv * ((a.n_rep + rb - 1) / rb);
+  if (blocks > 0x7fffffffu) return "too many items, KV heads or query rows for one launch";
+  const dim3 grid(static_cast<unsigned>(blocks));
   cudaError_t e = cudaSuccess;
   switch (D) {
-    case 32: e = launch_span<1>(rb, grid, st, a, end, span, n_spans, ws); break;
-    case 64: e = launch_span<2>(rb, grid, st, a, end, span, n_spans, ws); break;
-    case 128: e = launch_span<4>(rb, grid, st, a, end, span, n_spans, ws); break;
-    case 256: e = launch_span<8>(rb, grid, st, a, end, span, n_spans, ws); break;
-    case 512: e = launch_span<16>(rb, grid, st, a, end, span, n_spans, ws); break;
+    case 32: e = launch_items<32>(rb, grid, st, a, it, ws); break;
+    case 64: e = launch_items<64>(rb, grid, st, a, it, ws); break;
+    case 128: e = launch_items<128>(rb, grid, st, a, it, ws); break;
+    case 256: e = launch_items<256>(rb, grid, st, a, it, ws); break;
+    case 512: e = launch_items<512>(rb, grid, st, a, it, ws); break;
     default: return "unsupported head_dim";
   }
   if (e != cudaSuccess) return cudaGetErrorString(e);
-  attention_merge_kernel<<<static_cast<unsigned>(rows), 128, 0, st>>>(D, n_spans, ws, a.out);
+  const size_t merge_smem = static_cast<size_t>(n_items) * sizeof(float);
+  static std::atomic<size_t> merge_opted{0};
+  if (merge_smem + 2048 > 48 * 1024 && merge_smem > merge_opted.load()) {  // static arrays: about 1 KiB
+    e = cudaFuncSetAttribute(attention_merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(merge_smem));
+    if (e != cudaSuccess) return std::string("context too long for the merge: ") + cudaGetErrorString(e);
+    merge_opted.store(merge_smem);
+  }
+  attention_merge_kernel<<<dim3(static_cast<unsigned>(rows), (D + 31) / 32), kMergeThreads, merge_smem, st>>>(
+      D, n_items, ws, a.out);
   e = cudaGetLastError();
   return e == cudaSuccess ? "" : cudaGetErrorString(e);
 }

@@ -2,13 +2,19 @@
 // caches built by SequenceCache (journal policy, real seals), every body and staging type.
 //
 // Tolerance, FlashAttention style: both results are compared with a binary64 softmax over
-// the same decoded rows (resolve_row); the GPU error must be at most twice the error of the
-// binary32 CPU reference plus 2^-20 of the output's magnitude. The decoded rows are the same
-// bits on both sides (same per-element functions); only the summation order differs (lane
-// partials and a shuffle tree for q.k, per-span softmax partials merged in span order), and
-// the device expf may differ from the host's by an ulp or two.
+// the same decoded rows (resolve_row); the GPU error must be at most 4x the error of the
+// binary32 CPU reference plus 2^-17 of the output's magnitude (the unfolded kernel had 2x
+// and 2^-20). Why looser: the kernels fold the record's scales into the query and the
+// softmax weights (attn_fold.h), so a body score is rounded as tok*(c0 + sum qs*code) where
+// c0 = sum q*Kzero and the code sum nearly cancel (zero points are about -lo*scale); its
+// rounding error is a few times the reference's (the CPU emulation measured 3.4x the
+// reference error, 3.3e-6 of the magnitude, for 4/4 at n_rep 8). The worst-case bound of
+// that arithmetic is checked per score and per V sum in FoldedRecordMathMatchesDecodedRows.
+// NaN never passes (isfinite checks).
+// The CPU emulation of the kernels (same functions, same reduction orders) must match the
+// GPU to 2^-18 of the magnitude (only expf differs).
 //
-// The helper tests at the end (per-element decode against the row decoders) run without a GPU.
+// The helper tests at the end (folded math, per-element decode, emulation) run without a GPU.
 #include <gtest/gtest.h>
 #include <cuda_runtime.h>
 
@@ -41,6 +47,7 @@ struct Case {
   StagingType staging;
   SinkType sink;
   bool runtime_tables;  // trellis sealed and decoded with non-reference tables
+  TrellisAxis axis = TrellisAxis::token;
 };
 
 // Test names and ctest listings show the case name, not the struct's bytes.
@@ -91,6 +98,7 @@ CodecConfig make_cfg(const Case& c) {
   cfg.body = c.body;
   cfg.staging = c.staging;
   cfg.sink_type = c.sink;
+  cfg.trellis_axis = c.axis;
   cfg.sink = 128;
   cfg.tail = 256;
   cfg.tail_max = 512;
@@ -191,69 +199,135 @@ std::vector<double> exact_attention(const CacheView& view, const float* q, uint3
   return out;
 }
 
-// The span and merge kernels run lane by lane on the CPU with the same host-device steps
-// (attention_cuda.h): decoded values, lane partial dot products, the xor-butterfly sum and
-// the merge order are those of the GPU, so the only difference left is expf.
-template <int CPL>
-void emulate_cpl(const CacheView& v, const std::vector<float>& q, uint32_t n_rep, uint32_t qpos, float scale,
-                 uint32_t span, std::vector<float>& out) {
-  constexpr uint32_t D = CPL * 32;
-  const uint32_t H = v.n_head_kv, end = std::min(v.N, qpos + 1), rows = H * n_rep;
-  out.assign(static_cast<size_t>(rows) * D, 0.0f);
-  if (end == 0) return;
-  const uint32_t n_spans = (end + span - 1) / span;
-  const bool tr = v.layout.body == Body::trellis;
-  const uint16_t* tk = tr ? codebook_table(v.codebooks, Side::k, v.layout.bits_k) : nullptr;
-  const uint16_t* tv = tr ? codebook_table(v.codebooks, Side::v, v.layout.bits_v) : nullptr;
-  std::vector<float> pm(static_cast<size_t>(rows) * n_spans), pS(pm.size()), pacc(pm.size() * D);
-  for (uint32_t row = 0; row < rows; ++row) {
-    const uint32_t h = row / n_rep;
-    for (uint32_t s = 0; s < n_spans; ++s) {
-      cuda::LaneRecordFactors<CPL> f[32];
-      float m[32], S[32], acc[32][CPL], kv[32][CPL], vv[32][CPL], part[32], tmp[32];
-      for (int l = 0; l < 32; ++l) {
-        m[l] = -INFINITY;
-        S[l] = 0.0f;
-        for (int k = 0; k < CPL; ++k) acc[l][k] = 0.0f;
-      }
-      for (uint32_t p = s * span; p < std::min(end, (s + 1) * span); ++p) {
-        for (uint32_t l = 0; l < 32; ++l) {
-          cuda::attention_lane_rows<CPL>(v, p, h, l * CPL, tk, tv, f[l], kv[l], vv[l]);
-          part[l] = cuda::attention_lane_dot<CPL>([&](int k) { return q[static_cast<size_t>(row) * D + l * CPL + k]; },
-                                                  kv[l]);
-        }
-        for (uint32_t o = 16; o > 0; o >>= 1) {
-          for (uint32_t l = 0; l < 32; ++l) tmp[l] = op::fadd(part[l], part[l ^ o]);
-          std::copy(tmp, tmp + 32, part);
-        }
-        for (uint32_t l = 0; l < 32; ++l) {
-          ASSERT_EQ(f32_bits(part[l]), f32_bits(part[0])) << "butterfly lanes disagree";
-          cuda::attention_lane_update<CPL>(op::fmul(part[l], scale), m[l], S[l], acc[l], vv[l]);
-        }
-      }
-      const size_t idx = static_cast<size_t>(row) * n_spans + s;
-      pm[idx] = m[0];
-      pS[idx] = S[0];
-      for (uint32_t l = 0; l < 32; ++l)
-        for (int k = 0; k < CPL; ++k) pacc[idx * D + l * CPL + k] = acc[l][k];
-    }
-    for (uint32_t d = 0; d < D; ++d)
-      out[static_cast<size_t>(row) * D + d] =
-          cuda::attention_merge_value(n_spans, &pm[static_cast<size_t>(row) * n_spans],
-                                      &pS[static_cast<size_t>(row) * n_spans],
-                                      [&](uint32_t sp) { return pacc[(static_cast<size_t>(row) * n_spans + sp) * D + d]; });
-  }
+// The item and merge kernels step by step on the CPU with the same host-device functions
+// (attn_fold.h) and the same reduction orders (lane partials, xor butterflies, thread-pair
+// and token-slice sums, merge in item order), so the only difference left is expf.
+uint32_t rows_per_block(uint32_t n_rep) {
+  uint32_t rb = 1;
+  while (rb < n_rep && rb < 8) rb *= 2;
+  return rb;
 }
 
-void emulate(const CacheView& v, const std::vector<float>& q, uint32_t n_rep, uint32_t qpos, float scale, uint32_t span,
-             std::vector<float>& out) {
-  switch (v.head_dim()) {
-    case 32: emulate_cpl<1>(v, q, n_rep, qpos, scale, span, out); break;
-    case 64: emulate_cpl<2>(v, q, n_rep, qpos, scale, span, out); break;
-    case 128: emulate_cpl<4>(v, q, n_rep, qpos, scale, span, out); break;
-    case 256: emulate_cpl<8>(v, q, n_rep, qpos, scale, span, out); break;
-    case 512: emulate_cpl<16>(v, q, n_rep, qpos, scale, span, out); break;
-    default: FAIL() << "head_dim " << v.head_dim();
+void emulate(const CacheView& v, const std::vector<float>& q, uint32_t n_rep, uint32_t qpos, float scale,
+             uint32_t span, std::vector<float>& out) {
+  constexpr int NR = 8;  // rows are independent: padding to 8 gives each row the same bits
+  constexpr uint32_t kThreads = 256, kMaxP = 256;
+  const RecordLayout& l = v.layout;
+  const uint32_t D = l.head_dim, H = v.n_head_kv, end = std::min(v.N, qpos + 1);
+  const uint32_t rows = span == 0 || span > 128 ? 128 : span;
+  const attn::Items it = attn::make_items(v, end, rows);
+  const uint32_t n_items = it.count(), nsl = D >= kThreads ? 1 : kThreads / D, rb = rows_per_block(n_rep);
+  const uint16_t* tk = l.body == Body::trellis ? codebook_table(v.codebooks, Side::k, l.bits_k) : nullptr;
+  const uint16_t* tv = l.body == Body::trellis ? codebook_table(v.codebooks, Side::v, l.bits_v) : nullptr;
+  std::vector<float> tfk(1024), tfv(1024);  // the kernels' binary32 copies of the tables
+  for (uint32_t w = 0; tk && w < trellis_entries(l.bits_k); ++w) tfk[w] = f16_to_f32(tk[w]);
+  for (uint32_t w = 0; tv && w < trellis_entries(l.bits_v); ++w) tfv[w] = f16_to_f32(tv[w]);
+  std::vector<float> pm(static_cast<size_t>(H) * n_rep * n_items), pS(pm.size()), pacc(pm.size() * D);
+  std::vector<float> qs(NR * D), ps(NR * kMaxP), vpart(static_cast<size_t>(nsl) * NR * D);
+  for (uint32_t h = 0; h < H; ++h)
+    for (uint32_t r0 = 0; r0 < n_rep; r0 += rb) {
+      const uint32_t nr = std::min(rb, n_rep - r0);
+      const float* qh = &q[(static_cast<size_t>(h) * n_rep + r0) * D];
+      for (uint32_t item = 0; item < n_items; ++item) {
+        uint32_t p0, p1, g;
+        it.range(v, item, &p0, &p1, &g);
+        const uint32_t P = p1 - p0;
+        const bool body = g != ~0u;
+        const uint8_t* rec = body ? v.body + (static_cast<size_t>(g) * H + h) * l.bytes : nullptr;
+        float c0[NR] = {}, m[NR], S[NR], Z[NR];
+        for (int r = 0; r < NR; ++r)
+          for (uint32_t d = 0; d < D; ++d) {
+            const float x = static_cast<uint32_t>(r) < nr ? qh[static_cast<size_t>(r) * D + d] : 0.0f;
+            qs[d * NR + r] = body ? op::fmul(x, attn::k_scale_of(l, rec, d)) : x;
+          }
+        for (uint32_t r = 0; r < nr && body; ++r) {
+          float lanes[32];
+          for (uint32_t ln = 0; ln < 32; ++ln) {
+            lanes[ln] = 0.0f;
+            for (uint32_t d = ln; d < D; d += 32)
+              lanes[ln] = attn::fma32(qh[static_cast<size_t>(r) * D + d], attn::k_zero_of(l, rec, d), lanes[ln]);
+          }
+          c0[r] = attn::butterfly_sum32(lanes);
+        }
+        for (uint32_t t = 0; t < P; ++t) {
+          float part[2][NR];
+          for (uint32_t half = 0; half < 2; ++half) {
+            const uint32_t d0 = half * (D / 2), d1 = d0 + D / 2;
+            if (body)
+              attn::body_k_dot<NR>(l, rec, t, d0, d1, P == l.group, qs.data(), tk, tfk.data(), part[half]);
+            else
+              attn::dot_rows<NR>([&](uint32_t d) { return attn::row_value(v, p0 + t, h, Side::k, d); }, qs.data(),
+                                 d0, d1, part[half]);
+          }
+          for (int r = 0; r < NR; ++r) {
+            const float dot = op::fadd(part[0][r], part[1][r]);
+            const float sc = body ? attn::k_score(attn::k_tok_of(l, rec, t), c0[r], dot) : dot;
+            ps[t * NR + r] = op::fmul(sc, scale);
+          }
+        }
+        for (uint32_t r = 0; r < nr; ++r) {
+          float* pr = &ps[r];  // pr[t * NR]
+          float lm[32], lS[32], lZ[32];
+          for (uint32_t ln = 0; ln < 32; ++ln) {
+            lm[ln] = -INFINITY;
+            for (uint32_t t = ln; t < P; t += 32) lm[ln] = op::maxS(lm[ln], pr[t * NR]);
+          }
+          m[r] = attn::butterfly_max32(lm);
+          for (uint32_t ln = 0; ln < 32; ++ln) {
+            lS[ln] = lZ[ln] = 0.0f;
+            for (uint32_t t = ln; t < P; t += 32) {
+              const float p = expf(op::fsub(pr[t * NR], m[r]));
+              lS[ln] = op::fadd(lS[ln], p);
+              if (body) {
+                lZ[ln] = attn::fma32(p, attn::v_zero_of(l, rec, t), lZ[ln]);
+                pr[t * NR] = op::fmul(p, attn::v_scale_of(l, rec, t));
+              } else {
+                pr[t * NR] = p;
+              }
+            }
+          }
+          S[r] = attn::butterfly_sum32(lS);
+          Z[r] = attn::butterfly_sum32(lZ);
+        }
+        const uint32_t chunk = (P + nsl - 1) / nsl;
+        for (uint32_t sl = 0; sl < nsl; ++sl)
+          for (uint32_t d = 0; d < D; ++d) {
+            const uint32_t t0 = std::min(P, sl * chunk), t1 = std::min(P, t0 + chunk);
+            float acc[NR];
+            if (body)
+              attn::body_v_dot<NR>(l, rec, d, t0, t1, P == l.group, ps.data(), tv, tfv.data(), acc);
+            else
+              attn::dot_rows<NR>([&](uint32_t t) { return attn::row_value(v, p0 + t, h, Side::v, d); }, ps.data(),
+                                 t0, t1, acc);
+            for (int r = 0; r < NR; ++r) vpart[(sl * NR + r) * D + d] = acc[r];
+          }
+        for (uint32_t r = 0; r < nr; ++r) {
+          const size_t row = (static_cast<size_t>(h) * n_rep + r0 + r) * n_items + item;
+          pm[row] = m[r];
+          pS[row] = S[r];
+          for (uint32_t d = 0; d < D; ++d) {
+            float a = vpart[r * D + d];
+            for (uint32_t sl = 1; sl < nsl; ++sl) a = op::fadd(a, vpart[(sl * NR + r) * D + d]);
+            pacc[row * D + d] = body ? attn::v_value(attn::v_ch_of(l, rec, d), Z[r], a) : a;
+          }
+        }
+      }
+    }
+  out.assign(static_cast<size_t>(H) * n_rep * D, 0.0f);
+  std::vector<float> f(n_items);
+  for (size_t row = 0; row < static_cast<size_t>(H) * n_rep; ++row) {
+    const float* m = &pm[row * n_items];
+    const float* S = &pS[row * n_items];
+    const float M = attn::merge_max(n_items, m, S);
+    for (uint32_t s = 0; s < n_items; ++s) f[s] = attn::merge_weight(m[s], S[s], M);
+    float t[attn::kMergeChunks], a[attn::kMergeChunks];
+    for (uint32_t c = 0; c < attn::kMergeChunks; ++c)
+      t[c] = attn::merge_chunk_sum(n_items, c, S, f.data(), [&](uint32_t s) { return S[s]; });
+    for (uint32_t d = 0; d < D; ++d) {
+      for (uint32_t c = 0; c < attn::kMergeChunks; ++c)
+        a[c] = attn::merge_chunk_sum(n_items, c, S, f.data(), [&](uint32_t s) { return pacc[(row * n_items + s) * D + d]; });
+      out[row * D + d] = attn::merge_finish(a, t);
+    }
   }
 }
 
@@ -335,7 +409,7 @@ TEST_P(GpuAttention, MatchesReferenceWithinTolerance) {
     std::vector<uint32_t> qposes = {n - 1};
     if (n > 1000) qposes.push_back(n / 2 + 17);  // attend to a prefix only
     for (uint32_t qpos : qposes)
-      for (uint32_t n_rep : {1u, 3u, 4u, 12u}) {
+      for (uint32_t n_rep : {1u, 2u, 3u, 8u, 12u}) {
         const uint32_t end = std::min(view.N, qpos + 1);
         const std::vector<float> q = make_queries(rows, cfg.rotation(), n_rep, end, scale, view, rng);
         // CPU binary32 reference and binary64 softmax of every row, once for all spans.
@@ -356,7 +430,7 @@ TEST_P(GpuAttention, MatchesReferenceWithinTolerance) {
           // Same steps on the CPU: equal up to the device expf (a few ulps in the weights).
           // Once per query set (the emulation is slow), with the span that cuts records most.
           std::vector<float> emu;
-          if (span == 7 && n_rep <= 4) {
+          if (span == 7 && n_rep <= 4 && n < 4000) {
             ASSERT_NO_FATAL_FAILURE(emulate(view, q, n_rep, qpos, scale, span, emu));
           }
           for (size_t i = 0; i < emu.size(); ++i) {
@@ -379,7 +453,7 @@ TEST_P(GpuAttention, MatchesReferenceWithinTolerance) {
                 err_gpu = std::max(err_gpu, std::fabs(g - ex[d]));
               }
               ASSERT_GT(mag, 0.0) << "output is all zeros";
-              EXPECT_LE(err_gpu, 2.0 * err_ref + std::ldexp(mag, -20))
+              EXPECT_LE(err_gpu, 4.0 * err_ref + std::ldexp(mag, -17))
                   << c.name << " n " << n << " qpos " << qpos << " n_rep " << n_rep << " span " << span << " head "
                   << h << " row " << j << ": gpu err " << err_gpu / mag << " ref err " << err_ref / mag;
             }
@@ -402,7 +476,15 @@ INSTANTIATE_TEST_SUITE_P(
                            false},
                       Case{"D256_t32_q8_sinkf16", 256, 3, 2, Body::trellis, StagingType::q8_0, SinkType::f16, false},
                       Case{"D64_s44_q8_inherit", 64, 4, 4, Body::scalar, StagingType::q8_0, SinkType::inherit, false},
-                      Case{"D512_s43_q8_sinkf16", 512, 4, 3, Body::scalar, StagingType::q8_0, SinkType::f16, false}),
+                      Case{"D512_s43_q8_sinkf16", 512, 4, 3, Body::scalar, StagingType::q8_0, SinkType::f16, false},
+                      Case{"t33_channel_q8_inherit", 128, 3, 3, Body::trellis, StagingType::q8_0, SinkType::inherit,
+                           false, TrellisAxis::channel},
+                      Case{"D256_t22_channel_tq6_sinkf16", 256, 2, 2, Body::trellis, StagingType::tq6_0, SinkType::f16,
+                           false, TrellisAxis::channel},
+                      Case{"s33_f16_sinkf16", 128, 3, 3, Body::scalar, StagingType::f16, SinkType::f16, false},
+                      Case{"s22_tq6_inherit", 128, 2, 2, Body::scalar, StagingType::tq6_0, SinkType::inherit, false},
+                      Case{"D512_t32_tq6_inherit", 512, 3, 2, Body::trellis, StagingType::tq6_0, SinkType::inherit,
+                           false}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 TEST(GpuAttentionHost, ConvenienceApiMatchesDeviceApi) {
@@ -425,14 +507,16 @@ TEST(GpuAttentionHost, ConvenienceApiMatchesDeviceApi) {
 
 // ---- host-device helpers, checked on the CPU (no GPU needed) ---------------------------------
 
-// The kernels' steps run lane by lane on the CPU against the reference, with the same
-// tolerance as the GPU test: every region, body type, GQA width and span cut.
-TEST(AttentionHelpers, LaneEmulationMatchesReferenceWithinTolerance) {
+// The kernels' steps run on the CPU against the reference, with the same tolerance as the
+// GPU test: every region, body type, GQA width and span cut.
+TEST(AttentionHelpers, KernelEmulationMatchesReferenceWithinTolerance) {
   const Case cases[] = {
       {"s44_tq6_sinkf16", 128, 4, 4, Body::scalar, StagingType::tq6_0, SinkType::f16, false},
       {"t32_q8_inherit", 128, 3, 2, Body::trellis, StagingType::q8_0, SinkType::inherit, false},
       {"t44_q8_runtime", 128, 4, 4, Body::trellis, StagingType::q8_0, SinkType::f16, true},
       {"D64_s42_f16_inherit", 64, 4, 2, Body::scalar, StagingType::f16, SinkType::inherit, false},
+      {"D256_t32_tq6_sinkf16", 256, 3, 2, Body::trellis, StagingType::tq6_0, SinkType::f16, false},
+      {"s22_tq6_inherit", 128, 2, 2, Body::scalar, StagingType::tq6_0, SinkType::inherit, false},
   };
   for (const Case& c : cases) {
     const CodecConfig cfg = make_cfg(c);
@@ -446,7 +530,7 @@ TEST(AttentionHelpers, LaneEmulationMatchesReferenceWithinTolerance) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     XorShift64 rng(12);
     for (uint32_t qpos : {90u, 700u, n - 1})
-      for (uint32_t n_rep : {1u, 3u}) {
+      for (uint32_t n_rep : {1u, 3u, 8u}) {
         const uint32_t end = std::min(view.N, qpos + 1);
         const std::vector<float> q = make_queries(rows, cfg.rotation(), n_rep, end, scale, view, rng);
         std::vector<float> ref(D), kbuf(D), vbuf(D), emu;
@@ -458,7 +542,7 @@ TEST(AttentionHelpers, LaneEmulationMatchesReferenceWithinTolerance) {
             const std::vector<double> ex = exact_attention(view, &q[static_cast<size_t>(row) * D], h, end, scale);
             const RowError er = row_error(ref.data(), ex), ee = row_error(&emu[static_cast<size_t>(row) * D], ex);
             ASSERT_GT(er.mag, 0.0);
-            EXPECT_LE(ee.err, 2.0 * er.err + std::ldexp(er.mag, -20))
+            EXPECT_LE(ee.err, 4.0 * er.err + std::ldexp(er.mag, -17))
                 << c.name << " qpos " << qpos << " n_rep " << n_rep << " span " << span << " row " << row
                 << ": emulation err " << ee.err / er.mag << " ref err " << er.err / er.mag;
           }
@@ -496,6 +580,165 @@ TEST(AttentionHelpers, PerElementRecordDecodeEqualsRowDecode) {
             ASSERT_EQ(0, std::memcmp(&vd, &vr[d], 4)) << "V t " << t << " d " << d;
           }
         }
+      }
+}
+
+// The folded score and V sum of every token/channel of real sealed records against the
+// binary64 value of the same math over the decoded rows, within the worst-case rounding
+// bound of the folded arithmetic ((D + 7) u times the sum of the absolute terms).
+TEST(AttentionHelpers, FoldedRecordMathMatchesDecodedRows) {
+  struct Cfg {
+    uint32_t bk, bv;
+    Body body;
+  };
+  const double u = std::ldexp(1.0, -24);
+  for (uint32_t D : {128u, 256u})
+    for (const Cfg& k : {Cfg{4, 4, Body::scalar}, Cfg{4, 2, Body::scalar}, Cfg{3, 3, Body::scalar},
+                         Cfg{2, 2, Body::scalar}, Cfg{3, 2, Body::trellis}, Cfg{2, 2, Body::trellis},
+                         Cfg{3, 3, Body::trellis}, Cfg{4, 4, Body::trellis}})
+      for (TrellisAxis axis : {TrellisAxis::token, TrellisAxis::channel}) {
+        if (k.body == Body::scalar && axis == TrellisAxis::channel) continue;
+        const RecordLayout l = make_layout(D, 128, k.bk, k.bv, k.body, axis);
+        std::vector<uint16_t> K(128 * D), V(128 * D);
+        std::vector<int32_t> chf(D);
+        fill_group(D, 128, 31 + k.bk + D, K.data(), V.data(), chf.data());
+        std::vector<uint8_t> rec(l.bytes);
+        SealWorkspace ws;
+        SealOptions o;
+        ASSERT_TRUE(seal_record(l, o, K.data(), V.data(), D, rec.data(), ws, SealPath::reference).ok());
+        const uint16_t* tk = l.body == Body::trellis ? codebook_table(TrellisCodebooks{}, Side::k, l.bits_k) : nullptr;
+        const uint16_t* tv = l.body == Body::trellis ? codebook_table(TrellisCodebooks{}, Side::v, l.bits_v) : nullptr;
+        std::vector<float> tfk(1024), tfv(1024);
+        for (uint32_t w = 0; tk && w < trellis_entries(l.bits_k); ++w) tfk[w] = f16_to_f32(tk[w]);
+        for (uint32_t w = 0; tv && w < trellis_entries(l.bits_v); ++w) tfv[w] = f16_to_f32(tv[w]);
+        XorShift64 rng(7 + D);
+        constexpr int NR = 2;
+        std::vector<float> q(NR * D), qs(NR * D), kr(D), vr(D), pw(128), pv(128);
+        for (float& x : q) x = static_cast<float>(rng.gauss());
+        for (int r = 0; r < NR; ++r)
+          for (uint32_t d = 0; d < D; ++d) qs[d * NR + r] = op::fmul(q[r * D + d], attn::k_scale_of(l, rec.data(), d));
+        float c0[NR] = {};
+        for (int r = 0; r < NR; ++r)
+          for (uint32_t d = 0; d < D; ++d) c0[r] = attn::fma32(q[r * D + d], attn::k_zero_of(l, rec.data(), d), c0[r]);
+        std::vector<double> vex(D, 0.0);
+        float Z = 0.0f;
+        for (uint32_t t = 0; t < 128; ++t) {
+          pw[t] = static_cast<float>(rng.next() % 1000u + 1u) / 1000.0f;
+          pv[t] = op::fmul(pw[t], attn::v_scale_of(l, rec.data(), t));
+          Z = attn::fma32(pw[t], attn::v_zero_of(l, rec.data(), t), Z);
+        }
+        for (uint32_t t = 0; t < 128; ++t) {
+          decode_k_row_ref(l, rec.data(), t, kr.data());
+          decode_v_row_ref(l, rec.data(), t, vr.data());
+          for (uint32_t d = 0; d < D; ++d) vex[d] += static_cast<double>(pw[t]) * vr[d];
+          float dot[NR], half[NR];  // the kernels' split: two halves, fragment fast path where it applies
+          attn::body_k_dot<NR>(l, rec.data(), t, 0, D / 2, true, qs.data(), tk, tfk.data(), dot);
+          attn::body_k_dot<NR>(l, rec.data(), t, D / 2, D, true, qs.data(), tk, tfk.data(), half);
+          for (int r = 0; r < NR; ++r) dot[r] = op::fadd(dot[r], half[r]);
+          const float tok = attn::k_tok_of(l, rec.data(), t);
+          for (int r = 0; r < NR; ++r) {
+            double ex = 0, M = 0;
+            for (uint32_t d = 0; d < D; ++d) {
+              ex += static_cast<double>(q[r * D + d]) * kr[d];
+              M += std::fabs(q[r * D + d]) *
+                   (std::fabs(static_cast<double>(attn::k_scale_of(l, rec.data(), d)) *
+                              attn::code_k(l, rec.data(), t, d, tk)) +
+                    std::fabs(attn::k_zero_of(l, rec.data(), d)));
+            }
+            // + 3 u per decoded value on the exact side (the reference rounds each value)
+            const double bound = (D + 4 + 3) * u * std::fabs(tok) * M;
+            const float sc = attn::k_score(tok, c0[r], dot[r]);
+            ASSERT_TRUE(std::isfinite(sc));
+            ASSERT_LE(std::fabs(sc - ex), bound) << "D " << D << " " << k.bk << "/" << k.bv << " t " << t << " row " << r;
+          }
+        }
+        for (uint32_t d = 0; d < D; ++d) {
+          float acc[1];
+          attn::body_v_dot<1>(l, rec.data(), d, 0, 128, true, pv.data(), tv, tfv.data(), acc);
+          const float out = attn::v_value(attn::v_ch_of(l, rec.data(), d), Z, acc[0]);
+          double M = 0;
+          for (uint32_t t = 0; t < 128; ++t)
+            M += pw[t] * (std::fabs(static_cast<double>(attn::v_scale_of(l, rec.data(), t)) *
+                                    attn::code_v(l, rec.data(), t, d, tv)) +
+                          std::fabs(attn::v_zero_of(l, rec.data(), t)));
+          const double bound = (128 + 4 + 3) * u * std::fabs(attn::v_ch_of(l, rec.data(), d)) * M;
+          ASSERT_LE(std::fabs(out - vex[d]), bound) << "D " << D << " " << k.bk << "/" << k.bv << " V d " << d;
+        }
+      }
+}
+
+// The fragment fast path visits every code of a thread's range once with the right value:
+// with small integer factors every sum is exact, so it must equal the per-element path.
+TEST(AttentionHelpers, FragmentFastPathEqualsPerElementDecode) {
+  for (uint32_t D : {32u, 64u, 128u, 256u, 512u}) {
+    const RecordLayout l = make_layout(D, 128, 4, 4, Body::scalar);
+    ASSERT_TRUE(l.k_fragment() && l.v_fragment());
+    std::vector<uint8_t> rec(l.bytes);
+    XorShift64 rng(D);
+    for (uint8_t& b : rec) b = static_cast<uint8_t>(rng.next());
+    constexpr int NR = 4;
+    std::vector<float> x(NR * std::max(D, 128u));
+    for (float& v : x) v = static_cast<float>(static_cast<int>(rng.next() % 7u) - 3);
+    for (uint32_t t = 0; t < 128; t += 5)
+      for (uint32_t d0 = 0; d0 < D; d0 += 16) {
+        const uint32_t d1 = std::min(D, d0 + 16 * (1 + t % 3));
+        float fast[NR], slow[NR];
+        attn::body_k_dot<NR>(l, rec.data(), t, d0, d1, true, x.data(), nullptr, nullptr, fast);
+        attn::dot_rows<NR>([&](uint32_t d) { return scalar_q(l, rec.data(), Side::k, t, d); }, x.data(), d0, d1, slow);
+        for (int r = 0; r < NR; ++r) ASSERT_EQ(fast[r], slow[r]) << "K D " << D << " t " << t << " d0 " << d0;
+      }
+    for (uint32_t d = 0; d < D; d += 3)
+      for (uint32_t t0 = 0; t0 < 128; t0 += 16) {
+        const uint32_t t1 = std::min(128u, t0 + 16 * (1 + d % 4));
+        float fast[NR], slow[NR];
+        attn::body_v_dot<NR>(l, rec.data(), d, t0, t1, true, x.data(), nullptr, nullptr, fast);
+        attn::dot_rows<NR>([&](uint32_t t) { return scalar_q(l, rec.data(), Side::v, t, d); }, x.data(), t0, t1, slow);
+        for (int r = 0; r < NR; ++r) ASSERT_EQ(fast[r], slow[r]) << "V D " << D << " d " << d << " t0 " << t0;
+      }
+  }
+}
+
+// The trellis readers (slide and stride, both axes, 2..4 bits) give the same bits as the
+// per-element window decode with the same summation order, for any range of a random record.
+TEST(AttentionHelpers, TrellisReadersEqualPerElementDecode) {
+  struct W {
+    uint32_t bk, bv;
+  };
+  for (uint32_t D : {128u, 256u})
+    for (const W& wb : {W{3, 2}, W{2, 2}, W{3, 3}, W{4, 4}})
+      for (TrellisAxis axis : {TrellisAxis::token, TrellisAxis::channel}) {
+        const RecordLayout l = make_layout(D, 128, wb.bk, wb.bv, Body::trellis, axis);
+        std::vector<uint8_t> rec(l.bytes);
+        XorShift64 rng(D * 7 + wb.bk * 3 + wb.bv + static_cast<uint32_t>(axis));
+        for (uint8_t& b : rec) b = static_cast<uint8_t>(rng.next());
+        const uint16_t* tk = codebook_table(TrellisCodebooks{}, Side::k, wb.bk);
+        const uint16_t* tv = codebook_table(TrellisCodebooks{}, Side::v, wb.bv);
+        std::vector<float> tfk(1024), tfv(1024);
+        for (uint32_t w = 0; w < trellis_entries(wb.bk); ++w) tfk[w] = f16_to_f32(tk[w]);
+        for (uint32_t w = 0; w < trellis_entries(wb.bv); ++w) tfv[w] = f16_to_f32(tv[w]);
+        constexpr int NR = 2;
+        std::vector<float> x(NR * D);
+        for (float& v : x) v = static_cast<float>(rng.gauss());
+        for (uint32_t t = 0; t < 128; t += 3)
+          for (uint32_t d0 : {0u, 5u, D / 2}) {
+            const uint32_t d1 = std::min(D, d0 + 1 + (t * 37) % D);
+            float fast[NR], slow[NR];
+            attn::body_k_dot<NR>(l, rec.data(), t, d0, d1, true, x.data(), tk, tfk.data(), fast);
+            attn::dot_rows<NR>([&](uint32_t d) { return record_q(l, rec.data(), Side::k, t, d, tk); }, x.data(), d0, d1,
+                               slow);
+            for (int r = 0; r < NR; ++r)
+              ASSERT_EQ(f32_bits(fast[r]), f32_bits(slow[r])) << "K D " << D << " t " << t << " d0 " << d0;
+          }
+        for (uint32_t d = 0; d < D; d += 7)
+          for (uint32_t t0 : {0u, 1u, 2u, 3u, 64u}) {
+            const uint32_t t1 = std::min(128u, t0 + 1 + (d * 13) % 128);
+            float fast[NR], slow[NR];
+            attn::body_v_dot<NR>(l, rec.data(), d, t0, t1, true, x.data(), tv, tfv.data(), fast);
+            attn::dot_rows<NR>([&](uint32_t t) { return record_q(l, rec.data(), Side::v, t, d, tv); }, x.data(), t0, t1,
+                               slow);
+            for (int r = 0; r < NR; ++r)
+              ASSERT_EQ(f32_bits(fast[r]), f32_bits(slow[r])) << "V D " << D << " d " << d << " t0 " << t0;
+          }
       }
 }
 
