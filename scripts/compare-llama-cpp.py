@@ -46,6 +46,12 @@ def log_softmax(x):
     return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
 
 
+def last_logits(llm):
+    import llama_cpp
+    ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+    return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
@@ -84,11 +90,11 @@ def main():
     t0, c0 = time.perf_counter(), time.process_time()
     llm.eval(ids)
     t_prefill, c_prefill = time.perf_counter() - t0, time.process_time() - c0
-    tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    tok = int(np.argmax(last_logits(llm)))
     t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(a.decode):
         llm.eval([tok])
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = int(np.argmax(last_logits(llm)))
     t_decode, c_decode = time.perf_counter() - t0, time.process_time() - c0
 
     with tempfile.TemporaryDirectory() as d:
@@ -112,8 +118,10 @@ def main():
     V = min(ref.shape[1], ours.shape[1])
     if ref.shape[1] != ours.shape[1]:
         print(f"note: vocab sizes differ ({ref.shape[1]} vs {ours.shape[1]}); comparing the first {V}")
-    lp, lq = log_softmax(ref[:, :V]), log_softmax(ours[:, :V])
-    kl = (np.exp(lp) * (lp - lq)).sum(axis=-1)
+    kl = np.empty(n)
+    for i in range(0, n, 32):  # in row chunks: float64 copies of the whole vocabulary are large
+        lp, lq = log_softmax(ref[i:i + 32, :V]), log_softmax(ours[i:i + 32, :V])
+        kl[i:i + 32] = (np.exp(lp) * (lp - lq)).sum(axis=-1)
     same = (ref[:, :V].argmax(-1) == ours[:, :V].argmax(-1)).mean()
     print(f"model {os.path.basename(a.model)}  positions {n}  threads {a.threads}  cache types k={a.type_k} v={a.type_v}")
     print(f"KL(llama.cpp || sjkv) nats: mean {kl.mean():.3e}  median {np.median(kl):.3e}  "

@@ -256,20 +256,23 @@ TEST(MatmulF16, MatchesScalarReference) {
     std::vector<float> x(n * k);
     for (auto& e : w) e = f32_to_f16(nd(rng) * 0.05f);
     for (auto& e : x) e = nd(rng);
-    std::vector<float> y(n * (rows + 3), -7.0f), r(n * (rows + 3), -7.0f);
-    matmul_f16(w.data(), rows, k, x.data(), n, y.data(), rows + 3);
+    std::vector<float> r(n * (rows + 3), -7.0f);
     matmul_f16_reference(w.data(), rows, k, x.data(), n, r.data(), rows + 3);
+    for (int isa = 0; isa <= static_cast<int>(matmul_f16_best()); ++isa) {
+    std::vector<float> y(n * (rows + 3), -7.0f);
+    matmul_f16_with(static_cast<MatmulIsa>(isa), w.data(), rows, k, x.data(), n, y.data(), rows + 3);
     double norm = 0.0;
     for (size_t t = 0; t < n; ++t) {
       for (size_t i = 0; i < rows; ++i) {
         const float a = y[t * (rows + 3) + i], e = r[t * (rows + 3) + i];
         norm += std::fabs(e);
         // f32 accumulation over k terms against a double reference.
-        EXPECT_NEAR(a, e, 1e-6 * k + 1e-5 * std::fabs(e)) << k << " " << t << " " << i;
+        EXPECT_NEAR(a, e, 1e-6 * k + 1e-5 * std::fabs(e)) << "isa " << isa << " k " << k << " " << t << " " << i;
       }
       for (size_t i = rows; i < rows + 3; ++i) EXPECT_EQ(y[t * (rows + 3) + i], -7.0f);  // ldy gap untouched
     }
     EXPECT_GT(norm, 1.0);
+    }
   }
 }
 
@@ -330,4 +333,22 @@ TEST(MatmulQ8_0, MatchesDequantizedReference) {
     matmul_q8_0(w.data(), rows, k, x.data() + t * k, 1, one.data(), rows);
     EXPECT_EQ(0, std::memcmp(one.data(), y.data() + t * rows, rows * 4)) << t;
   }
+}
+
+TEST(MatmulF16, Avx512EqualsAvx2BitForBit) {
+  if (matmul_f16_best() != MatmulIsa::avx512) GTEST_SKIP() << "no AVX-512 on this machine";
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (size_t k : {size_t(16), size_t(100), size_t(640), size_t(2048)})
+    for (size_t n : {size_t(1), size_t(3), size_t(9)}) {
+      const size_t rows = 37;  // row blocks of 16, tiles of 4 rows, and tails of both
+      std::vector<uint16_t> w(rows * k);
+      std::vector<float> x(n * k);
+      for (auto& e : w) e = f32_to_f16(nd(rng) * 0.1f);
+      for (auto& e : x) e = nd(rng);
+      std::vector<float> a(n * rows), b(n * rows);
+      matmul_f16_with(MatmulIsa::avx2, w.data(), rows, k, x.data(), n, a.data(), rows);
+      matmul_f16_with(MatmulIsa::avx512, w.data(), rows, k, x.data(), n, b.data(), rows);
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << k << " " << n;
+    }
 }

@@ -341,9 +341,35 @@ std::vector<int32_t> france_prompt(const GgufFile& f, int32_t* paris) {
 
 }  // namespace
 
-TEST(RealModel, LogitsAgreeAcrossUbatchesStepsAndThreads) {
-  const std::string path = default_model_path();
-  if (path.empty()) GTEST_SKIP() << "no model installed (scripts/setup, or SJKV_MODEL)";
+// The installed models: the default one and, beside it, scripts/setup's second architecture.
+std::vector<std::string> installed_models() {
+  std::vector<std::string> paths;
+  const std::string d = default_model_path();
+  if (d.empty()) return paths;
+  paths.push_back(d);
+  const size_t slash = d.find_last_of('/');
+  const std::string second = (slash == std::string::npos ? std::string() : d.substr(0, slash + 1)) + "smollm2.gguf";
+  if (second != d) {
+    if (FILE* f = std::fopen(second.c_str(), "rb")) {
+      std::fclose(f);
+      paths.push_back(second);
+    }
+  }
+  return paths;
+}
+
+class RealModel : public ::testing::TestWithParam<int> {
+ protected:
+  std::string path() {
+    const auto paths = installed_models();
+    if (static_cast<size_t>(GetParam()) >= paths.size()) return "";
+    return paths[GetParam()];
+  }
+};
+
+TEST_P(RealModel, LogitsAgreeAcrossUbatchesStepsAndThreads) {
+  const std::string path = this->path();
+  if (path.empty()) GTEST_SKIP() << "model not installed (scripts/setup, or SJKV_MODEL)";
   auto m = Model::load(path);
   const ModelInfo& info = m->info();
   const ModelGeometry g = geometry_from_gguf(m->gguf());
@@ -381,3 +407,33 @@ TEST(RealModel, LogitsAgreeAcrossUbatchesStepsAndThreads) {
   for (uint32_t v = 0; v < info.n_vocab; ++v) rank += last[v] > last[paris];
   EXPECT_LT(rank, 10u) << "rank of ' Paris' after 'The capital of France is'";
 }
+
+// Past the sliding window (512 for Gemma 3): a long prompt in one ubatch, in ubatches of 200,
+// and continued token by token all give the same last logits.
+TEST_P(RealModel, LongPromptAcrossTheWindowInAnyUbatching) {
+  const std::string path = this->path();
+  if (path.empty()) GTEST_SKIP() << "model not installed (scripts/setup, or SJKV_MODEL)";
+  auto m = Model::load(path);
+  const ModelInfo& info = m->info();
+  uint32_t window = 0;
+  for (const auto& l : info.layers) window = std::max(window, l.window);
+  const uint32_t n = (window ? window : 512) + 40;
+  std::vector<int32_t> ids(n);
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int32_t> pick(100, static_cast<int32_t>(std::min<uint32_t>(info.n_vocab, 20000)) - 1);
+  for (auto& id : ids) id = pick(rng);
+  auto last = [&](uint32_t n_ubatch, uint32_t stepwise_tail) {
+    auto kv = f32_cache(info);
+    std::vector<float> out(info.n_vocab);
+    const uint32_t head = n - stepwise_tail;
+    m->eval(ids.data(), head, 0, n_ubatch, kv, out.data(), false);
+    for (uint32_t i = head; i < n; ++i) m->eval(&ids[i], 1, i, 1, kv, out.data(), false);
+    return out;
+  };
+  const auto a = last(1024, 0), b = last(200, 0), c = last(1024, 5);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
+  EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.size() * 4));
+  for (float x : a) ASSERT_TRUE(std::isfinite(x));
+}
+
+INSTANTIATE_TEST_SUITE_P(Installed, RealModel, ::testing::Values(0, 1));

@@ -48,6 +48,13 @@ void dequantize_row(uint32_t type, const void* src, float* dst, size_t n);
 // scalar path use the same order of lanes but may differ in the last bits (fused multiply-add).
 void matmul_f16(const uint16_t* w, size_t rows, size_t k, const float* x, size_t n, float* y,
                 size_t ldy, int n_threads = 0);
+// The paths matmul_f16 chooses between; AVX-512 equals AVX2 bit for bit (the same lanes and
+// fused multiply-adds), the scalar path differs in the last bits (no FMA).
+enum class MatmulIsa { scalar = 0, avx2 = 1, avx512 = 2 };
+MatmulIsa matmul_f16_best();
+// matmul_f16 on a given path (tests); std::invalid_argument when this machine lacks it.
+void matmul_f16_with(MatmulIsa isa, const uint16_t* w, size_t rows, size_t k, const float* x, size_t n,
+                     float* y, size_t ldy, int n_threads = 0);
 // The same products with W held as Q8_0 rows ([rows][k / 32] blocks, used in place: the tied
 // output matrix of both default models), with the same guarantees; k a multiple of 32.
 void matmul_q8_0(const uint8_t* w, size_t rows, size_t k, const float* x, size_t n, float* y,
