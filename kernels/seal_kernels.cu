@@ -310,7 +310,10 @@ std::string Engine::staging_write_async(StagingType t, const float* x, size_t n_
   if (n_rows > 0x7fffffffu) return "staging write: too many rows";
   const unsigned threads = staging_threads(D);
   const size_t dyn = staging_dyn_bytes(D);
-  staging_write_kernel<<<static_cast<unsigned>(n_rows), threads, dyn, stream>>>(t, x, n_rows, D, rot, out, bad);
+  if (staging_tq6_fast(t, D))
+    staging_write_tq6_kernel<<<static_cast<unsigned>(n_rows), threads, dyn, stream>>>(x, n_rows, D, rot, out, bad);
+  else
+    staging_write_kernel<<<static_cast<unsigned>(n_rows), threads, dyn, stream>>>(t, x, n_rows, D, rot, out, bad);
   SJKV_CU(cudaGetLastError(), "staging kernel launch");
   return "";
 }

@@ -271,7 +271,12 @@ TEST(SealSimt, StagingWriteAndDecodeMatchTheReference) {
           cbad[r] = staging_encode_row_checked(t, row.data(), D, &cpu[r * rb]);
         }
         emu::launch(n, cuda::staging_threads(D), cuda::staging_dyn_bytes(D),
-                    [&] { cuda::staging_write_kernel(t, x.data(), n, D, rot, gpu.data(), gbad.data()); });
+                    [&] {
+                      if (cuda::staging_tq6_fast(t, D))
+                        cuda::staging_write_tq6_kernel(x.data(), n, D, rot, gpu.data(), gbad.data());
+                      else
+                        cuda::staging_write_kernel(t, x.data(), n, D, rot, gpu.data(), gbad.data());
+                    });
         for (uint32_t r = 0; r < n; ++r) {
           EXPECT_EQ(cbad[r], gbad[r]) << staging_name(t) << " row " << r;
           ASSERT_EQ(0, std::memcmp(&cpu[r * rb], &gpu[r * rb], rb)) << staging_name(t) << " D=" << D << " rot=" << rot;

@@ -111,48 +111,84 @@ __device__ void sstd_all(const float* base, uint32_t nseq, size_t seq_step, size
   }
 }
 
-// Sample std of every column of tile [R][C], a thread per column: consecutive threads read
-// consecutive columns (coalesced, no bank conflicts). The 8 chunk sums are 8 independent
-// accumulators, each in its own index order, combined by the contract's tree.
-__device__ void sstd_cols(const float* cur, uint32_t R, uint32_t C, uint32_t ld, float* sd) {
-  const uint32_t k = R / 8;
-  for (uint32_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const float* x = cur + c;
+// Sample stds (reduction contract) of nlines lines of n values, line s element i at
+// cur[s*line_step + i*elem_step], with g = 8, 4, 2 or 1 threads per line (the most that fit
+// the block), so every thread works. Thread j of a line sums chunks j*8/g .. (j+1)*8/g - 1
+// (each in index order) and combines them by the lower levels of the contract's pairwise
+// tree; the g partials, exchanged through shared memory, take the upper levels. Every
+// thread of the block calls it; consecutive threads take consecutive lines.
+__device__ void sstd_lines(const float* cur, uint32_t nlines, size_t line_step, size_t elem_step, uint32_t n,
+                           float* sd) {
+  __shared__ double xa[kSealThreads];
+  __shared__ double xb[kSealThreads];
+  uint32_t g = 8;
+  while (g > 1 && g * nlines > blockDim.x) g >>= 1;
+  const uint32_t per = 8 / g, k = n / 8;
+  for (uint32_t base = 0; base < nlines * g; base += blockDim.x) {  // one round unless g == 1
+    const uint32_t t = base + threadIdx.x;
+    const bool act = t < nlines * g;
+    const uint32_t s = act ? t % nlines : 0u, j = act ? t / nlines : 0u;
+    const float* x = cur + s * line_step + static_cast<size_t>(j * per * k) * elem_step;
     double p[8];
+#pragma unroll
     for (uint32_t l = 0; l < 8; ++l) p[l] = 0.0;
-    for (uint32_t i = 0; i < k; ++i)
-      for (uint32_t l = 0; l < 8; ++l)
-        p[l] = op::dadd(p[l], static_cast<double>(x[static_cast<size_t>(l * k + i) * ld]));
-    const double mean = op::ddiv(bal::combine8(p), static_cast<double>(R));
+    if (act)
+      for (uint32_t i = 0; i < k; ++i)
+#pragma unroll
+        for (uint32_t l = 0; l < 8; ++l)
+          if (l < per) p[l] = op::dadd(p[l], static_cast<double>(x[static_cast<size_t>(l * k + i) * elem_step]));
+    double part = per == 8 ? bal::combine8(p)
+                  : per == 4 ? op::dadd(op::dadd(p[0], p[1]), op::dadd(p[2], p[3]))
+                  : per == 2 ? op::dadd(p[0], p[1])
+                             : p[0];
+    if (g > 1) {
+      xa[threadIdx.x] = part;
+      __syncthreads();
+      double a[8];
+#pragma unroll
+      for (uint32_t l = 0; l < 8; ++l) a[l] = l < g ? xa[l * nlines + s] : 0.0;
+      part = g == 8 ? bal::combine8(a) : g == 4 ? op::dadd(op::dadd(a[0], a[1]), op::dadd(a[2], a[3]))
+                                                : op::dadd(a[0], a[1]);
+    }
+    const double mean = op::ddiv(part, static_cast<double>(n));
+#pragma unroll
     for (uint32_t l = 0; l < 8; ++l) p[l] = 0.0;
-    for (uint32_t i = 0; i < k; ++i)
-      for (uint32_t l = 0; l < 8; ++l) {
-        const double d = op::dsub(static_cast<double>(x[static_cast<size_t>(l * k + i) * ld]), mean);
-        p[l] = op::fma64(d, d, p[l]);
+    if (act)
+      for (uint32_t i = 0; i < k; ++i)
+#pragma unroll
+        for (uint32_t l = 0; l < 8; ++l)
+          if (l < per) {
+            const double d = op::dsub(static_cast<double>(x[static_cast<size_t>(l * k + i) * elem_step]), mean);
+            p[l] = op::fma64(d, d, p[l]);
+          }
+    part = per == 8 ? bal::combine8(p)
+           : per == 4 ? op::dadd(op::dadd(p[0], p[1]), op::dadd(p[2], p[3]))
+           : per == 2 ? op::dadd(p[0], p[1])
+                      : p[0];
+    if (g > 1) {
+      xb[threadIdx.x] = part;
+      __syncthreads();
+      if (act && j == 0) {
+        double a[8];
+#pragma unroll
+        for (uint32_t l = 0; l < 8; ++l) a[l] = l < g ? xb[l * nlines + s] : 0.0;
+        part = g == 8 ? bal::combine8(a) : g == 4 ? op::dadd(op::dadd(a[0], a[1]), op::dadd(a[2], a[3]))
+                                                  : op::dadd(a[0], a[1]);
       }
-    sd[c] = bal::sstd_finish(bal::combine8(p), R);
+    }
+    if (act && j == 0) sd[s] = bal::sstd_finish(part, n);
   }
 }
 
-// Sample std of every row of tile [R][C] (pitch ld), a thread per row with 8 chunk
-// accumulators; with ld = C + 1 the threads of a warp read distinct banks.
+// Sample std of every column of tile [R][C] (pitch ld).
+__device__ void sstd_cols(const float* cur, uint32_t R, uint32_t C, uint32_t ld, float* sd) {
+  sstd_lines(cur, C, 1, ld, R, sd);
+}
+
+// Sample std of every row of tile [R][C] (pitch ld); with ld = C + 1 the rows start in
+// distinct banks.
 __device__ void sstd_rows(const float* cur, uint32_t R, uint32_t C, uint32_t ld, float* sd) {
-  const uint32_t k = C / 8;
-  for (uint32_t r = threadIdx.x; r < R; r += blockDim.x) {
-    const float* x = cur + static_cast<size_t>(r) * ld;
-    double p[8];
-    for (uint32_t l = 0; l < 8; ++l) p[l] = 0.0;
-    for (uint32_t i = 0; i < k; ++i)
-      for (uint32_t l = 0; l < 8; ++l) p[l] = op::dadd(p[l], static_cast<double>(x[l * k + i]));
-    const double mean = op::ddiv(bal::combine8(p), static_cast<double>(C));
-    for (uint32_t l = 0; l < 8; ++l) p[l] = 0.0;
-    for (uint32_t i = 0; i < k; ++i)
-      for (uint32_t l = 0; l < 8; ++l) {
-        const double d = op::dsub(static_cast<double>(x[l * k + i]), mean);
-        p[l] = op::fma64(d, d, p[l]);
-      }
-    sd[r] = bal::sstd_finish(bal::combine8(p), C);
-  }
+  sstd_lines(cur, R, ld, 1, C, sd);
 }
 
 // Row stds by either schedule: 8 lanes per row with xor shuffles, or a thread per row.
@@ -162,9 +198,11 @@ __device__ void row_stds(const Tile& T, const float* cur, bool lanes8, float* sd
 }
 
 __device__ void recompute(const Tile& T, const SealScratch& s) {
+  // Consecutive threads take consecutive fp16 inputs (K: r fastest, V: c fastest), so the
+  // global reads coalesce; the padded pitch keeps the shared writes conflict-free.
   const uint32_t n = T.R * T.C;
   for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const uint32_t r = i / T.C, c = i % T.C;
+    const uint32_t r = T.is_k ? i % T.R : i / T.C, c = T.is_k ? i / T.R : i % T.C;
     s.cur[static_cast<size_t>(r) * T.ld + c] = bal::rescale(T.M(r, c), s.s_col[c], s.s_row[r]);
   }
 }
@@ -478,18 +516,11 @@ __host__ __device__ inline size_t staging_dyn_bytes(uint32_t D) {
   return (static_cast<size_t>(D) + D / kTq6BlockValues + 1) * sizeof(float);
 }
 
-// Staging write: one block per row. The row is copied to shared memory, rotated with the
-// butterflies of hadamard_inplace (each pair's two results depend only on that pair, so the
-// pairs of a stage run in parallel), then encoded one staging block per thread.
-__global__ void __launch_bounds__(kStagingMaxThreads, 2) staging_write_kernel(StagingType t, const float* x, size_t n_rows, uint32_t D, uint32_t rot,
-                                     uint8_t* out, int32_t* bad) {
-  SJKV_DYN_SHARED(float, sx);
-  __shared__ int32_t first;
-  const size_t r = blockIdx.x;
-  if (r >= n_rows) return;
-  const float* xr = x + r * D;
+// Loads row r into shared sx and rotates it with the butterflies of hadamard_inplace (each
+// pair's two results depend only on that pair, so the pairs of a stage run in parallel).
+// Ends with a barrier.
+__device__ inline void staging_load_rotate(const float* xr, uint32_t D, uint32_t rot, float* sx) {
   for (uint32_t i = threadIdx.x; i < D; i += blockDim.x) sx[i] = xr[i];
-  if (threadIdx.x == 0) first = INT_MAX;
   __syncthreads();
   if (rot > 1) {
     for (uint32_t h = 1; h < rot; h <<= 1) {
@@ -506,71 +537,113 @@ __global__ void __launch_bounds__(kStagingMaxThreads, 2) staging_write_kernel(St
     for (uint32_t i = threadIdx.x; i < D; i += blockDim.x) sx[i] = op::fmul(sx[i], sc);
     __syncthreads();
   }
+}
+
+// tq6_code's search against a copy of the midpoints in shared memory (the constant-memory
+// table serialises a warp's divergent probes).
+__device__ inline uint32_t tq6_code_at(float v, const float* mid) {
+  uint32_t idx = 0;
+  for (uint32_t step = 32; step > 0; step >>= 1) idx += !(v < mid[idx + step - 1]) ? step : 0u;
+  return idx;
+}
+
+// Staging write of tq6_0 rows of at most kTq6ParallelBlocks blocks: one block per row, a
+// thread per value. Its own kernel: the generic one's per-thread block buffers (local memory,
+// 128 registers) limited the SM to two rows at a time. The two block sums stay sequential on
+// one thread per block (their order is the format's); the codes and the packing run in
+// parallel, with both tables in shared memory.
+__global__ void __launch_bounds__(kStagingMaxThreads, 8) staging_write_tq6_kernel(const float* x, size_t n_rows,
+                                                                                 uint32_t D, uint32_t rot,
+                                                                                 uint8_t* out, int32_t* bad) {
+  SJKV_DYN_SHARED(float, sx);
+  __shared__ int32_t first;
+  __shared__ float tq_inv[kTq6ParallelBlocks];
+  __shared__ float tq_mid[64];
+  __shared__ float tq_cen[64];
+  __shared__ uint8_t tq_code[kTq6ParallelBlocks * kTq6BlockValues];
+  const size_t r = blockIdx.x;
+  if (r >= n_rows) return;
+  if (threadIdx.x == 0) first = INT_MAX;
+  for (uint32_t i = threadIdx.x; i < 64; i += blockDim.x) {
+    tq_mid[i] = i < 63 ? tq6_midpoint(i) : 0.0f;
+    tq_cen[i] = tq6_centroid(i);
+  }
+  staging_load_rotate(x + r * D, D, rot, sx);
+  const uint32_t nblk = D / kTq6BlockValues;
+  for (uint32_t b = threadIdx.x; b < nblk; b += blockDim.x) {
+    const float* xb = sx + b * kTq6BlockValues;
+    float norm_sq = 0.0f;
+    for (uint32_t i = 0; i < kTq6BlockValues; ++i) norm_sq = op::fadd(norm_sq, op::fmul(xb[i], xb[i]));
+    const float norm = op::sqrt32(norm_sq);
+    const bool live = norm > f32_from_bits(0x2edbe6ffu);  // 1e-10
+    tq_inv[b] = live ? op::fdiv(1.0f, norm) : 0.0f;
+    sx[D + b] = norm;  // the dynamic buffer holds D + blocks floats
+  }
+  __syncthreads();
+  for (uint32_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const uint32_t b = i / kTq6BlockValues;
+    const float inv = tq_inv[b];
+    const bool live = sx[D + b] > f32_from_bits(0x2edbe6ffu);
+    tq_code[i] = static_cast<uint8_t>(tq6_code_at(live ? op::fmul(sx[i], inv) : 0.0f, tq_mid));
+  }
+  __syncthreads();
+  uint8_t* row_out = out + r * staging_row_bytes(StagingType::tq6_0, D);
+  for (uint32_t b = threadIdx.x; b < nblk; b += blockDim.x) {
+    const uint8_t* code = tq_code + b * kTq6BlockValues;
+    float rn_sq = 0.0f;
+    for (uint32_t i = 0; i < kTq6BlockValues; ++i) {
+      const float c = tq_cen[code[i]];
+      rn_sq = op::fadd(rn_sq, op::fmul(c, c));
+    }
+    const float norm = sx[D + b];
+    const float rn = op::sqrt32(rn_sq);
+    const uint16_t h = f32_to_f16(rn > f32_from_bits(0x2edbe6ffu) ? op::fdiv(norm, rn) : norm);
+    store_u16(row_out + b * kTq6BlockBytes, h);
+    if ((h & 0x7c00u) != 0x7c00u) continue;
+    // Refused block: its first non-finite value, else its largest magnitude.
+    const float* xb = sx + b * kTq6BlockValues;
+    uint32_t worst = 0;
+    float wmag = -1.0f;
+    for (uint32_t i = 0; i < kTq6BlockValues; ++i) {
+      const float a = xb[i] < 0.0f ? -xb[i] : xb[i];
+      if (!(a <= f32_from_bits(0x7f7fffffu))) { worst = i; break; }
+      if (a > wmag) { wmag = a; worst = i; }
+    }
+    atomicMin(&first, static_cast<int32_t>(b * kTq6BlockValues + worst));
+  }
+  for (uint32_t j = threadIdx.x; j < nblk * (kTq6BlockValues / 2); j += blockDim.x) {
+    const uint32_t b = j / (kTq6BlockValues / 2), i = j % (kTq6BlockValues / 2);
+    const uint8_t* code = tq_code + b * kTq6BlockValues;
+    row_out[b * kTq6BlockBytes + 2 + i] = static_cast<uint8_t>((code[2 * i] & 15u) | ((code[2 * i + 1] & 15u) << 4));
+  }
+  for (uint32_t j = threadIdx.x; j < nblk * (kTq6BlockValues / 4); j += blockDim.x) {
+    const uint32_t b = j / (kTq6BlockValues / 4), i = j % (kTq6BlockValues / 4);
+    const uint8_t* code = tq_code + b * kTq6BlockValues;
+    row_out[b * kTq6BlockBytes + 66 + i] =
+        static_cast<uint8_t>((code[4 * i] >> 4) | ((code[4 * i + 1] >> 4) << 2) | ((code[4 * i + 2] >> 4) << 4) |
+                             ((code[4 * i + 3] >> 4) << 6));
+  }
+  __syncthreads();
+  if (bad && threadIdx.x == 0) bad[r] = first == INT_MAX ? -1 : first;
+}
+
+// Whether a staging write takes staging_write_tq6_kernel.
+__host__ __device__ inline bool staging_tq6_fast(StagingType t, uint32_t D) {
+  return t == StagingType::tq6_0 && D / kTq6BlockValues <= kTq6ParallelBlocks;
+}
+
+// Staging write (q8_0, f16, wide tq6_0 rows): one block per row, rotated in shared memory,
+// then encoded one staging block per thread.
+__global__ void __launch_bounds__(kStagingMaxThreads, 2) staging_write_kernel(StagingType t, const float* x, size_t n_rows, uint32_t D, uint32_t rot,
+                                     uint8_t* out, int32_t* bad) {
+  SJKV_DYN_SHARED(float, sx);
+  __shared__ int32_t first;
+  const size_t r = blockIdx.x;
+  if (r >= n_rows) return;
+  if (threadIdx.x == 0) first = INT_MAX;
+  staging_load_rotate(x + r * D, D, rot, sx);
   const uint32_t bv = staging_block_values(t), nblk = D / bv;
   const uint32_t rb = staging_row_bytes(t, D);
-  if (t == StagingType::tq6_0 && nblk <= kTq6ParallelBlocks) {
-    // tq6_0 with a thread per value: the two block sums stay sequential on one thread per
-    // block (their order is the format's); the codes (count of midpoints <= v, which
-    // tq6_code's search gives) and the packing run in parallel.
-    __shared__ float tq_inv[kTq6ParallelBlocks];
-    __shared__ uint8_t tq_code[kTq6ParallelBlocks * kTq6BlockValues];
-    for (uint32_t b = threadIdx.x; b < nblk; b += blockDim.x) {
-      const float* xb = sx + b * kTq6BlockValues;
-      float norm_sq = 0.0f;
-      for (uint32_t i = 0; i < kTq6BlockValues; ++i) norm_sq = op::fadd(norm_sq, op::fmul(xb[i], xb[i]));
-      const float norm = op::sqrt32(norm_sq);
-      const bool live = norm > f32_from_bits(0x2edbe6ffu);  // 1e-10
-      tq_inv[b] = live ? op::fdiv(1.0f, norm) : 0.0f;
-      sx[D + b] = norm;  // the dynamic buffer holds D + blocks floats
-    }
-    __syncthreads();
-    for (uint32_t i = threadIdx.x; i < D; i += blockDim.x) {
-      const uint32_t b = i / kTq6BlockValues;
-      const float inv = tq_inv[b];
-      const bool live = sx[D + b] > f32_from_bits(0x2edbe6ffu);
-      tq_code[i] = static_cast<uint8_t>(tq6_code(live ? op::fmul(sx[i], inv) : 0.0f));
-    }
-    __syncthreads();
-    uint8_t* row_out = out + r * rb;
-    for (uint32_t b = threadIdx.x; b < nblk; b += blockDim.x) {
-      const uint8_t* code = tq_code + b * kTq6BlockValues;
-      float rn_sq = 0.0f;
-      for (uint32_t i = 0; i < kTq6BlockValues; ++i) {
-        const float c = tq6_centroid(code[i]);
-        rn_sq = op::fadd(rn_sq, op::fmul(c, c));
-      }
-      const float norm = sx[D + b];
-      const float rn = op::sqrt32(rn_sq);
-      const uint16_t h = f32_to_f16(rn > f32_from_bits(0x2edbe6ffu) ? op::fdiv(norm, rn) : norm);
-      store_u16(row_out + b * kTq6BlockBytes, h);
-      if ((h & 0x7c00u) != 0x7c00u) continue;
-      // Refused block: its first non-finite value, else its largest magnitude.
-      const float* xb = sx + b * kTq6BlockValues;
-      uint32_t worst = 0;
-      float wmag = -1.0f;
-      for (uint32_t i = 0; i < kTq6BlockValues; ++i) {
-        const float a = xb[i] < 0.0f ? -xb[i] : xb[i];
-        if (!(a <= f32_from_bits(0x7f7fffffu))) { worst = i; break; }
-        if (a > wmag) { wmag = a; worst = i; }
-      }
-      atomicMin(&first, static_cast<int32_t>(b * kTq6BlockValues + worst));
-    }
-    for (uint32_t j = threadIdx.x; j < nblk * (kTq6BlockValues / 2); j += blockDim.x) {
-      const uint32_t b = j / (kTq6BlockValues / 2), i = j % (kTq6BlockValues / 2);
-      const uint8_t* code = tq_code + b * kTq6BlockValues;
-      row_out[b * kTq6BlockBytes + 2 + i] = static_cast<uint8_t>((code[2 * i] & 15u) | ((code[2 * i + 1] & 15u) << 4));
-    }
-    for (uint32_t j = threadIdx.x; j < nblk * (kTq6BlockValues / 4); j += blockDim.x) {
-      const uint32_t b = j / (kTq6BlockValues / 4), i = j % (kTq6BlockValues / 4);
-      const uint8_t* code = tq_code + b * kTq6BlockValues;
-      row_out[b * kTq6BlockBytes + 66 + i] =
-          static_cast<uint8_t>((code[4 * i] >> 4) | ((code[4 * i + 1] >> 4) << 2) | ((code[4 * i + 2] >> 4) << 4) |
-                               ((code[4 * i + 3] >> 4) << 6));
-    }
-    __syncthreads();
-    if (bad && threadIdx.x == 0) bad[r] = first == INT_MAX ? -1 : first;
-    return;
-  }
   for (uint32_t blk = threadIdx.x; blk < nblk; blk += blockDim.x) {
     // staging_encode_row_checked on one block: the row-level rule (first refused block,
     // its first non-finite value else its largest magnitude) is applied below.
