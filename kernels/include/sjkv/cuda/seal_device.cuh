@@ -7,6 +7,12 @@
 // SJKV_DYN_SHARED(type, name), the block's dynamic shared memory as `type* name`.
 #pragma once
 
+#if defined(__CUDACC__)
+#define SJKV_SEAL_UNROLL _Pragma("unroll")
+#else
+#define SJKV_SEAL_UNROLL
+#endif
+
 constexpr unsigned kSealThreads = 512;
 constexpr unsigned kSealWarps = kSealThreads / 32;
 constexpr unsigned kFull = 0xffffffffu;
@@ -130,11 +136,11 @@ __device__ void sstd_lines(const float* cur, uint32_t nlines, size_t line_step, 
     const uint32_t s = act ? t % nlines : 0u, j = act ? t / nlines : 0u;
     const float* x = cur + s * line_step + static_cast<size_t>(j * per * k) * elem_step;
     double p[8];
-#pragma unroll
+SJKV_SEAL_UNROLL
     for (uint32_t l = 0; l < 8; ++l) p[l] = 0.0;
     if (act)
       for (uint32_t i = 0; i < k; ++i)
-#pragma unroll
+SJKV_SEAL_UNROLL
         for (uint32_t l = 0; l < 8; ++l)
           if (l < per) p[l] = op::dadd(p[l], static_cast<double>(x[static_cast<size_t>(l * k + i) * elem_step]));
     double part = per == 8 ? bal::combine8(p)
@@ -145,17 +151,17 @@ __device__ void sstd_lines(const float* cur, uint32_t nlines, size_t line_step, 
       xa[threadIdx.x] = part;
       __syncthreads();
       double a[8];
-#pragma unroll
+SJKV_SEAL_UNROLL
       for (uint32_t l = 0; l < 8; ++l) a[l] = l < g ? xa[l * nlines + s] : 0.0;
       part = g == 8 ? bal::combine8(a) : g == 4 ? op::dadd(op::dadd(a[0], a[1]), op::dadd(a[2], a[3]))
                                                 : op::dadd(a[0], a[1]);
     }
     const double mean = op::ddiv(part, static_cast<double>(n));
-#pragma unroll
+SJKV_SEAL_UNROLL
     for (uint32_t l = 0; l < 8; ++l) p[l] = 0.0;
     if (act)
       for (uint32_t i = 0; i < k; ++i)
-#pragma unroll
+SJKV_SEAL_UNROLL
         for (uint32_t l = 0; l < 8; ++l)
           if (l < per) {
             const double d = op::dsub(static_cast<double>(x[static_cast<size_t>(l * k + i) * elem_step]), mean);
@@ -170,7 +176,7 @@ __device__ void sstd_lines(const float* cur, uint32_t nlines, size_t line_step, 
       __syncthreads();
       if (act && j == 0) {
         double a[8];
-#pragma unroll
+SJKV_SEAL_UNROLL
         for (uint32_t l = 0; l < 8; ++l) a[l] = l < g ? xb[l * nlines + s] : 0.0;
         part = g == 8 ? bal::combine8(a) : g == 4 ? op::dadd(op::dadd(a[0], a[1]), op::dadd(a[2], a[3]))
                                                   : op::dadd(a[0], a[1]);
