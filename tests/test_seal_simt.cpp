@@ -97,6 +97,17 @@ T shfl_xor(T v, int mask) {
   return r;
 }
 
+// __shfl_sync: every lane reads lane `src` of its warp.
+template <class T>
+T shfl(T v, unsigned src) {
+  const unsigned tid = tl_thread.x, w = tid / 32;
+  g_blk->exchange[tid] = static_cast<double>(v);
+  g_blk->warps[w]->wait();
+  const T r = static_cast<T>(g_blk->exchange[w * 32 + (src & 31u)]);
+  g_blk->warps[w]->wait();
+  return r;
+}
+
 inline unsigned atomic_or(uint32_t* p, uint32_t v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
 
 template <class T>
@@ -120,6 +131,7 @@ T atomic_min(T* p, T v) {
 #define __syncthreads() emu::g_blk->block.wait()
 #define __syncwarp(...) emu::g_blk->warps[emu::tl_thread.x / 32]->wait()
 #define __shfl_xor_sync(mask, v, lane) ((void)(mask), emu::shfl_xor(v, lane))
+#define __shfl_sync(mask, v, lane) ((void)(mask), emu::shfl(v, lane))
 #define atomicOr(p, v) emu::atomic_or(p, v)
 #define atomicMin(p, v) emu::atomic_min(p, v)
 #define SJKV_DYN_SHARED(type, name) type* name = reinterpret_cast<type*>(emu::g_blk->dyn.data())

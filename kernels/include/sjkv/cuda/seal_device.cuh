@@ -359,6 +359,7 @@ __device__ void trellis_side(const RecordLayout& l, const Tile& T, uint32_t iter
   const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
   float* y = s.y + static_cast<size_t>(warp) * V;
   uint8_t* choice = s.choice + static_cast<size_t>(warp) * V * kTrellisStates;
+  uint32_t* words = reinterpret_cast<uint32_t*>(payload);  // zeroed; 4-byte aligned as scalar_side's
   for (uint32_t q = warp; q < S; q += kSealWarps) {
     for (uint32_t i = lane; i < n; i += 32) {
       const uint32_t t = ch_axis ? q : i, d = ch_axis ? i : q;
@@ -370,13 +371,18 @@ __device__ void trellis_side(const RecordLayout& l, const Tile& T, uint32_t iter
     cur[lane] = 0.0f;
     cur[lane + 32] = 0.0f;
     __syncwarp();
+    float ynext = y[n - 1];
     for (uint32_t i = n; i-- > 0;) {
-      const float yi = y[i];
+      const float yi = ynext;
+      if (i > 0) ynext = y[i - 1];
+      SJKV_SEAL_UNROLL
       for (uint32_t h = 0; h < 2; ++h) {
         const uint32_t st = lane + 32 * h;
         float best = f32_from_bits(0x7f800000u);
         uint32_t bj = 0;
-        for (uint32_t j = 0; j < nb; ++j) {
+        SJKV_SEAL_UNROLL
+        for (uint32_t j = 0; j < 16; ++j) {
+          if (j >= nb) break;
           const uint32_t w = st + kTrellisStates * j;
           const float cost = trellis::branch_cost(yi, cbf[w], cur[trellis::next_state(w, b)]);
           if (cost < best) {
@@ -392,15 +398,42 @@ __device__ void trellis_side(const RecordLayout& l, const Tile& T, uint32_t iter
       cur = nxt;
       nxt = tmp;
     }
-    if (lane == 0) {
-      uint32_t st = 0;
-      const uint32_t seq_bit = q * n * b;
-      for (uint32_t i = 0; i < n; ++i) {
-        const uint32_t c = choice[static_cast<size_t>(i) * kTrellisStates + st];
-        put_bits(payload, seq_bit + i * b, b, c);
+    // Traceback by the whole warp: the choices of 8 steps are loaded at once (both halves
+    // of the states, independent of the path), then each step's choice comes from the lane
+    // holding the current state. The codes are OR-ed into the zeroed payload a 32-bit word
+    // at a time (the bits put_bits would write, in the same places).
+    uint32_t st = 0, wacc = 0;
+    const uint32_t seq_bit = q * n * b;
+    uint32_t wcur = seq_bit >> 5;
+    for (uint32_t i0 = 0; i0 < n; i0 += 8) {
+      uint32_t c0[8], c1[8];
+      SJKV_SEAL_UNROLL
+      for (uint32_t u = 0; u < 8; ++u) {
+        const bool in = i0 + u < n;
+        const size_t at = static_cast<size_t>(i0 + u) * kTrellisStates + lane;
+        c0[u] = in ? choice[at] : 0u;
+        c1[u] = in ? choice[at + 32] : 0u;
+      }
+      SJKV_SEAL_UNROLL
+      for (uint32_t u = 0; u < 8; ++u) {
+        if (i0 + u >= n) break;
+        const uint32_t c = __shfl_sync(kFull, st >= 32 ? c1[u] : c0[u], st & 31u);
+        const uint32_t bit = seq_bit + (i0 + u) * b, w = bit >> 5, sh = bit & 31u;
+        if (w != wcur) {
+          if (lane == 0 && wacc) atomicOr(&words[wcur], wacc);
+          wcur = w;
+          wacc = 0;
+        }
+        wacc |= c << sh;
+        if (sh + b > 32) {
+          if (lane == 0 && wacc) atomicOr(&words[wcur], wacc);
+          wcur = w + 1;
+          wacc = c >> (32 - sh);
+        }
         st = trellis::next_state(st + kTrellisStates * c, b);
       }
     }
+    if (lane == 0 && wacc) atomicOr(&words[wcur], wacc);
     __syncwarp();
   }
   __syncthreads();
