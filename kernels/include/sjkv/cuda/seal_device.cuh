@@ -203,14 +203,33 @@ __device__ void row_stds(const Tile& T, const float* cur, bool lanes8, float* sd
   else sstd_rows(cur, T.R, T.C, T.ld, sd);
 }
 
-__device__ void recompute(const Tile& T, const SealScratch& s) {
-  // Consecutive threads take consecutive fp16 inputs (K: r fastest, V: c fastest), so the
-  // global reads coalesce; the padded pitch keeps the shared writes conflict-free.
-  const uint32_t n = T.R * T.C;
-  for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const uint32_t r = T.is_k ? i % T.R : i / T.C, c = T.is_k ? i / T.R : i % T.C;
-    s.cur[static_cast<size_t>(r) * T.ld + c] = bal::rescale(T.M(r, c), s.s_col[c], s.s_row[r]);
+// Calls f(slow, fast) for every pair of an NS x NF grid, spread over the block with fast
+// fastest (coalesced, conflict-free); when NF divides the block or the block divides NF
+// there is no integer division per element.
+template <class F>
+__device__ inline void for_grid(uint32_t NS, uint32_t NF, F f) {
+  if (blockDim.x % NF == 0) {
+    const uint32_t fi = threadIdx.x % NF, step = blockDim.x / NF;
+    for (uint32_t si = threadIdx.x / NF; si < NS; si += step) f(si, fi);
+  } else if (NF % blockDim.x == 0) {
+    for (uint32_t si = 0; si < NS; ++si)
+      for (uint32_t fi = threadIdx.x; fi < NF; fi += blockDim.x) f(si, fi);
+  } else {
+    for (uint32_t i = threadIdx.x; i < NS * NF; i += blockDim.x) f(i / NF, i % NF);
   }
+}
+
+// Consecutive threads take consecutive fp16 inputs (K: r fastest, V: c fastest), so the
+// global reads coalesce; the padded pitch keeps the shared writes conflict-free.
+__device__ void recompute(const Tile& T, const SealScratch& s) {
+  if (T.is_k)
+    for_grid(T.C, T.R, [&](uint32_t c, uint32_t r) {
+      s.cur[static_cast<size_t>(r) * T.ld + c] = bal::rescale(T.M(r, c), s.s_col[c], s.s_row[r]);
+    });
+  else
+    for_grid(T.R, T.C, [&](uint32_t r, uint32_t c) {
+      s.cur[static_cast<size_t>(r) * T.ld + c] = bal::rescale(T.M(r, c), s.s_col[c], s.s_row[r]);
+    });
 }
 
 // (max/min column std) + (max/min row std) of the current tile, as tile_imbalance_ref.
@@ -329,17 +348,15 @@ __device__ void scalar_side(const RecordLayout& l, const Tile& T, uint32_t iters
   const uint32_t b = T.is_k ? l.bits_k : l.bits_v;
   const uint32_t qmax = (1u << b) - 1u;
   uint32_t* words = reinterpret_cast<uint32_t*>(rec + (T.is_k ? l.k_payload : l.v_payload));
-  const uint32_t n = T.R * T.C;
-  for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const uint32_t r = i / T.C, c = i % T.C;
+  for_grid(T.R, T.C, [&](uint32_t r, uint32_t c) {
     const uint32_t q = bal::rtn_code(s.cur[static_cast<size_t>(r) * T.ld + c], s.lo[r], s.step[r], qmax);
-    if (q == 0) continue;
+    if (q == 0) return;
     const uint32_t t = T.is_k ? c : r, d = T.is_k ? r : c;
     const uint32_t bit = code_bit(l, side, t, d);
     const uint32_t w = bit >> 5, sh = bit & 31u;
     atomicOr(&words[w], q << sh);
     if (sh + b > 32) atomicOr(&words[w + 1], q >> (32 - sh));
-  }
+  });
   columns(l, T, s, rec);
   __syncthreads();
 }
