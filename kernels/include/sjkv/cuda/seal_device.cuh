@@ -608,7 +608,7 @@ __device__ inline uint32_t tq6_code_at(float v, const float* mid) {
 // 128 registers) limited the SM to two rows at a time. The two block sums stay sequential on
 // one thread per block (their order is the format's); the codes and the packing run in
 // parallel, with both tables in shared memory.
-__global__ void __launch_bounds__(kStagingMaxThreads, 8) staging_write_tq6_kernel(const float* x, size_t n_rows,
+__global__ void __launch_bounds__(kStagingMaxThreads, 4) staging_write_tq6_kernel(const float* x, size_t n_rows,
                                                                                  uint32_t D, uint32_t rot,
                                                                                  uint8_t* out, int32_t* bad) {
   SJKV_DYN_SHARED(float, sx);
