@@ -175,17 +175,18 @@ struct Records {
 };
 
 // The emulated seal kernel over all records against seal_record(reference), with a guard.
-void check_seal(const RecordLayout& l, const SealOptions& o, Records& x, bool tile_in_shared, bool lanes8 = false) {
+void check_seal(const RecordLayout& l, const SealOptions& o, Records& x, bool tile_in_shared, bool lanes8 = false,
+                bool m_in_shared = true) {
   const size_t per = cuda::scratch_bytes(x.D, x.G);
   std::vector<uint64_t> scratch(x.n * per / 8 + 1);
   std::vector<uint32_t> out_words((x.n * l.bytes + 64) / 4, 0xEEEEEEEEu);
   uint8_t* out = reinterpret_cast<uint8_t*>(out_words.data());
   std::vector<cuda::RecordStatus> status(x.n, cuda::RecordStatus{99, 99, 99, 99});
-  const size_t dyn = tile_in_shared ? cuda::tile_bytes(x.D, x.G) : 0;
+  const size_t dyn = (tile_in_shared ? cuda::tile_bytes(x.D, x.G) : 0) + (m_in_shared ? size_t{2} * x.D * x.G : 0);
   emu::launch(static_cast<unsigned>(x.n), cuda::kSealThreads, dyn, [&] {
     cuda::seal_kernel(l, o.iters, o.balance, o.codebooks, x.K.data(), x.V.data(), x.D,
                       static_cast<size_t>(x.G) * x.D, out, status.data(), reinterpret_cast<uint8_t*>(scratch.data()),
-                      per, tile_in_shared, lanes8);
+                      per, tile_in_shared, lanes8, m_in_shared);
   });
   std::vector<uint8_t> cpu(l.bytes);
   SealWorkspace ws;
@@ -211,6 +212,7 @@ TEST(SealSimt, ScalarRecordsMatchTheReference) {
   Records x(64, 128, 2, 5);
   check_seal(make_layout(64, 128, 4, 4, Body::scalar), SealOptions{}, x, true);
   check_seal(make_layout(64, 128, 3, 2, Body::scalar), SealOptions{}, x, false, true);
+  check_seal(make_layout(64, 128, 3, 2, Body::scalar), SealOptions{}, x, true, false, false);  // inputs from global
   Records y(32, 16, 2, 9);
   check_seal(make_layout(32, 16, 2, 4, Body::scalar), SealOptions{}, y, true);
   SealOptions o;
@@ -225,7 +227,7 @@ TEST(SealSimt, ScalarRecordsMatchTheReference) {
 TEST(SealSimt, TrellisRecordsMatchTheReference) {
   Records x(128, 128, 1, 21);
   check_seal(make_layout(128, 128, 3, 2, Body::trellis), SealOptions{}, x, true);
-  check_seal(make_layout(128, 128, 2, 2, Body::trellis, TrellisAxis::channel), SealOptions{}, x, false, true);
+  check_seal(make_layout(128, 128, 2, 2, Body::trellis, TrellisAxis::channel), SealOptions{}, x, false, true, false);
   check_seal(make_layout(128, 128, 4, 4, Body::trellis), SealOptions{}, x, true);
 }
 

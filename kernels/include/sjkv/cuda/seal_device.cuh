@@ -71,6 +71,18 @@ __device__ inline SealScratch scratch_at(uint8_t* base, uint32_t D, uint32_t G) 
   return s;
 }
 
+// f16_to_f32 of a finite fp16 value (the seal checks its inputs first): the device's own
+// widening conversion, exact like f16_to_f32 for every finite value, subnormals included.
+__device__ inline float f16_finite(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+#else
+  return f16_to_f32(h);
+#endif
+}
+
 // One side's tile M [R][C] read from fp16 rows: K: M[d][t], V: M[t][d].
 struct Tile {
   const uint16_t* rows;
@@ -80,7 +92,7 @@ struct Tile {
   uint32_t ld;  // row pitch of the balanced tile: C + 1
   bool lanes8;  // row stds: 8 lanes per row (xor shuffles) or a thread per row
   __device__ float M(uint32_t r, uint32_t c) const {
-    return f16_to_f32(is_k ? rows[static_cast<size_t>(c) * stride + r] : rows[static_cast<size_t>(r) * stride + c]);
+    return f16_finite(is_k ? rows[static_cast<size_t>(c) * stride + r] : rows[static_cast<size_t>(r) * stride + c]);
   }
 };
 
@@ -477,7 +489,7 @@ __global__ void __launch_bounds__(kSealThreads) seal_kernel(RecordLayout l, uint
                                                             size_t stride, size_t rec_stride, uint8_t* out,
                                                             RecordStatus* status, uint8_t* scratch,
                                                             size_t scratch_per_block, bool tile_in_shared,
-                                                            bool row_lanes8) {
+                                                            bool row_lanes8, bool m_in_shared) {
   __shared__ unsigned first_bad;
   const size_t ri = blockIdx.x;
   const uint16_t* kr = k + ri * rec_stride;
@@ -505,19 +517,29 @@ __global__ void __launch_bounds__(kSealThreads) seal_kernel(RecordLayout l, uint
     return;
   }
   SealScratch s = scratch_at(scratch + blockIdx.x * scratch_per_block, D, G);
-  if (tile_in_shared) {
-    // The balanced tile in shared memory: every balancing pass reads and writes it.
-    SJKV_DYN_SHARED(float, shared_tile);
-    s.cur = shared_tile;
-  }
-  const Tile tk{kr, stride, true, D, G, G + 1, row_lanes8};
-  const Tile tv{vr, stride, false, G, D, D + 1, row_lanes8};
-  if (l.body == Body::trellis) {
-    trellis_side(l, tk, iters, mode, codebook_table(cb, Side::k, l.bits_k), s, rec);
-    trellis_side(l, tv, iters, mode, codebook_table(cb, Side::v, l.bits_v), s, rec);
-  } else {
-    scalar_side(l, tk, iters, mode, s, rec);
-    scalar_side(l, tv, iters, mode, s, rec);
+  // Dynamic shared memory: [balanced tile, when in shared][fp16 input copy, when in shared].
+  SJKV_DYN_SHARED(float, dyn_shared);
+  // The balanced tile in shared memory: every balancing pass reads and writes it.
+  if (tile_in_shared) s.cur = dyn_shared;
+  // A compact fp16 copy of the side's input rows ([G][D]): every recompute reads the whole
+  // input, and from shared memory that costs no global-memory latency per pass.
+  uint16_t* m_copy = reinterpret_cast<uint16_t*>(reinterpret_cast<uint8_t*>(dyn_shared) +
+                                                 (tile_in_shared ? tile_bytes(D, G) : 0));
+  for (uint32_t side = 0; side < 2; ++side) {
+    const uint16_t* src = side == 0 ? kr : vr;
+    size_t st = stride;
+    if (m_in_shared) {
+      for_grid(G, D, [&](uint32_t t, uint32_t d) { m_copy[t * D + d] = src[static_cast<size_t>(t) * stride + d]; });
+      __syncthreads();
+      src = m_copy;
+      st = D;
+    }
+    const Tile T = side == 0 ? Tile{src, st, true, D, G, G + 1, row_lanes8} : Tile{src, st, false, G, D, D + 1, row_lanes8};
+    const Side sd = side == 0 ? Side::k : Side::v;
+    if (l.body == Body::trellis)
+      trellis_side(l, T, iters, mode, codebook_table(cb, sd, sd == Side::k ? l.bits_k : l.bits_v), s, rec);
+    else
+      scalar_side(l, T, iters, mode, s, rec);
   }
   if (threadIdx.x == 0) status[ri] = RecordStatus{0, 0, 0, 0};
 }
