@@ -188,29 +188,33 @@ std::string Engine::seal_async(const RecordLayout& l, const SealOptions& opt, si
     if (!e.empty()) return e;
   }
   // The tile goes to shared memory when it fits the per-block opt-in limit (about D*G*4
-  // bytes: 129 KiB at D = 256), else it stays in the global scratch.
+  // bytes: 129 KiB at D = 256), else it stays in the global scratch; the fp16 copy of the
+  // inputs (D*G*2 bytes) joins it when both fit.
   const size_t tbytes = tile_bytes(l.head_dim, l.group);
-  bool in_shared = false;
-  if (impl_->shared_tile) {
+  const size_t mbytes = static_cast<size_t>(l.head_dim) * l.group * 2;
+  bool in_shared = false, m_shared = false;
+  {
     int dev = 0, optin = 0;
     SJKV_CU(cudaGetDevice(&dev), "cudaGetDevice");
     SJKV_CU(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "cudaDeviceGetAttribute");
-    // Leave room for the kernel's static shared memory (codebook, Viterbi costs).
+    // Leave room for the kernel's static shared memory (codebook, Viterbi costs, partials).
     cudaFuncAttributes attr;
     SJKV_CU(cudaFuncGetAttributes(&attr, seal_kernel), "cudaFuncGetAttributes");
-    if (tbytes + attr.sharedSizeBytes <= static_cast<size_t>(optin)) {
-      SJKV_CU(cudaFuncSetAttribute(seal_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(tbytes)),
-              "cudaFuncSetAttribute");
-      in_shared = true;
-    }
+    const size_t cap = static_cast<size_t>(optin);
+    const size_t room = cap > attr.sharedSizeBytes ? cap - attr.sharedSizeBytes : 0;
+    in_shared = impl_->shared_tile && tbytes <= room;
+    m_shared = (in_shared ? tbytes : 0) + mbytes <= room;
   }
+  const size_t dyn = (in_shared ? tbytes : 0) + (m_shared ? mbytes : 0);
+  if (dyn > 0)
+    SJKV_CU(cudaFuncSetAttribute(seal_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dyn)),
+            "cudaFuncSetAttribute");
   for (size_t r0 = 0; r0 < n; r0 += chunk) {
     const size_t m = n - r0 < chunk ? n - r0 : chunk;
-    seal_kernel<<<static_cast<unsigned>(m), kSealThreads, in_shared ? tbytes : 0, stream>>>(
+    seal_kernel<<<static_cast<unsigned>(m), kSealThreads, dyn, stream>>>(
         l, opt.iters, opt.balance, cb, k + r0 * record_stride, v + r0 * record_stride, row_stride, record_stride,
         out + r0 * l.bytes, status + r0, static_cast<uint8_t*>(impl_->scratch.p), per, in_shared,
-        impl_->row_lanes8);
+        impl_->row_lanes8, m_shared);
     SJKV_CU(cudaGetLastError(), "seal kernel launch");
   }
   return "";
@@ -310,7 +314,10 @@ std::string Engine::staging_write_async(StagingType t, const float* x, size_t n_
   if (n_rows > 0x7fffffffu) return "staging write: too many rows";
   const unsigned threads = staging_threads(D);
   const size_t dyn = staging_dyn_bytes(D);
-  staging_write_kernel<<<static_cast<unsigned>(n_rows), threads, dyn, stream>>>(t, x, n_rows, D, rot, out, bad);
+  if (staging_tq6_fast(t, D))
+    staging_write_tq6_kernel<<<static_cast<unsigned>(n_rows), threads, dyn, stream>>>(x, n_rows, D, rot, out, bad);
+  else
+    staging_write_kernel<<<static_cast<unsigned>(n_rows), threads, dyn, stream>>>(t, x, n_rows, D, rot, out, bad);
   SJKV_CU(cudaGetLastError(), "staging kernel launch");
   return "";
 }

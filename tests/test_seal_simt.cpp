@@ -97,6 +97,17 @@ T shfl_xor(T v, int mask) {
   return r;
 }
 
+// __shfl_sync: every lane reads lane `src` of its warp.
+template <class T>
+T shfl(T v, unsigned src) {
+  const unsigned tid = tl_thread.x, w = tid / 32;
+  g_blk->exchange[tid] = static_cast<double>(v);
+  g_blk->warps[w]->wait();
+  const T r = static_cast<T>(g_blk->exchange[w * 32 + (src & 31u)]);
+  g_blk->warps[w]->wait();
+  return r;
+}
+
 inline unsigned atomic_or(uint32_t* p, uint32_t v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
 
 template <class T>
@@ -120,6 +131,7 @@ T atomic_min(T* p, T v) {
 #define __syncthreads() emu::g_blk->block.wait()
 #define __syncwarp(...) emu::g_blk->warps[emu::tl_thread.x / 32]->wait()
 #define __shfl_xor_sync(mask, v, lane) ((void)(mask), emu::shfl_xor(v, lane))
+#define __shfl_sync(mask, v, lane) ((void)(mask), emu::shfl(v, lane))
 #define atomicOr(p, v) emu::atomic_or(p, v)
 #define atomicMin(p, v) emu::atomic_min(p, v)
 #define SJKV_DYN_SHARED(type, name) type* name = reinterpret_cast<type*>(emu::g_blk->dyn.data())
@@ -163,17 +175,18 @@ struct Records {
 };
 
 // The emulated seal kernel over all records against seal_record(reference), with a guard.
-void check_seal(const RecordLayout& l, const SealOptions& o, Records& x, bool tile_in_shared, bool lanes8 = false) {
+void check_seal(const RecordLayout& l, const SealOptions& o, Records& x, bool tile_in_shared, bool lanes8 = false,
+                bool m_in_shared = true) {
   const size_t per = cuda::scratch_bytes(x.D, x.G);
   std::vector<uint64_t> scratch(x.n * per / 8 + 1);
   std::vector<uint32_t> out_words((x.n * l.bytes + 64) / 4, 0xEEEEEEEEu);
   uint8_t* out = reinterpret_cast<uint8_t*>(out_words.data());
   std::vector<cuda::RecordStatus> status(x.n, cuda::RecordStatus{99, 99, 99, 99});
-  const size_t dyn = tile_in_shared ? cuda::tile_bytes(x.D, x.G) : 0;
+  const size_t dyn = (tile_in_shared ? cuda::tile_bytes(x.D, x.G) : 0) + (m_in_shared ? size_t{2} * x.D * x.G : 0);
   emu::launch(static_cast<unsigned>(x.n), cuda::kSealThreads, dyn, [&] {
     cuda::seal_kernel(l, o.iters, o.balance, o.codebooks, x.K.data(), x.V.data(), x.D,
                       static_cast<size_t>(x.G) * x.D, out, status.data(), reinterpret_cast<uint8_t*>(scratch.data()),
-                      per, tile_in_shared, lanes8);
+                      per, tile_in_shared, lanes8, m_in_shared);
   });
   std::vector<uint8_t> cpu(l.bytes);
   SealWorkspace ws;
@@ -199,6 +212,7 @@ TEST(SealSimt, ScalarRecordsMatchTheReference) {
   Records x(64, 128, 2, 5);
   check_seal(make_layout(64, 128, 4, 4, Body::scalar), SealOptions{}, x, true);
   check_seal(make_layout(64, 128, 3, 2, Body::scalar), SealOptions{}, x, false, true);
+  check_seal(make_layout(64, 128, 3, 2, Body::scalar), SealOptions{}, x, true, false, false);  // inputs from global
   Records y(32, 16, 2, 9);
   check_seal(make_layout(32, 16, 2, 4, Body::scalar), SealOptions{}, y, true);
   SealOptions o;
@@ -213,7 +227,7 @@ TEST(SealSimt, ScalarRecordsMatchTheReference) {
 TEST(SealSimt, TrellisRecordsMatchTheReference) {
   Records x(128, 128, 1, 21);
   check_seal(make_layout(128, 128, 3, 2, Body::trellis), SealOptions{}, x, true);
-  check_seal(make_layout(128, 128, 2, 2, Body::trellis, TrellisAxis::channel), SealOptions{}, x, false, true);
+  check_seal(make_layout(128, 128, 2, 2, Body::trellis, TrellisAxis::channel), SealOptions{}, x, false, true, false);
   check_seal(make_layout(128, 128, 4, 4, Body::trellis), SealOptions{}, x, true);
 }
 
@@ -271,7 +285,12 @@ TEST(SealSimt, StagingWriteAndDecodeMatchTheReference) {
           cbad[r] = staging_encode_row_checked(t, row.data(), D, &cpu[r * rb]);
         }
         emu::launch(n, cuda::staging_threads(D), cuda::staging_dyn_bytes(D),
-                    [&] { cuda::staging_write_kernel(t, x.data(), n, D, rot, gpu.data(), gbad.data()); });
+                    [&] {
+                      if (cuda::staging_tq6_fast(t, D))
+                        cuda::staging_write_tq6_kernel(x.data(), n, D, rot, gpu.data(), gbad.data());
+                      else
+                        cuda::staging_write_kernel(t, x.data(), n, D, rot, gpu.data(), gbad.data());
+                    });
         for (uint32_t r = 0; r < n; ++r) {
           EXPECT_EQ(cbad[r], gbad[r]) << staging_name(t) << " row " << r;
           ASSERT_EQ(0, std::memcmp(&cpu[r * rb], &gpu[r * rb], rb)) << staging_name(t) << " D=" << D << " rot=" << rot;
