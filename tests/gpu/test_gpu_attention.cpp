@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_test.h"
 #include "sjkv/cache.h"
 #include "sjkv/cache_view.h"
 #include "sjkv/cuda/attention_cuda.h"
@@ -34,11 +35,6 @@
 using namespace sjkv;
 
 namespace {
-
-#define SJKV_REQUIRE_GPU()                                                    \
-  do {                                                                        \
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device present"; \
-  } while (0)
 
 struct Case {
   const char* name;

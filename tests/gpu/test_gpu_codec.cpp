@@ -8,21 +8,13 @@
 #include <limits>
 #include <vector>
 
+#include "gpu_test.h"
 #include "sjkv/cuda/codec_cuda.h"
 #include "sjkv/hadamard.h"
 #include "sjkv/seal.h"
 #include "sjkv/testgen.h"
 
 using namespace sjkv;
-
-namespace {
-
-#define SJKV_REQUIRE_GPU()                                                    \
-  do {                                                                        \
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device present"; \
-  } while (0)
-
-}  // namespace
 
 TEST(GpuCodec, StagingRowsMatchCpu) {
   SJKV_REQUIRE_GPU();

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_test.h"
 #include "sjkv/cuda/codec_cuda.h"
 #include "sjkv/hadamard.h"
 #include "sjkv/seal.h"
@@ -18,11 +19,6 @@
 using namespace sjkv;
 
 namespace {
-
-#define SJKV_REQUIRE_GPU()                                                    \
-  do {                                                                        \
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device present"; \
-  } while (0)
 
 constexpr uint8_t kGuard = 0xEE;
 constexpr size_t kGuardBytes = 64;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "gpu_test.h"
 #include "sjkv/cuda/codec_cuda.h"
 #include "sjkv/cuda/train_cuda.h"
 #include "sjkv/lloyd.h"
@@ -20,11 +21,6 @@
 using namespace sjkv;
 
 namespace {
-
-#define SJKV_REQUIRE_GPU()                                                    \
-  do {                                                                        \
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device present"; \
-  } while (0)
 
 // Viterbi targets of realistic tiles: fill_group rows, per-row affine of §5.4 over each
 // sequence (len values along the tokens of a channel, or the channels of a token when
