@@ -552,7 +552,8 @@ constexpr RowFormatName kRowFormats[] = {
     {"f32", RowFormat::f32, false},     {"f16", RowFormat::f16, false},       {"bf16", RowFormat::bf16, false},
     {"q8_0", RowFormat::q8_0, true},    {"q4_0", RowFormat::q4_0, true},      {"q4_1", RowFormat::q4_1, true},
     {"q5_0", RowFormat::q5_0, true},    {"q5_1", RowFormat::q5_1, true},      {"iq4_nl", RowFormat::iq4_nl, true},
-    {"turbo3", RowFormat::turbo3, false}, {"turbo4", RowFormat::turbo4, false}, {"tq6_0", RowFormat::tq6_0, false},
+    {"turbo3", RowFormat::turbo3, false}, {"turbo4", RowFormat::turbo4, false}, {"tq5_0", RowFormat::tq5_0, false},
+    {"tq6_0", RowFormat::tq6_0, false},
 };
 
 class RowArm final : public KvArm {
@@ -569,7 +570,7 @@ class RowArm final : public KvArm {
       rv.block = rk.block ? 64 : 0;
     } else if (f_ == RowFormat::turbo3 || f_ == RowFormat::turbo4) {
       rk = rv = Rotation{128, true};  // the fork's signed rotation of 128-value groups
-    } else if (f_ == RowFormat::tq6_0) {
+    } else if (f_ == RowFormat::tq5_0 || f_ == RowFormat::tq6_0) {
       rk.block = rv.block = s.head_dim < 256 ? s.head_dim : 256;  // as the codec rotates its staged rows
     }
     return std::make_unique<RowLayer>(s, f_, rk, rv, spec_);
@@ -634,8 +635,6 @@ std::unique_ptr<KvArm> parse(const std::string& spec) {
     }
     return std::make_unique<RowArm>(spec, r.f, rot, swa);
   }
-  if (head == "tq5_0")
-    bad(spec, "tq5_0 is not implemented: its centroid table and bit order are not public (docs/REPLAY.md)");
   if (head == "kvarn" || head == "sj") {
     const bool sj = head == "sj";
     if (parts.size() < 2) bad(spec, "missing widths, e.g. " + head + ":4/4");
@@ -698,7 +697,7 @@ std::unique_ptr<KvArm> parse(const std::string& spec) {
     if (why != Unsupported::none) bad(spec, describe(why));
     return std::make_unique<SjArm>(spec, c, tier_edge);
   }
-  bad(spec, "unknown arm '" + head + "' (known: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl [:rot], turbo3 turbo4 tq6_0, kvarn:K/V, sj:K/V[t])");
+  bad(spec, "unknown arm '" + head + "' (known: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl [:rot], turbo3 turbo4 tq5_0 tq6_0, kvarn:K/V, sj:K/V[t])");
 }
 
 }  // namespace
@@ -708,7 +707,7 @@ std::unique_ptr<KvArm> make_arm(const std::string& spec) { return parse(spec); }
 std::vector<std::string> arm_examples() {
   return {"f32",      "f16",        "bf16",       "q8_0",          "q8_0:rot",          "q4_0",
           "q4_0:rot", "q4_0:rot:swa=same", "q8_0:rot:swa=same", "q4_1",       "q4_1:rot",   "q5_0",          "q5_0:rot",          "q5_1",
-          "q5_1:rot", "iq4_nl",     "iq4_nl:rot", "turbo3",        "turbo4",            "tq6_0",
+          "q5_1:rot", "iq4_nl",     "iq4_nl:rot", "turbo3",        "turbo4",            "tq5_0",             "tq6_0",
           "kvarn:4/4:tail=0",       "kvarn:4/4:tail=1024",         "sj:4/4",            "sj:3/3t",
           "sj:3/2t",  "sj:2/2t",    "sj:4/2",     "sj:3/2t:axis=channel",
           "sj:3/3t:staging=q8_0:tail=512/1024",   "sj:4/4:sink=256:iters=8",          "sj:4/4:tier=edge",

@@ -6,6 +6,8 @@
 // block_turbo3_0 / block_turbo4_0 and the CUDA writer k_set_rows_turbo*): one 128-value
 // group per block, fp16 corrected norm, centroid codes of the group rotated by the fork's
 // signed Walsh-Hadamard transform. Written from the published layouts, not copied.
+// tq5_0 is sjkv's reconstruction from the note's description: tq6_0's construction (CODEC-SPEC
+// §3.1) at 5 bits, with our own Lloyd-Max table (tq5_tables.h) and bit order.
 #pragma once
 
 #include <algorithm>
@@ -18,18 +20,19 @@
 #include "sjkv/fp16.h"
 #include "sjkv/layout.h"
 #include "sjkv/staging.h"
+#include "tq5_tables.h"
 
 namespace sjkv {
 namespace replay {
 namespace fmt {
 
-enum class RowFormat : uint32_t { f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, turbo3, turbo4, tq6_0 };
+enum class RowFormat : uint32_t { f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, turbo3, turbo4, tq5_0, tq6_0 };
 
 // Values per block and bytes per block (ggml-common.h sizes; turbo from the fork).
 inline uint32_t block_values(RowFormat f) {
   switch (f) {
     case RowFormat::f32: case RowFormat::f16: case RowFormat::bf16: return 1;
-    case RowFormat::turbo3: case RowFormat::turbo4: case RowFormat::tq6_0: return 128;
+    case RowFormat::turbo3: case RowFormat::turbo4: case RowFormat::tq5_0: case RowFormat::tq6_0: return 128;
     default: return 32;
   }
 }
@@ -46,6 +49,7 @@ inline uint32_t block_bytes(RowFormat f) {
     case RowFormat::iq4_nl: return 18;  // fp16 d, 16 B nibbles into the non-linear table
     case RowFormat::turbo3: return 50;  // fp16 norm, 32 B low 2 bits, 16 B high bit
     case RowFormat::turbo4: return 66;  // fp16 norm, 64 B nibbles (the fork's later layout without rnorm)
+    case RowFormat::tq5_0: return 82;   // fp16 norm, 80 B of 5-bit codes
     case RowFormat::tq6_0: return kTq6BlockBytes;
   }
   return 0;
@@ -295,6 +299,52 @@ inline void tq6_decode_block_fast(const uint8_t* blk, float* out) {
   }
 }
 
+// tq5_0 block (128 values, 82 bytes): fp16 corrected norm, then the 128 5-bit codes packed
+// little-endian, code i in bits 5i .. 5i+4 of bytes 2 .. 81 (so codes 8g .. 8g+7 fill bytes
+// 2 + 5g .. 6 + 5g). Encode is tq6_encode_block's at 5 bits: norm, normalise, code = the
+// count of thresholds <= v (a value on a threshold takes the upper code), norm corrected to
+// |x| / |C[code]|. Decode: F(norm) * C[code].
+inline float tq5_centroid(uint32_t k) { return f32_from_bits(kTq5CentroidBits[k]); }
+
+inline uint32_t tq5_block_code(const uint8_t* blk, uint32_t i) {
+  const uint32_t bit = 5 * i, byte = 2 + bit / 8, shift = bit % 8;
+  const uint32_t w = blk[byte] | (shift > 3 ? static_cast<uint32_t>(blk[byte + 1]) << 8 : 0u);
+  return (w >> shift) & 31u;
+}
+
+inline void tq5_encode_block(const float* x, uint8_t* out) {
+  float norm_sq = 0.0f;
+  for (uint32_t i = 0; i < 128; ++i) norm_sq = op::fadd(norm_sq, op::fmul(x[i], x[i]));
+  const float norm = op::sqrt32(norm_sq);
+  const bool live = norm > f32_from_bits(0x2edbe6ffu);  // 1e-10, as tq6_0
+  const float inv = live ? op::fdiv(1.0f, norm) : 0.0f;
+  uint8_t code[128];
+  float rn_sq = 0.0f;
+  for (uint32_t i = 0; i < 128; ++i) {
+    const float v = live ? op::fmul(x[i], inv) : 0.0f;
+    uint32_t c = 0;
+    for (uint32_t m = 0; m < 31; ++m) c += v < f32_from_bits(kTq5MidpointBits[m]) ? 0u : 1u;
+    code[i] = static_cast<uint8_t>(c);
+    rn_sq = op::fadd(rn_sq, op::fmul(tq5_centroid(c), tq5_centroid(c)));
+  }
+  for (uint32_t g = 0; g < 16; ++g) {
+    uint64_t w = 0;
+    for (uint32_t j = 0; j < 8; ++j) w |= static_cast<uint64_t>(code[8 * g + j]) << (5 * j);
+    for (uint32_t b = 0; b < 5; ++b) out[2 + 5 * g + b] = static_cast<uint8_t>(w >> (8 * b));
+  }
+  const float rn = op::sqrt32(rn_sq);
+  store_u16(out, f32_to_f16(rn > f32_from_bits(0x2edbe6ffu) ? op::fdiv(norm, rn) : norm));
+}
+
+inline void tq5_decode_block(const uint8_t* blk, float* out) {
+  const float n = f16_table()[load_u16(blk)];
+  for (uint32_t g = 0; g < 16; ++g) {
+    uint64_t w = 0;
+    for (uint32_t b = 0; b < 5; ++b) w |= static_cast<uint64_t>(blk[2 + 5 * g + b]) << (8 * b);
+    for (uint32_t j = 0; j < 8; ++j) out[8 * g + j] = op::fmul(tq5_centroid((w >> (5 * j)) & 31u), n);
+  }
+}
+
 // Encode one row of d values. Returns false on a non-finite input value.
 inline bool encode_row(RowFormat f, const float* x, uint32_t d, uint8_t* out) {
   for (uint32_t i = 0; i < d; ++i)
@@ -318,6 +368,7 @@ inline bool encode_row(RowFormat f, const float* x, uint32_t d, uint8_t* out) {
       case RowFormat::iq4_nl: iq4_nl_block(xb, yb); break;
       case RowFormat::turbo3: turbo3_group(xb, yb); break;
       case RowFormat::turbo4: turbo4_group(xb, yb); break;
+      case RowFormat::tq5_0: tq5_encode_block(xb, yb); break;
       case RowFormat::tq6_0: tq6_encode_block(xb, yb); break;
       default: break;
     }
@@ -404,6 +455,7 @@ inline void decode_row(RowFormat f, const uint8_t* in, uint32_t d, float* x) {
         for (int i = 0; i < 128; ++i) xb[i] = kTurbo4Centroids[(y[2 + i / 2] >> (4 * (i % 2))) & 15] * n;
         break;
       }
+      case RowFormat::tq5_0: tq5_decode_block(y, xb); break;
       case RowFormat::tq6_0: tq6_decode_block_fast(y, xb); break;
       default: break;
     }

@@ -217,7 +217,7 @@ TEST(Arms, InvalidSpecsAreRejectedWithAReason) {
       {"q4_0:fast", "unknown option"},
       {"f16:swa=same", "already stores sliding layers"},
       {"sj:4/4:swa=same", "unknown option"},
-      {"tq5_0", "tq5_0 is not implemented"},
+      {"tq5_0:rot", "takes no ':rot'"},
       {"sj", "missing widths"},
       {"sj:5/5", "bits"},
       {"sj:4/x", "widths"},
@@ -408,6 +408,126 @@ TEST(ArmQuantizers, Turbo3BlockHandWorked) {
   EXPECT_EQ(y, x);
 }
 
+// Mean of N(0, sigma^2) over [a, b), in double.
+double gauss_cell_mean(double a, double b, double sigma) {
+  const double pa = std::exp(-0.5 * (a / sigma) * (a / sigma)), pb = std::exp(-0.5 * (b / sigma) * (b / sigma));
+  const double qa = 0.5 * std::erfc(a / sigma / std::sqrt(2.0)), qb = 0.5 * std::erfc(b / sigma / std::sqrt(2.0));
+  return sigma / std::sqrt(2.0 * M_PI) * (pa - pb) / (qa - qb);
+}
+
+TEST(ArmQuantizers, Tq5TableIsLloydMaxForNormal128) {
+  // Lloyd-Max's two conditions, checked here independently of the generator script: every
+  // threshold is the midpoint of its neighbouring levels, every level the mean of
+  // N(0, 1/128) over its cell. The same check on tq6_0's published table (six-decimal
+  // literals, so a looser bound) ties the scale to the codec's format.
+  const double sigma = 1.0 / std::sqrt(128.0);
+  auto check = [&](uint32_t n, float (*cent)(uint32_t), float (*mid)(uint32_t), double tol_mid, double tol_mean) {
+    for (uint32_t k = 0; k < n; ++k) {
+      SCOPED_TRACE(k);
+      EXPECT_EQ(cent(k), -cent(n - 1 - k));
+      if (k + 1 < n) {
+        EXPECT_LT(cent(k), mid(k));
+        EXPECT_LT(mid(k), cent(k + 1));
+        EXPECT_NEAR(mid(k), 0.5 * (static_cast<double>(cent(k)) + cent(k + 1)), tol_mid);
+      }
+      const double a = k == 0 ? -INFINITY : mid(k - 1), b = k + 1 == n ? INFINITY : mid(k);
+      const double m = a < 0 && b <= 0 ? -gauss_cell_mean(-b, -a, sigma) : gauss_cell_mean(a, b, sigma);
+      EXPECT_NEAR(cent(k), m, tol_mean * std::fabs(m));
+    }
+  };
+  check(32, fmt::tq5_centroid, [](uint32_t k) { return f32_from_bits(fmt::kTq5MidpointBits[k]); }, 3e-8, 1e-6);
+  check(64, tq6_centroid, tq6_midpoint, 1e-6, 1e-4);
+  EXPECT_EQ(fmt::kTq5MidpointBits[15], 0u);
+}
+
+TEST(ArmQuantizers, Tq5BlockHandWorked) {
+  // Codes 4 + (j mod 24): their centroid vector has length 1.025, so x = 3 c normalises to
+  // within 2.5% of the centroids and keeps its codes (the cells of codes 4..27 are wider
+  // than that); the corrected norm is |x| / |c| = 3. Layout: fp16 norm, then code j in bits
+  // 5j .. 5j+4, little-endian. Codes 4..11 are 0b01011'01010'01001'01000'00111'00110'00101'00100
+  // = bytes a4 98 83 92 5a; 12..19 give ac b9 07 a3 9c; 20..27 give b4 da 8b b3 de.
+  std::vector<float> x(128);
+  for (uint32_t j = 0; j < 128; ++j) x[j] = 3.0f * fmt::tq5_centroid(4 + j % 24);
+  std::vector<uint8_t> b(82);
+  ASSERT_TRUE(fmt::encode_row(RowFormat::tq5_0, x.data(), 128, b.data()));
+  EXPECT_EQ(load_u16(b.data()), 0x4200);  // fp16 3.0
+  const uint8_t groups[3][5] = {{0xa4, 0x98, 0x83, 0x92, 0x5a}, {0xac, 0xb9, 0x07, 0xa3, 0x9c}, {0xb4, 0xda, 0x8b, 0xb3, 0xde}};
+  for (uint32_t g = 0; g < 16; ++g)
+    for (uint32_t i = 0; i < 5; ++i) EXPECT_EQ(b[2 + 5 * g + i], groups[g % 3][i]) << g << " " << i;
+  for (uint32_t j = 0; j < 128; ++j) EXPECT_EQ(fmt::tq5_block_code(b.data(), j), 4 + j % 24) << j;
+  std::vector<float> y(128);
+  fmt::decode_row(RowFormat::tq5_0, b.data(), 128, y.data());
+  EXPECT_EQ(y, x);
+  // An all-zero block: codes 16 (v = 0 sits on T[15] = 0 and takes the upper code), norm
+  // 0x0000, decoded +0.0.
+  std::vector<float> z(128, 0.0f);
+  ASSERT_TRUE(fmt::encode_row(RowFormat::tq5_0, z.data(), 128, b.data()));
+  EXPECT_EQ(load_u16(b.data()), 0u);
+  for (uint32_t j = 0; j < 128; ++j) EXPECT_EQ(fmt::tq5_block_code(b.data(), j), 16u) << j;
+  fmt::decode_row(RowFormat::tq5_0, b.data(), 128, y.data());
+  for (const float v : y) EXPECT_EQ(f32_bits(v), 0u);
+}
+
+// Relative RMS error of the rows an arm stores and decodes (model basis), K and V together.
+double row_error(const std::string& spec, const Data& d, uint32_t N) {
+  auto layer = make_arm(spec)->make_layer(shape(d.D, d.H, d.Hkv, N));
+  layer->begin_ubatch(0, N);
+  layer->store(0, N, d.k.data(), d.v.data());
+  const InspectableKv* kv = inspect(layer);
+  std::vector<float> k(d.D), v(d.D);
+  double num = 0, den = 0;
+  for (uint32_t p = 0; p < N; ++p)
+    for (uint32_t h = 0; h < d.Hkv; ++h) {
+      kv->decode_row(h, p, k.data(), v.data());
+      const size_t o = (static_cast<size_t>(p) * d.Hkv + h) * d.D;
+      for (uint32_t i = 0; i < d.D; ++i) {
+        num += (k[i] - d.k[o + i]) * static_cast<double>(k[i] - d.k[o + i]) + (v[i] - d.v[o + i]) * static_cast<double>(v[i] - d.v[o + i]);
+        den += d.k[o + i] * static_cast<double>(d.k[o + i]) + d.v[o + i] * static_cast<double>(d.v[o + i]);
+      }
+    }
+  return std::sqrt(num / den);
+}
+
+TEST(ArmQuantizers, Tq5ErrorSitsBetweenTurbo4AndTq6) {
+  // One more bit per value than turbo4, one less than tq6_0: on realistic rows (outlier
+  // channels, RoPE) the row error must fall strictly between theirs, with a margin (each bit
+  // of a Lloyd-Max code roughly halves the RMS error).
+  for (const uint32_t D : {128u, 256u}) {
+    SCOPED_TRACE(D);
+    const Data d = make_data(64, D, 2, 2, 29 + D);
+    const double e4 = row_error("turbo4", d, 64), e5 = row_error("tq5_0", d, 64), e6 = row_error("tq6_0", d, 64);
+    std::printf("  D %u: relative RMS row error turbo4 %.4f  tq5_0 %.4f  tq6_0 %.4f\n", D, e4, e5, e6);
+    EXPECT_LT(e5 * 1.5, e4);
+    EXPECT_LT(e6 * 1.5, e5);
+  }
+}
+
+TEST(ArmQuantizers, Tq5ArmStoresTq5OfTheCodecRotation) {
+  // tq5_0 rotates as tq6_0 does (the codec's Hadamard, block min(D, 256)) on K and V.
+  for (const uint32_t D : {128u, 512u}) {
+    SCOPED_TRACE(D);
+    const uint32_t rot = D < 256 ? D : 256;
+    const Data d = make_data(1, D, 1, 1, 37);
+    auto layer = make_arm("tq5_0")->make_layer(shape(D, 1, 1, 16));
+    layer->begin_ubatch(0, 1);
+    layer->store(0, 1, d.k.data(), d.v.data());
+    InspectableKv* kv = inspect(layer);
+    EXPECT_EQ(kv->k_rotation(), rot);
+    EXPECT_EQ(kv->v_rotation(), rot);
+    for (int side = 0; side < 2; ++side) {
+      std::vector<float> r(side == 0 ? d.k : d.v), want(D), got_k(D), got_v(D);
+      hadamard_blocks(r.data(), D, rot);
+      std::vector<uint8_t> bytes(fmt::row_bytes(RowFormat::tq5_0, D));
+      ASSERT_EQ(bytes.size(), D / 128 * 82u);
+      ASSERT_TRUE(fmt::encode_row(RowFormat::tq5_0, r.data(), D, bytes.data()));
+      fmt::decode_row(RowFormat::tq5_0, bytes.data(), D, want.data());
+      hadamard_blocks(want.data(), D, rot);
+      kv->decode_row(0, 0, got_k.data(), got_v.data());
+      EXPECT_EQ(side == 0 ? got_k : got_v, want);
+    }
+  }
+}
+
 TEST(ArmQuantizers, LlamaRotationSizes) {
   // K: the largest power of two >= 64 dividing D; V: 64; none unless D % 64 == 0.
   const uint32_t dims[][3] = {{64, 64, 64}, {128, 128, 64}, {192, 64, 64}, {256, 256, 64}, {512, 512, 64}, {96, 0, 0}};
@@ -567,7 +687,7 @@ TEST(ArmAttention, QuantizedArmsAreCloseToF32) {
   EXPECT_LT(e_q8, e_q4);
   EXPECT_LT(e_q4r, e_q4) << "rotation should help q4_0 on outlier channels";
   EXPECT_LT(e_sj, 0.2);
-  for (const std::string spec : {"q4_1", "q5_0", "q5_1", "iq4_nl", "turbo3", "turbo4", "tq6_0", "bf16", "sj:3/2t:tail=128"})
+  for (const std::string spec : {"q4_1", "q5_0", "q5_1", "iq4_nl", "turbo3", "turbo4", "tq5_0", "tq6_0", "bf16", "sj:3/2t:tail=128"})
     EXPECT_LT(rel(spec), 0.3) << spec;
 }
 
@@ -592,7 +712,7 @@ TEST(ArmAttention, NonFiniteRowsAreRefused) {
 TEST(ArmBits, BlockFormatsHandComputed) {
   const std::vector<std::pair<std::string, double>> cases = {
       {"f32", 32}, {"f16", 16}, {"bf16", 16}, {"q8_0", 8.5}, {"q4_0", 4.5}, {"q4_0:rot", 4.5}, {"q4_1", 5.0},
-      {"q5_0", 5.5}, {"q5_1", 6.0}, {"iq4_nl", 4.5}, {"turbo3", 3.125}, {"turbo4", 4.125}, {"tq6_0", 6.125}};
+      {"q5_0", 5.5}, {"q5_1", 6.0}, {"iq4_nl", 4.5}, {"turbo3", 3.125}, {"turbo4", 4.125}, {"tq5_0", 5.125}, {"tq6_0", 6.125}};
   const Data d = make_data(100, 128, 2, 1, 23);
   for (const auto& c : cases) {
     SCOPED_TRACE(c.first);
