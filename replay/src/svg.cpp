@@ -1,5 +1,6 @@
 // The three result plots as plain SVG text: no plotting library, a fixed layout.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -39,7 +40,7 @@ std::string f(double x) {
 std::string tick_text(double v, bool log) {
   char b[32];
   if (log) std::snprintf(b, sizeof b, "1e%d", static_cast<int>(std::lround(std::log10(v))));
-  else std::snprintf(b, sizeof b, "%g", v);
+  else std::snprintf(b, sizeof b, "%g", std::fabs(v) < 1e-9 ? 0.0 : v);  // no "-0" from rounding
   return b;
 }
 
@@ -118,7 +119,20 @@ class Plot {
   }
   void point(double x, double y, const char* color, const std::string& label) {
     o_ += "<circle cx=\"" + f(X(x)) + "\" cy=\"" + f(Y(y)) + "\" r=\"4\" fill=\"" + color + "\"/>\n";
-    o_ += "<text x=\"" + f(X(x) + 6) + "\" y=\"" + f(Y(y) - 6) + "\">" + esc(label) + "</text>\n";
+    // Labels of nearby points would overprint: move this one down a line until it is clear
+    // of the labels already placed (width estimated at 7 px per character).
+    const double w = 7.0 * static_cast<double>(label.size()), h = 14.0, lx = X(x) + 6;
+    double ly = Y(y) - 6;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (const auto& b : labels_)
+        if (lx < b[0] + b[2] && b[0] < lx + w && ly - h < b[1] && b[1] - h < ly) {
+          ly = b[1] + h;
+          moved = true;
+        }
+    }
+    labels_.push_back({lx, ly, w});
+    o_ += "<text x=\"" + f(lx) + "\" y=\"" + f(ly) + "\" fill=\"" + color + "\">" + esc(label) + "</text>\n";
   }
   void legend(size_t i, const std::string& label, const char* color) {
     const double y = T + 10 + 18 * static_cast<double>(i);
@@ -137,6 +151,7 @@ class Plot {
   static double ph() { return H - T - B; }
   Axis x_, y_;
   std::string o_;
+  std::vector<std::array<double, 3>> labels_;  // x, baseline y, width of each point label
 };
 
 const char* color(size_t i) { return kColors[i % (sizeof kColors / sizeof kColors[0])]; }
