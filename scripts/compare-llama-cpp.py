@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Agreement and speed of sjkv-replay's forward pass against llama.cpp (llama-cpp-python).
+r"""Agreement and speed of sjkv-replay's forward pass against llama.cpp (llama-cpp-python).
 
 Both engines run the same token ids (llama.cpp's tokenization of the text, BOS added) on the
 same number of threads: llama.cpp with the cache types --type-k/--type-v (default f32), sjkv
@@ -12,12 +12,14 @@ with the same flash-attention setting), and the script reports what the cache co
 engine on its own, KL(f32 || quantized) for llama.cpp and for sjkv, next to the cross-engine
 KLs. llama.cpp needs flash attention for a quantized V cache; --flash-attn auto turns it on
 whenever a cache type is quantized. --rot-disable sets LLAMA_ATTN_ROT_DISABLE=1 (llama.cpp
-then stores quantized caches unrotated, like our arms without ":rot").
+then stores quantized caches unrotated, like our arms without ":rot"). --fa-pair runs
+llama.cpp alone with flash attention on and off at the given (unquantized-V) cache types:
+how much a quantized cache amplifies a mere change of summation order.
 A measuring instrument only: nothing in the build or the tests needs it.
 
   python3 scripts/compare-llama-cpp.py --model M.gguf --replay-logits build/bench/replay_logits \
       [--llama-model M-f32.gguf] [--type-k q8_0 --type-v q8_0 --arm q8_0:rot:swa=same] \
-      [--baselines] [--rot-disable] [--tokens 256] [--threads 2] [--decode 32] [--no-speed]
+      [--baselines] [--rot-disable] [--fa-pair] [--tokens 256] [--threads 2] [--decode 32] [--no-speed]
 """
 import argparse
 import os
@@ -141,6 +143,10 @@ def main():
     ap.add_argument("--baselines", action="store_true",
                     help="also run both engines with an f32 cache and report each cache's own KL")
     ap.add_argument("--no-speed", action="store_true", help="skip the timed runs")
+    ap.add_argument("--fa-pair", action="store_true",
+                    help="llama.cpp alone: KL between its runs with flash attention on and off (another "
+                    "summation order) at the given cache types, next to the cost of the cache; V must not be "
+                    "quantized. Shows how a quantized cache amplifies rounding differences")
     a = ap.parse_args()
 
     from llama_cpp import Llama
@@ -155,6 +161,23 @@ def main():
     del tok
     ids = ids[: a.tokens]
     n = len(ids)
+
+    if a.fa_pair:
+        if a.type_v > 1:
+            sys.exit("--fa-pair needs an unquantized V cache (llama.cpp needs flash attention for a quantized V)")
+        a.flash_attn = "on"
+        on, _ = llama_logits(llama_model, ids, n_ctx, a, a.type_k, a.type_v)
+        base, _ = llama_logits(llama_model, ids, n_ctx, a, 0, 0)
+        a.flash_attn = "off"
+        off, _ = llama_logits(llama_model, ids, n_ctx, a, a.type_k, a.type_v)
+        base_off, _ = llama_logits(llama_model, ids, n_ctx, a, 0, 0)
+        cache = f"k={type_name(a.type_k)} v={type_name(a.type_v)}"
+        print(f"llama.cpp loads {os.path.basename(llama_model)}  positions {n}  threads {a.threads}  "
+              f"rotation {'disabled' if a.rot_disable else 'default'}")
+        print(kl_line("KL(f32 cache: flash attn on || off)", base, base_off))
+        print(kl_line(f"KL({cache}: flash attn on || off)", on, off))
+        print(kl_line(f"KL(f32 || {cache}), flash attn on", base, on))
+        return
 
     ref, fa = llama_logits(llama_model, ids, n_ctx, a, a.type_k, a.type_v)
     with tempfile.TemporaryDirectory() as d:
