@@ -1,7 +1,7 @@
 // The replay forward pass as a measuring instrument: logits for given token ids (to compare
-// with another engine) and prefill / decode speed, on the exact f32 cache.
+// with another engine) and prefill / decode speed, on the exact f32 cache or any arm.
 //   replay_logits MODEL [--ids 1,2,3 | --ids-file F] [--out F] [--ubatch N] [--threads T]
-//                 [--decode N] [--info]
+//                 [--decode N] [--arm SPEC] [--info]
 // --out writes raw little-endian f32 logits, [n][n_vocab], for every position. --decode N then
 // times N greedy one-token steps after the prompt. Timings go to stderr.
 #include <omp.h>
@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "sjkv/replay/kv.h"
 #include "sjkv/replay/kv_f32.h"
 #include "sjkv/replay/model.h"
 
@@ -35,22 +36,24 @@ static std::vector<int32_t> parse_ids(const std::string& s) {
   return ids;
 }
 
-static std::vector<std::unique_ptr<LayerKv>> make_cache(const ModelInfo& info, uint32_t n_ctx, uint32_t n_ubatch) {
+// arm == nullptr: the exact f32 cache (make_f32_layer), as before arms existed.
+static std::vector<std::unique_ptr<LayerKv>> make_cache(const ModelInfo& info, const KvArm* arm, uint32_t n_ctx,
+                                                        uint32_t n_ubatch) {
   std::vector<std::unique_ptr<LayerKv>> kv;
   for (LayerShape s : info.layers) {
     s.n_ctx = n_ctx;
     s.n_ubatch = n_ubatch;
-    kv.push_back(make_f32_layer(s));
+    kv.push_back(arm ? arm->make_layer(s) : make_f32_layer(s));
   }
   return kv;
 }
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL [--ids a,b,c | --ids-file F] [--out F] [--ubatch N] [--threads T] [--decode N] [--info] [--lookup w1|w2]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL [--ids a,b,c | --ids-file F] [--out F] [--ubatch N] [--threads T] [--decode N] [--arm SPEC] [--info] [--lookup w1|w2]\n", argv[0]);
     return 1;
   }
-  std::string model_path = argv[1], out, ids_arg;
+  std::string model_path = argv[1], out, ids_arg, arm_spec;
   uint32_t n_ubatch = 512, n_decode = 0;
   int threads = 0;
   bool show_info = false;
@@ -74,6 +77,7 @@ int main(int argc, char** argv) {
     else if (a == "--ubatch") n_ubatch = static_cast<uint32_t>(std::stoul(next()));
     else if (a == "--threads") threads = std::stoi(next());
     else if (a == "--decode") n_decode = static_cast<uint32_t>(std::stoul(next()));
+    else if (a == "--arm") arm_spec = next();
     else if (a == "--info") show_info = true;
     else if (a == "--lookup") lookup = next();
     else {
@@ -82,6 +86,15 @@ int main(int argc, char** argv) {
     }
   }
   if (threads > 0) omp_set_num_threads(threads);
+  std::unique_ptr<KvArm> arm;
+  if (!arm_spec.empty() && arm_spec != "f32") {
+    try {
+      arm = make_arm(arm_spec);
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "replay_logits: %s\n", e.what());
+      return 1;
+    }
+  }
   try {
     using clk = std::chrono::steady_clock;
     auto t0 = clk::now();
@@ -118,7 +131,8 @@ int main(int argc, char** argv) {
     const std::vector<int32_t> ids = parse_ids(ids_arg);
     if (ids.empty()) return 0;
     const uint32_t n = static_cast<uint32_t>(ids.size());
-    auto kv = make_cache(info, n + n_decode, n_ubatch);
+    auto kv = make_cache(info, arm.get(), n + n_decode, n_ubatch);
+    std::fprintf(stderr, "cache arm %s\n", arm ? arm->spec().c_str() : "f32");
     std::vector<float> logits(static_cast<size_t>(n) * info.n_vocab);
     t0 = clk::now();
     std::clock_t c0 = std::clock();
