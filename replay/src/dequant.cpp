@@ -226,6 +226,32 @@ namespace {
 constexpr size_t kRowBlock = 16;  // rows one thread handles at a time
 constexpr size_t kTokTile = 4;    // tokens sharing one pass over a weight row
 
+// The row-block x token-tile schedule shared by the matrix products: blocks of kRowBlock
+// output rows over the threads, each output element written by exactly one call of
+// dot(row, tokens in tile, token pointers, out[tokens]), so results do not depend on the
+// thread count.
+template <class Dot>
+void matmul_row_tiles(size_t rows, size_t k, const float* x, size_t n, float* y, size_t ldy, int n_threads,
+                      Dot dot) {
+  const long n_blocks = static_cast<long>((rows + kRowBlock - 1) / kRowBlock);
+  const int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
+#pragma omp parallel for schedule(static) num_threads(nt) if (rows * k * n > 65536)
+  for (long rb = 0; rb < n_blocks; ++rb) {
+    const size_t r0 = static_cast<size_t>(rb) * kRowBlock;
+    const size_t r1 = std::min(rows, r0 + kRowBlock);
+    for (size_t t0 = 0; t0 < n; t0 += kTokTile) {
+      const size_t nt_ = std::min(kTokTile, n - t0);
+      const float* xs[kTokTile];
+      for (size_t t = 0; t < nt_; ++t) xs[t] = x + (t0 + t) * k;
+      for (size_t r = r0; r < r1; ++r) {
+        float o[kTokTile];
+        dot(r, nt_, xs, o);
+        for (size_t t = 0; t < nt_; ++t) y[(t0 + t) * ldy + r] = o[t];
+      }
+    }
+  }
+}
+
 float reduce16(const float* l) {
   float a[8];
   for (int i = 0; i < 8; ++i) a[i] = l[i] + l[i + 8];
@@ -463,29 +489,15 @@ void matmul_f16_with(MatmulIsa isa, const uint16_t* w, size_t rows, size_t k, co
     return;
   }
 #endif
-  const long n_blocks = static_cast<long>((rows + kRowBlock - 1) / kRowBlock);
-  const int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
-#pragma omp parallel for schedule(static) num_threads(nt) if (rows * k * n > 65536)
-  for (long rb = 0; rb < n_blocks; ++rb) {
-    const size_t r0 = static_cast<size_t>(rb) * kRowBlock;
-    const size_t r1 = std::min(rows, r0 + kRowBlock);
-    for (size_t t0 = 0; t0 < n; t0 += kTokTile) {
-      const size_t nt_ = std::min(kTokTile, n - t0);
-      const float* xs[kTokTile];
-      for (size_t t = 0; t < nt_; ++t) xs[t] = x + (t0 + t) * k;
-      for (size_t r = r0; r < r1; ++r) {
-        float o[kTokTile];
-        const uint16_t* wr = w + r * k;
-        switch (nt_) {
-          case 4: dot_rows<4>(simd, wr, k, xs, o); break;
-          case 3: dot_rows<3>(simd, wr, k, xs, o); break;
-          case 2: dot_rows<2>(simd, wr, k, xs, o); break;
-          default: dot_rows<1>(simd, wr, k, xs, o); break;
-        }
-        for (size_t t = 0; t < nt_; ++t) y[(t0 + t) * ldy + r] = o[t];
-      }
+  matmul_row_tiles(rows, k, x, n, y, ldy, n_threads, [&](size_t r, size_t nt_, const float* const* xs, float* o) {
+    const uint16_t* wr = w + r * k;
+    switch (nt_) {
+      case 4: dot_rows<4>(simd, wr, k, xs, o); break;
+      case 3: dot_rows<3>(simd, wr, k, xs, o); break;
+      case 2: dot_rows<2>(simd, wr, k, xs, o); break;
+      default: dot_rows<1>(simd, wr, k, xs, o); break;
     }
-  }
+  });
 }
 
 void matmul_q8_0(const uint8_t* w, size_t rows, size_t k, const float* x, size_t n, float* y,
@@ -493,29 +505,15 @@ void matmul_q8_0(const uint8_t* w, size_t rows, size_t k, const float* x, size_t
   if (k % 32 != 0) throw std::invalid_argument("matmul_q8_0: row length is not a multiple of 32");
   const bool simd = matmul_f16_simd();
   const size_t row_bytes = k / 32 * 34;
-  const long n_blocks = static_cast<long>((rows + kRowBlock - 1) / kRowBlock);
-  const int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
-#pragma omp parallel for schedule(static) num_threads(nt) if (rows * k * n > 65536)
-  for (long rb = 0; rb < n_blocks; ++rb) {
-    const size_t r0 = static_cast<size_t>(rb) * kRowBlock;
-    const size_t r1 = std::min(rows, r0 + kRowBlock);
-    for (size_t t0 = 0; t0 < n; t0 += kTokTile) {
-      const size_t nt_ = std::min(kTokTile, n - t0);
-      const float* xs[kTokTile];
-      for (size_t t = 0; t < nt_; ++t) xs[t] = x + (t0 + t) * k;
-      for (size_t r = r0; r < r1; ++r) {
-        float o[kTokTile];
-        const uint8_t* wr = w + r * row_bytes;
-        switch (nt_) {
-          case 4: dot_q8<4>(simd, wr, k, xs, o); break;
-          case 3: dot_q8<3>(simd, wr, k, xs, o); break;
-          case 2: dot_q8<2>(simd, wr, k, xs, o); break;
-          default: dot_q8<1>(simd, wr, k, xs, o); break;
-        }
-        for (size_t t = 0; t < nt_; ++t) y[(t0 + t) * ldy + r] = o[t];
-      }
+  matmul_row_tiles(rows, k, x, n, y, ldy, n_threads, [&](size_t r, size_t nt_, const float* const* xs, float* o) {
+    const uint8_t* wr = w + r * row_bytes;
+    switch (nt_) {
+      case 4: dot_q8<4>(simd, wr, k, xs, o); break;
+      case 3: dot_q8<3>(simd, wr, k, xs, o); break;
+      case 2: dot_q8<2>(simd, wr, k, xs, o); break;
+      default: dot_q8<1>(simd, wr, k, xs, o); break;
     }
-  }
+  });
 }
 
 void matmul_f16_reference(const uint16_t* w, size_t rows, size_t k, const float* x, size_t n,
