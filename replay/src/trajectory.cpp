@@ -412,16 +412,9 @@ void write_trajectory(const std::string& path, const Trajectory& t, int zstd_lev
 }
 
 Trajectory read_trajectory(const std::string& path) {
-  const std::lock_guard<std::mutex> lock(h5::api_mutex());
-  h5::Quiet quiet;
-  const h5::Reader r{path};
-  try {
-    register_zstd_filter();
-  } catch (const std::exception& e) {
-    r.fail(e.what());
-  }
-  h5::Hid f = r.open_file();
-  const hid_t root = f.get();
+  const h5::ReadSession session(path);
+  const h5::Reader& r = session.reader();
+  const hid_t root = session.root();
   if (!r.has_attr(root, "sjkv_format")) r.fail("not an sjkv file (no sjkv_format attribute)");
   const std::string magic = r.string_attr(root, "sjkv_format", "sjkv_format");
   if (magic != kMagic) r.fail("sjkv_format is '" + magic + "', expected '" + kMagic + "'");

@@ -20,14 +20,6 @@ constexpr const char* kCaptureMagic = "sjkv-capture";
 constexpr const char* kSnapshotMagic = "sjkv-snapshot";
 constexpr const char* kKvDims = "[tokens, kv_heads, head_dim]";
 
-void register_or_fail(const h5::Reader& r) {
-  try {
-    register_zstd_filter();
-  } catch (const std::exception& e) {
-    r.fail(e.what());
-  }
-}
-
 }  // namespace
 
 void write_capture(const std::string& path, const Capture& cap, int zstd_level) {
@@ -66,12 +58,9 @@ void write_capture(const std::string& path, const Capture& cap, int zstd_level) 
 }
 
 Capture read_capture(const std::string& path) {
-  const std::lock_guard<std::mutex> lock(h5::api_mutex());
-  h5::Quiet quiet;
-  const h5::Reader r{path};
-  register_or_fail(r);
-  h5::Hid f = r.open_file();
-  const hid_t root = f.get();
+  const h5::ReadSession session(path);
+  const h5::Reader& r = session.reader();
+  const hid_t root = session.root();
   r.check_magic_version(root, kCaptureMagic);
 
   Capture c;

@@ -662,6 +662,28 @@ struct Reader {
   }
 };
 
+// A reader's hold on HDF5 for one file: the library lock, quiet errors, the zstd filter
+// registered (a failure is reported as the file's defect) and the file opened read-only.
+class ReadSession {
+ public:
+  explicit ReadSession(const std::string& path) : lock_(api_mutex()), r_{path} {
+    try {
+      register_zstd_filter();
+    } catch (const std::exception& e) {
+      r_.fail(e.what());
+    }
+    f_ = r_.open_file();
+  }
+  const Reader& reader() const { return r_; }
+  hid_t root() const { return f_.get(); }
+
+ private:
+  std::lock_guard<std::mutex> lock_;
+  Quiet quiet_;
+  Reader r_;
+  Hid f_;
+};
+
 }  // namespace h5
 }  // namespace sjkv
 

@@ -354,16 +354,9 @@ void write_snapshot(const std::string& path, const Snapshot& snap, int zstd_leve
 }
 
 Snapshot read_snapshot(const std::string& path, EmbeddedCodebooks* codebooks_out) {
-  const std::lock_guard<std::mutex> lock(h5::api_mutex());
-  h5::Quiet quiet;
-  const h5::Reader r{path};
-  try {
-    register_zstd_filter();
-  } catch (const std::exception& e) {
-    r.fail(e.what());
-  }
-  h5::Hid f = r.open_file();
-  const hid_t root = f.get();
+  const h5::ReadSession session(path);
+  const h5::Reader& r = session.reader();
+  const hid_t root = session.root();
   r.check_magic_version(root, kSnapshotMagic);
   r.check_version(root, "record_format_version", kRecordFormatVersion);
 
