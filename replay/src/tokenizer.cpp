@@ -28,6 +28,24 @@ namespace replay {
 
 namespace {
 
+// The characters of a text as a doubly linked list of symbols, the starting point of both
+// merge algorithms (a truncated UTF-8 sequence at the end is one symbol of what is left).
+struct Sym {
+  int prev, next;
+  size_t off, n;
+};
+
+std::vector<Sym> utf8_symbols(const std::string& s) {
+  std::vector<Sym> sym;
+  for (size_t off = 0; off < s.size();) {
+    const size_t n = std::min(unicode::utf8_len(uint8_t(s[off])), s.size() - off);
+    const int i = int(sym.size());
+    sym.push_back({i - 1, off + n == s.size() ? -1 : i + 1, off, n});
+    off += n;
+  }
+  return sym;
+}
+
 // tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
 enum TokenType : uint8_t {
   kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6,
@@ -348,17 +366,7 @@ class SpmTokenizer final : public VocabTokenizer {
   }
 
   void merge(const std::string& s, std::vector<int32_t>& out) const {
-    struct Sym {
-      int prev, next;
-      size_t off, n;
-    };
-    std::vector<Sym> sym;
-    for (size_t off = 0; off < s.size();) {
-      const size_t n = std::min(unicode::utf8_len(uint8_t(s[off])), s.size() - off);
-      const int i = int(sym.size());
-      sym.push_back({i - 1, off + n == s.size() ? -1 : i + 1, off, n});
-      off += n;
-    }
+    std::vector<Sym> sym = utf8_symbols(s);
     if (sym.empty()) return;
 
     struct Pair {
@@ -460,17 +468,7 @@ class BpeTokenizer final : public VocabTokenizer {
         return;
       }
     }
-    struct Sym {
-      int prev, next;
-      size_t off, n;
-    };
-    std::vector<Sym> sym;
-    for (size_t off = 0; off < w.size();) {
-      const size_t n = std::min(unicode::utf8_len(uint8_t(w[off])), w.size() - off);
-      const int i = int(sym.size());
-      sym.push_back({i - 1, off + n == w.size() ? -1 : i + 1, off, n});
-      off += n;
-    }
+    std::vector<Sym> sym = utf8_symbols(w);
     struct Pair {
       int left, right;
       int32_t rank;
