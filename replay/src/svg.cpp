@@ -123,12 +123,14 @@ class Plot {
     // of the labels already placed (width estimated at 7 px per character).
     const double w = 7.0 * static_cast<double>(label.size()), h = 14.0, lx = X(x) + 6;
     double ly = Y(y) - 6;
-    for (bool moved = true; moved;) {
-      moved = false;
+    // Bounded: each pass moves the label below one placed label at most once per label, with
+    // a small margin so that rounding cannot leave it overlapping by an ulp forever.
+    for (size_t pass = 0, moved = 1; moved && pass <= labels_.size(); ++pass) {
+      moved = 0;
       for (const auto& b : labels_)
-        if (lx < b[0] + b[2] && b[0] < lx + w && ly - h < b[1] && b[1] - h < ly) {
+        if (lx < b[0] + b[2] && b[0] < lx + w && ly - h < b[1] - 0.5 && b[1] - h < ly - 0.5) {
           ly = b[1] + h;
-          moved = true;
+          moved = 1;
         }
     }
     labels_.push_back({lx, ly, w});

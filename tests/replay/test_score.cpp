@@ -275,6 +275,24 @@ TEST(Replay, CaptureHoldsTheFullAttentionLayers) {
   std::remove(path.c_str());
 }
 
+// Arms at the same point (identical KL and bits, e.g. SJ arms whose body was never sealed)
+// once sent the label placement into an endless loop; every label must still be drawn.
+TEST(Results, CoincidentPointsAreLabelledAndTheDrawingEnds) {
+  Report rep;
+  const char* names[] = {"sj:4/4:tail=128", "sj:3/3t:staging=q8_0:tail=128/256", "sj:3/2t:axis=channel:tail=128",
+                         "sj:3/2t:tier=edge:tail=128", "f16", "q4_0", "q4_0:rot", "tq5_0"};
+  for (size_t i = 0; i < 8; ++i) {
+    ArmStats a;
+    a.arm = names[i];
+    a.positions = 48;
+    a.mean_kl = i < 4 ? 0.0014930301 : 0.001 * static_cast<double>(i);
+    a.bits_occupied = i < 4 ? 9.7587890625 : 4.0 + static_cast<double>(i);
+    rep.arms.push_back(a);
+  }
+  const std::string svg = svg_kl_vs_bits(rep);
+  for (const char* n : names) EXPECT_NE(svg.find(n), std::string::npos) << n;
+}
+
 TEST(Results, FolderHasEveryFile) {
   TinyModel m(4096);
   const PlainArm f32(false), f16(true);
