@@ -779,6 +779,36 @@ TEST(GgufRejectFixtures, GeneratorWritesEachDefect) {
   }
 }
 
+// SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/test_gguf --gtest_filter='GgufRejectFixtures.*'
+// writes tests/reject/gguf/ (files and README.md) and the copies in tests/fuzz/corpus/gguf/.
+// (Defined before the checks below so that one run regenerates and then checks.)
+TEST(GgufRejectFixtures, Regenerate) {
+  const char* dir = std::getenv("SJKV_REGENERATE_REJECT_DIR");
+  if (!dir || !*dir) GTEST_SKIP() << "set SJKV_REGENERATE_REJECT_DIR to rewrite tests/reject/gguf/";
+  const std::string out = std::string(dir) + "/gguf";
+  const std::string corpus = std::string(dir) + "/../fuzz/corpus/gguf";
+  std::filesystem::create_directories(out);
+  for (const auto& entry : std::filesystem::directory_iterator(out)) std::filesystem::remove(entry.path());
+  std::ofstream readme(out + "/README.md");
+  readme << "# Must-reject GGUF files\n\n"
+            "Each `.gguf` file below is a small GGUF header with one defect; `GgufFile::open` must refuse it\n"
+            "with `sjkv::FileError` (`<path>: <defect>`, one line) whose defect contains the text in the last\n"
+            "column. `valid-control.gguf` is the small valid file most of them are edited from: it must open.\n"
+            "`tests/test_gguf.cpp` holds the recipes and checks the files\n"
+            "(`GgufRejectFixtures.*`: every file is in the table, its bytes are what its recipe writes, and it\n"
+            "is refused with its defect); `replay/include/sjkv/gguf.h` lists the reader's checks. The fuzz\n"
+            "corpus holds a copy of each as `tests/fuzz/corpus/gguf/reject-<name>.gguf`. Regenerate with\n\n"
+            "    SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/test_gguf --gtest_filter='GgufRejectFixtures.*'\n\n"
+            "| file | defect | message contains |\n|---|---|---|\n";
+  for (const StoredCase& c : stored_cases()) {
+    const std::vector<uint8_t> b = c.make();
+    write_file(out + "/" + c.name + ".gguf", b);
+    write_file(corpus + "/reject-" + c.name + ".gguf", b);
+    readme << "| `" << c.name << ".gguf` | " << c.defect << " | "
+           << (*c.expect ? "`" + std::string(c.expect) + "`" : std::string("(opens)")) << " |\n";
+  }
+}
+
 // The stored files, opened by path: refused with a one-line FileError naming the file and the
 // expected defect (the control file opens); no file of the folder is missing from the table.
 TEST(GgufRejectFixtures, StoredFilesRefusedWithTheirDefect) {
@@ -816,6 +846,10 @@ TEST(GgufRejectFixtures, StoredFilesRefusedWithTheirDefect) {
     EXPECT_TRUE(known.count(n)) << entry.path().string() << " has no entry in the fixture table";
   }
   EXPECT_EQ(files, stored_cases().size());
+  const std::vector<uint8_t> readme = read_all(stored_dir() + "/README.md");
+  const std::string text(readme.begin(), readme.end());
+  for (const StoredCase& c : stored_cases())
+    EXPECT_NE(text.find("| `" + std::string(c.name) + ".gguf` |"), std::string::npos) << c.name << " is not in README.md";
 }
 
 // The fuzz corpus runs the same files through the fuzz target (ctest fuzz_corpus_gguf).
@@ -824,35 +858,6 @@ TEST(GgufRejectFixtures, FuzzCorpusHoldsCopies) {
     const std::string p = corpus_dir() + "/reject-" + c.name + ".gguf";
     ASSERT_TRUE(std::filesystem::is_regular_file(p)) << p << " is missing; regenerate";
     EXPECT_EQ(read_all(p), c.make()) << p;
-  }
-}
-
-// SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/test_gguf --gtest_filter='GgufRejectFixtures.*'
-// writes tests/reject/gguf/ (files and README.md) and the copies in tests/fuzz/corpus/gguf/.
-TEST(GgufRejectFixtures, Regenerate) {
-  const char* dir = std::getenv("SJKV_REGENERATE_REJECT_DIR");
-  if (!dir || !*dir) GTEST_SKIP() << "set SJKV_REGENERATE_REJECT_DIR to rewrite tests/reject/gguf/";
-  const std::string out = std::string(dir) + "/gguf";
-  const std::string corpus = std::string(dir) + "/../fuzz/corpus/gguf";
-  std::filesystem::create_directories(out);
-  for (const auto& entry : std::filesystem::directory_iterator(out)) std::filesystem::remove(entry.path());
-  std::ofstream readme(out + "/README.md");
-  readme << "# Must-reject GGUF files\n\n"
-            "Each `.gguf` file below is a small GGUF header with one defect; `GgufFile::open` must refuse it\n"
-            "with `sjkv::FileError` (`<path>: <defect>`, one line) whose defect contains the text in the last\n"
-            "column. `valid-control.gguf` is the small valid file most of them are edited from: it must open.\n"
-            "`tests/test_gguf.cpp` holds the recipes and checks the files\n"
-            "(`GgufRejectFixtures.*`: every file is in the table, its bytes are what its recipe writes, and it\n"
-            "is refused with its defect); `replay/include/sjkv/gguf.h` lists the reader's checks. The fuzz\n"
-            "corpus holds a copy of each as `tests/fuzz/corpus/gguf/reject-<name>.gguf`. Regenerate with\n\n"
-            "    SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/test_gguf --gtest_filter='GgufRejectFixtures.*'\n\n"
-            "| file | defect | message contains |\n|---|---|---|\n";
-  for (const StoredCase& c : stored_cases()) {
-    const std::vector<uint8_t> b = c.make();
-    write_file(out + "/" + c.name + ".gguf", b);
-    write_file(corpus + "/reject-" + c.name + ".gguf", b);
-    readme << "| `" << c.name << ".gguf` | " << c.defect << " | "
-           << (*c.expect ? "`" + std::string(c.expect) + "`" : std::string("(opens)")) << " |\n";
   }
 }
 
