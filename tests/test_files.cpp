@@ -870,6 +870,9 @@ TEST(RejectFixtures, Regenerate) {
     readme << "| `" << c.name << ".h5` | " << (c.kind == Kind::capture ? "capture" : "snapshot") << " | " << c.defect
            << " | `" << c.expect << "` |\n";
   }
+  readme << "\nGGUF files (model headers for `GgufFile::open`): one per named defect under `gguf/`, listed\n"
+            "with their expected messages in `gguf/README.md`; `tests/test_gguf.cpp` writes and checks them\n"
+            "(`GgufRejectFixtures.*`).\n";
   g_low_entropy = false;
 }
 

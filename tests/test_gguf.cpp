@@ -18,9 +18,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -591,6 +594,271 @@ TEST(GgufReject, FlippedBytesNeverCrash) {
   }
   EXPECT_GT(rejected, 0);
   EXPECT_GT(parsed, 0);
+}
+
+// ---- Stored must-reject files ------------------------------------------------------------------
+//
+// tests/reject/gguf/: one small file per named defect (and one valid control file), opened by
+// path as a user would. The table below is their generator and their expected defect; every
+// file of the folder must be in it, and the stored bytes must be what the generator writes, so
+// a fixture that starts failing for another reason (or drifts from its recipe) is caught.
+// The fuzz corpus holds a copy of each as corpus/gguf/reject-<name>.gguf.
+
+struct StoredCase {
+  const char* name;    // file name without ".gguf"
+  const char* defect;  // what is wrong with it, for the README
+  const char* expect;  // text the FileError's defect must contain; "" for the valid control file
+  std::function<std::vector<uint8_t>()> make;
+};
+
+std::vector<uint8_t> raw_header(uint64_t n_tensors, uint64_t n_kv) {
+  Bytes b;
+  b.raw("GGUF").u32(3).u64(n_tensors).u64(n_kv);
+  return b.vec();
+}
+
+// A case from a change to the small valid file (or to an empty one when `base` is false).
+StoredCase with(const char* name, const char* what, const char* expect, std::function<void(Writer&)> edit,
+                bool base = true) {
+  return {name, what, expect, [edit, base] {
+            Writer w = base ? valid() : Writer();
+            edit(w);
+            return w.bytes();
+          }};
+}
+
+const std::vector<StoredCase>& stored_cases() {
+  static const std::vector<StoredCase> cases = {
+      with("valid-control", "none: a llama-like header, two F32 tensors (must open)", "", [](Writer&) {}),
+      // Header
+      with("bad-magic", "magic 'GGML'", "not a GGUF file: magic 'GGML' (bytes 0x4c4d4747), expected 'GGUF'", [](Writer& w) { w.magic = "GGML"; }),
+      with("too-short-for-magic", "3 bytes", "truncated: 3 bytes is too short for the GGUF magic", [](Writer& w) { w.truncate_to = 3; },
+           false),
+      with("version-0", "version 0", "invalid GGUF version 0", [](Writer& w) { w.version = 0; }),
+      with("version-1", "version 1", "GGUF version 1 is not supported: it used 32-bit counts and lengths", [](Writer& w) { w.version = 1; }),
+      with("version-2", "version 2", "GGUF version 2 is not supported: version 3 is required",
+           [](Writer& w) { w.version = 2; }),
+      with("version-4", "version 4 (newer)", "GGUF version 4 is newer than the supported version 3",
+           [](Writer& w) { w.version = 4; }),
+      with("version-byte-swapped", "version 3 written big-endian", "GGUF version field 0x03000000 looks byte-swapped: big-endian GGUF files are not supported",
+           [](Writer& w) { w.version = 0x03000000u; }),
+      with("truncated-tensor-count", "the file ends inside the tensor count", "truncated: tensor count at offset 8 needs 8 bytes, 4 left",
+           [](Writer& w) { w.truncate_to = 12; }, false),
+      with("truncated-metadata-count", "the file ends inside the metadata count", "truncated: metadata count at offset 16 needs 8 bytes, 4 left",
+           [](Writer& w) { w.truncate_to = 20; }, false),
+      // Counts against the bytes that remain
+      {"tensor-count-negative", "n_tensors = -5", "tensor count -5 is negative",
+       [] { return raw_header(static_cast<uint64_t>(-5ll), 0); }},
+      {"metadata-count-negative", "n_kv = -1", "metadata count -1 is negative",
+       [] { return raw_header(0, static_cast<uint64_t>(-1ll)); }},
+      with("tensor-count-past-end", "n_tensors = 2^40", "header claims 1099511627776 tensors and 5 metadata pairs, more than the 820 remaining bytes can hold",
+           [](Writer& w) { w.n_tensors = 1ll << 40; }),
+      with("metadata-count-past-end", "n_kv = 10^6", "header claims 2 tensors and 1000000 metadata pairs, more than the 820 remaining bytes can hold",
+           [](Writer& w) { w.n_kv = 1000000; }),
+      // Strings and keys
+      with("key-too-long", "key length 65,536 (ggml's limit is 65,535)", "metadata key 0 at offset 24 is 65536 bytes, more than the 65535 allowed",
+           [](Writer& w) { w.raw_kv(Bytes().u64(65536).raw("k").u32(T(GgufType::u32)).u32(1)); }, false),
+      with("key-length-past-end", "key length 1,000 with 40 bytes left", "truncated: metadata key 0 at offset 24 claims 1000 bytes but only 40 remain",
+           [](Writer& w) { w.raw_kv(Bytes().u64(1000).raw(std::string(40, 'k'))); }, false),
+      with("string-past-end", "string value of 1,000 bytes with 5 left", "truncated: key 'k' value at offset 37 claims 1000 bytes but only 5 remain",
+           [](Writer& w) { w.raw_kv(Bytes().str("k").u32(T(GgufType::string)).u64(1000).raw("short")); }, false),
+      with("key-empty", "empty key", "metadata key 0 is empty", [](Writer& w) { w.u32("", 1); }, false),
+      with("key-not-ascii", "key 'caf\\xc3\\xa9' (UTF-8)", "metadata key 0 'caf?\?' is not printable ASCII",
+           [](Writer& w) { w.u32("caf\xc3\xa9", 1); }, false),
+      with("key-control-char", "key 'a\\nb'", "metadata key 0 'a?b' is not printable ASCII", [](Writer& w) { w.u32("a\nb", 1); }, false),
+      with("key-duplicate", "key 'a.b' twice", "duplicate metadata key 'a.b'",
+           [](Writer& w) { w.u32("a.b", 1).str("a.b", "x"); }, false),
+      // Values
+      with("value-type-unknown", "value type 13", "key 'k' has unknown value type 13",
+           [](Writer& w) { w.kv("k", 13, Bytes().u32(0)); }, false),
+      with("value-truncated", "a u32 value cut to 2 bytes at the end of the file", "truncated: key 'k' value at offset 37 needs 4 bytes, 2 left",
+           [](Writer& w) { w.kv("k", T(GgufType::u32), Bytes().u16(7)); }, false),
+      with("array-nested", "an array of arrays", "key 'k' is an array of arrays, which GGUF does not allow",
+           [](Writer& w) { w.kv("k", T(GgufType::array), Bytes().u32(T(GgufType::array)).u64(0)); }, false),
+      with("array-type-unknown", "an array of value type 77", "key 'k' is an array of unknown value type 77",
+           [](Writer& w) { w.kv("k", T(GgufType::array), Bytes().u32(77).u64(0)); }, false),
+      with("array-count-past-end", "an array of 2^61 u64", "truncated: key 'k' claims 2305843009213693952 u64 elements, more than the 0 remaining bytes can hold",
+           [](Writer& w) { w.kv("k", T(GgufType::array), Bytes().u32(T(GgufType::u64)).u64(1ull << 61)); }, false),
+      with("string-array-count-past-end", "an array of 3 strings with 16 bytes left", "truncated: key 'k' claims 3 string elements, more than the 16 remaining bytes can hold",
+           [](Writer& w) {
+             w.kv("k", T(GgufType::array), Bytes().u32(T(GgufType::string)).u64(3).u64(0).u64(0));
+           },
+           false),
+      with("bool-2", "bool value 2", "key 'k' is bool 2, not 0 or 1",
+           [](Writer& w) { w.kv("k", T(GgufType::boolean), Bytes().u8(2)); }, false),
+      with("bool-array-255", "bool array element 1 = 255", "key 'k' element 1 is bool 255, not 0 or 1",
+           [](Writer& w) { w.kv("k", T(GgufType::array), Bytes().u32(T(GgufType::boolean)).u64(2).u8(1).u8(255)); },
+           false),
+      // general.alignment
+      with("alignment-u64", "general.alignment stored as u64", "general.alignment must be a u32, not u64",
+           [](Writer& w) { w.u64("general.alignment", 32); }),
+      with("alignment-array", "general.alignment stored as [32]", "must be a u32, not an array of u32",
+           [](Writer& w) { w.arr_u32("general.alignment", {32}); }),
+      with("alignment-0", "general.alignment = 0", "general.alignment 0 is not a power of two",
+           [](Writer& w) { w.u32("general.alignment", 0); }),
+      with("alignment-48", "general.alignment = 48", "general.alignment 48 is not a power of two",
+           [](Writer& w) { w.u32("general.alignment", 48); }),
+      // Tensor names and shapes
+      with("tensor-name-empty", "a tensor named ''", "tensor 0 has an empty name",
+           [](Writer& w) { w.f32_tensor("", {4}); }, false),
+      with("tensor-name-64-bytes", "a 64-byte tensor name", "is 64 bytes, more than ggml's 63",
+           [](Writer& w) { w.f32_tensor(std::string(64, 'n'), {4}); }, false),
+      with("tensor-name-duplicate", "two tensors named 't'", "duplicate tensor name 't'",
+           [](Writer& w) { w.f32_tensor("t", {4}).f32_tensor("t", {4}); }, false),
+      with("tensor-dims-0", "a tensor of 0 dimensions", "tensor 't' has 0 dimensions; 1 to 4 are allowed",
+           [](Writer& w) { w.tensor({"t", {}, 0, 0, 0}); }, false),
+      with("tensor-dims-5", "a tensor of 5 dimensions", "tensor 't' has 5 dimensions; 1 to 4 are allowed",
+           [](Writer& w) { w.tensor({"t", {1, 1, 1, 1, 1}, 0, 0, 4}); }, false),
+      with("tensor-dim-negative", "ne[1] = -3", "tensor 't' dimension 1 is negative (-3)",
+           [](Writer& w) { w.tensor({"t", {4, static_cast<uint64_t>(-3ll)}, 0, 0, 0}); }, false),
+      with("tensor-elements-overflow", "ne = [2^32, 2^32]", "tensor 't' element count overflows 64 bits",
+           [](Writer& w) { w.tensor({"t", {1ull << 32, 1ull << 32}, 0, 0, 0}); }, false),
+      with("tensor-bytes-overflow", "F32, ne = [2^31, 2^31]: 2^64 bytes", "tensor 't' byte size overflows 64 bits",
+           [](Writer& w) { w.tensor({"t", {1ull << 31, 1ull << 31}, 0, 0, 0}); }, false),
+      // ggml types
+      with("tensor-type-unknown", "ggml type 99", "tensor 't' has unknown ggml type 99",
+           [](Writer& w) { w.tensor({"t", {32}, 99, 0, 0}); }, false),
+      with("tensor-type-removed", "ggml type 31 (Q4_0_4_4)", "tensor 't' has ggml type 31 (Q4_0_4_4), which was removed from GGUF",
+           [](Writer& w) { w.tensor({"t", {32}, 31, 0, 0}); }, false),
+      with("tensor-row-partial-block", "Q8_0 rows of 33 values",
+           "rows of 33 values are not a whole number of Q8_0 blocks (32 values)",
+           [](Writer& w) { w.tensor({"t", {33, 2}, 8, 0, 0}); }, false),
+      // Offsets
+      with("tensor-offset-misaligned", "offset 16 with alignment 32",
+           "tensor 'c' offset 16 is not a multiple of the alignment 32",
+           [](Writer& w) { w.tensor({"c", {4}, 0, 16, 16}); }),
+      with("tensor-offset-past-end", "offset 2^40", "tensor 'c' data [1099511627776, +16) runs past the end of the 524-byte data section",
+           [](Writer& w) { w.tensor({"c", {4}, 0, 1ull << 40, 0}); }),
+      with("tensor-offset-wraps", "offset 2^64 - 32: offset + size wraps",
+           "tensor 'c' data [18446744073709551584, +16) runs past the end of the 524-byte data section",
+           [](Writer& w) { w.tensor({"c", {4}, 0, ~0ull - 31, 0}); }),
+      with("tensor-overlap", "tensor 'c' at 256 overlaps a.weight [0, 512)", "tensor 'c' data overlaps tensor 'a.weight'",
+           [](Writer& w) { w.tensor({"c", {256}, 0, 256, 1024}); }),
+      {"tensor-data-truncated", "the valid control file less its last byte", "tensor 'b.weight' data [512, +12) runs past the end of the 523-byte data section",
+       [] {
+         std::vector<uint8_t> v = valid().bytes();
+         v.pop_back();
+         return v;
+       }},
+      with("data-section-missing", "the file ends with the (unaligned) header",
+           "truncated: the data section would start at offset 64, past the end of the 57-byte file",
+           [](Writer& w) {
+             w.tensor({"t", {0}, 0, 0, 0});
+             w.data = false;
+           },
+           false),
+  };
+  return cases;
+}
+
+std::string stored_dir() { return std::string(SJKV_GOLDEN_DIR) + "/../reject/gguf"; }
+std::string corpus_dir() { return std::string(SJKV_GOLDEN_DIR) + "/../fuzz/corpus/gguf"; }
+
+std::vector<uint8_t> read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Every case as the generator writes it: small, and parsed in memory as the file says.
+TEST(GgufRejectFixtures, GeneratorWritesEachDefect) {
+  std::set<std::string> names;
+  for (const StoredCase& c : stored_cases()) {
+    EXPECT_TRUE(names.insert(c.name).second) << "duplicate case " << c.name;
+    const std::vector<uint8_t> b = c.make();
+    EXPECT_LE(b.size(), 4096u) << c.name;
+    std::string d;
+    try {
+      (void)GgufFile::parse(b, "x.gguf");
+    } catch (const FileError& e) {
+      d = e.defect();
+    }
+    if (*c.expect == 0)
+      EXPECT_EQ(d, "") << c.name;
+    else
+      EXPECT_NE(d.find(c.expect), std::string::npos) << c.name << "\n  got:      " << d << "\n  expected: " << c.expect;
+  }
+}
+
+// SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/test_gguf --gtest_filter='GgufRejectFixtures.*'
+// writes tests/reject/gguf/ (files and README.md) and the copies in tests/fuzz/corpus/gguf/.
+// (Defined before the checks below so that one run regenerates and then checks.)
+TEST(GgufRejectFixtures, Regenerate) {
+  const char* dir = std::getenv("SJKV_REGENERATE_REJECT_DIR");
+  if (!dir || !*dir) GTEST_SKIP() << "set SJKV_REGENERATE_REJECT_DIR to rewrite tests/reject/gguf/";
+  const std::string out = std::string(dir) + "/gguf";
+  const std::string corpus = std::string(dir) + "/../fuzz/corpus/gguf";
+  std::filesystem::create_directories(out);
+  for (const auto& entry : std::filesystem::directory_iterator(out)) std::filesystem::remove(entry.path());
+  std::ofstream readme(out + "/README.md");
+  readme << "# Must-reject GGUF files\n\n"
+            "Each `.gguf` file below is a small GGUF header with one defect; `GgufFile::open` must refuse it\n"
+            "with `sjkv::FileError` (`<path>: <defect>`, one line) whose defect contains the text in the last\n"
+            "column. `valid-control.gguf` is the small valid file most of them are edited from: it must open.\n"
+            "`tests/test_gguf.cpp` holds the recipes and checks the files\n"
+            "(`GgufRejectFixtures.*`: every file is in the table, its bytes are what its recipe writes, and it\n"
+            "is refused with its defect); `replay/include/sjkv/gguf.h` lists the reader's checks. The fuzz\n"
+            "corpus holds a copy of each as `tests/fuzz/corpus/gguf/reject-<name>.gguf`. Regenerate with\n\n"
+            "    SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/test_gguf --gtest_filter='GgufRejectFixtures.*'\n\n"
+            "| file | defect | message contains |\n|---|---|---|\n";
+  for (const StoredCase& c : stored_cases()) {
+    const std::vector<uint8_t> b = c.make();
+    write_file(out + "/" + c.name + ".gguf", b);
+    write_file(corpus + "/reject-" + c.name + ".gguf", b);
+    readme << "| `" << c.name << ".gguf` | " << c.defect << " | "
+           << (*c.expect ? "`" + std::string(c.expect) + "`" : std::string("(opens)")) << " |\n";
+  }
+}
+
+// The stored files, opened by path: refused with a one-line FileError naming the file and the
+// expected defect (the control file opens); no file of the folder is missing from the table.
+TEST(GgufRejectFixtures, StoredFilesRefusedWithTheirDefect) {
+  std::set<std::string> known;
+  for (const StoredCase& c : stored_cases()) {
+    const std::string p = stored_dir() + "/" + c.name + ".gguf";
+    known.insert(std::string(c.name) + ".gguf");
+    ASSERT_TRUE(std::filesystem::is_regular_file(p))
+        << p << " is missing; regenerate: SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/test_gguf "
+                "--gtest_filter='GgufRejectFixtures.*'";
+    EXPECT_EQ(read_all(p), c.make()) << c.name << ": the stored file is not what its recipe writes; regenerate";
+    if (*c.expect == 0) {
+      EXPECT_NO_THROW((void)GgufFile::open(p)) << c.name;
+      continue;
+    }
+    try {
+      (void)GgufFile::open(p);
+      ADD_FAILURE() << c.name << ": accepted";
+    } catch (const FileError& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.path(), p);
+      EXPECT_EQ(what, p + ": " + e.defect());
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+      EXPECT_NE(e.defect().find(c.expect), std::string::npos)
+          << c.name << "\n  got:      " << e.defect() << "\n  expected: " << c.expect;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << c.name << ": expected FileError, got " << e.what();
+    }
+  }
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(stored_dir())) {
+    const std::string n = entry.path().filename().string();
+    if (n == "README.md") continue;
+    ++files;
+    EXPECT_TRUE(known.count(n)) << entry.path().string() << " has no entry in the fixture table";
+  }
+  EXPECT_EQ(files, stored_cases().size());
+  const std::vector<uint8_t> readme = read_all(stored_dir() + "/README.md");
+  const std::string text(readme.begin(), readme.end());
+  for (const StoredCase& c : stored_cases())
+    EXPECT_NE(text.find("| `" + std::string(c.name) + ".gguf` |"), std::string::npos) << c.name << " is not in README.md";
+}
+
+// The fuzz corpus runs the same files through the fuzz target (ctest fuzz_corpus_gguf).
+TEST(GgufRejectFixtures, FuzzCorpusHoldsCopies) {
+  for (const StoredCase& c : stored_cases()) {
+    const std::string p = corpus_dir() + "/reject-" + c.name + ".gguf";
+    ASSERT_TRUE(std::filesystem::is_regular_file(p)) << p << " is missing; regenerate";
+    EXPECT_EQ(read_all(p), c.make()) << p;
+  }
 }
 
 // ---- Geometry --------------------------------------------------------------------------------
