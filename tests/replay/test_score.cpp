@@ -345,6 +345,27 @@ TEST(Results, FolderHasEveryFile) {
   EXPECT_THROW(summarize(res), std::invalid_argument);
 }
 
+// score_trajectory says whether a codec arm's body was exercised: a context shorter than
+// sink + group + tail seals nothing; a longer one seals.
+TEST(Replay, DetailSaysWhetherTheCodecArmSealed) {
+  TinyModel m(4096);
+  const PlainArm f32(false);
+  const std::unique_ptr<KvArm> sj = make_arm("sj:4/4:staging=q8_0:sink=64:tail=16:G=16:rot=32");
+  const Trajectory shorter = record_trajectory(m, f32, tiny_input(2));   // 11 + 2 positions < 64 + 16 + 16
+  const Trajectory longer = record_trajectory(m, f32, tiny_input(100));  // 111 positions
+  ScoreDetail d;
+  d.sealed = true;
+  score_trajectory(m, *sj, shorter, 4, {}, nullptr, &d);
+  EXPECT_TRUE(d.codec);
+  EXPECT_FALSE(d.sealed);
+  score_trajectory(m, *sj, longer, 4, {}, nullptr, &d);
+  EXPECT_TRUE(d.codec);
+  EXPECT_TRUE(d.sealed);
+  score_trajectory(m, f32, longer, 4, {}, nullptr, &d);  // a row format has no codec cache
+  EXPECT_FALSE(d.codec);
+  EXPECT_FALSE(d.sealed);
+}
+
 TEST(Results, ArmNoteInJsonAndFootnoteInSummary) {
   TinyModel m(4096);
   const PlainArm f32(false), f16(true);
