@@ -1,7 +1,10 @@
 // sjkv-replay: argument parsing and calls into the replay library, nothing else.
 #include <CLI/CLI.hpp>
+#include <climits>
+#include <cstdlib>
 #include <omp.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -12,7 +15,9 @@
 #include <sstream>
 
 #include "cli_common.h"
+#include "sjkv/io/atomic_file.h"
 #include "sjkv/io/capture_file.h"
+#include "sjkv/replay/arms.h"
 #include "sjkv/replay/model.h"
 #include "sjkv/replay/results.h"
 #include "sjkv/replay/run.h"
@@ -95,9 +100,47 @@ std::unique_ptr<KvArm> arm_or_usage(const std::string& spec, const char* option)
   }
 }
 
+// Offset of the first byte that does not start or continue a valid UTF-8 sequence (no
+// overlong forms, surrogates or code points past U+10FFFF), or npos when the text is valid.
+size_t invalid_utf8_at(const std::string& t) {
+  const auto* u = reinterpret_cast<const unsigned char*>(t.data());
+  const size_t n = t.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned c = u[i];
+    size_t len;
+    unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return i;
+    }
+    for (size_t k = 1; k < len; ++k) {
+      if (i + k >= n) return i + k;
+      const unsigned d = u[i + k];
+      if (k == 1 ? (d < lo || d > hi) : (d < 0x80 || d > 0xBF)) return i + k;
+    }
+    i += len;
+  }
+  return std::string::npos;
+}
+
+// The prompt text, checked: not empty or blank, valid UTF-8 (FileError, exit 2).
 std::string read_prompt(const std::string& file) {
   std::string text;
-  if (file.empty() || file == "-") {
+  const bool in = file.empty() || file == "-";
+  const std::string name = in ? "<stdin>" : file;
+  if (in) {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   } else {
     std::ifstream f(file, std::ios::binary);
@@ -105,28 +148,108 @@ std::string read_prompt(const std::string& file) {
     text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
     if (f.bad()) throw FileError(file, "read error");
   }
+  if (text.find_first_not_of(" \t\n\r\f\v") == std::string::npos) throw FileError(name, "the prompt is empty");
+  const size_t bad = invalid_utf8_at(text);
+  if (bad != std::string::npos) throw FileError(name, "not valid UTF-8 at byte " + std::to_string(bad));
   return text;
 }
 
-// Records one trajectory and writes it (and the capture when asked).
-Trajectory do_record(const ModelArgs& ma, const RecordArgs& ra, Loaded& l, const std::string& out_path) {
+bool is_folder(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool exists(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+std::string parent_of(const std::string& p) {
+  std::string q = p;
+  while (q.size() > 1 && q.back() == '/') q.pop_back();
+  const size_t s = q.find_last_of('/');
+  if (s == std::string::npos) return ".";
+  return s == 0 ? "/" : q.substr(0, s);
+}
+
+// An output file: not a folder, in a folder that exists (FileError, exit 2).
+void check_output_file(const std::string& path, const char* option) {
+  if (is_folder(path)) throw FileError(path, std::string(option) + ": is a folder, not a file");
+  if (!is_folder(parent_of(path)))
+    throw FileError(path, std::string(option) + ": the folder " + parent_of(path) + " does not exist");
+}
+
+void check_output_folder(const std::string& path) {
+  if (exists(path) && !is_folder(path)) throw FileError(path, "--out: exists and is not a folder");
+  if (!is_folder(parent_of(path))) throw FileError(path, "--out: the folder " + parent_of(path) + " does not exist");
+}
+
+// Both paths name the same file (compared through their folders' real paths).
+bool same_path(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  auto canon = [](const std::string& p) {
+    char buf[PATH_MAX];
+    const std::string dir = parent_of(p);
+    if (!::realpath(dir.c_str(), buf)) return p;
+    return std::string(buf) + "/" + base_name(p);
+  };
+  return canon(a) == canon(b);
+}
+
+// Every arm must serve every layer shape of the model at this context and ubatch; called
+// before the long work so that a spec that does not fit the model fails at once (exit 1).
+void check_arms_fit(const Loaded& l, const std::vector<std::string>& specs, uint32_t n_ctx, uint32_t n_ubatch,
+                    const char* option) {
+  for (const std::string& spec : specs) {
+    const std::unique_ptr<KvArm> arm = arm_or_usage(spec, option);  // a fresh arm: make_layer may keep state
+    for (LayerShape s : l.model->info().layers) {
+      s.n_ctx = n_ctx;
+      s.n_ubatch = n_ubatch;
+      try {
+        (void)arm->make_layer(s);
+      } catch (const std::invalid_argument& e) {
+        throw cli::UsageError(std::string(option) + " '" + spec + "' does not fit " + base_name(l.path) + " (layer " +
+                              std::to_string(s.layer) + ", head_dim " + std::to_string(s.head_dim) + "): " + e.what());
+      }
+    }
+  }
+}
+
+void check_record_args(const RecordArgs& ra) {
   if (ra.generate == 0) throw cli::UsageError("--generate must be at least 1");
   if (!(ra.temperature > 0.0)) throw cli::UsageError("--temperature must be > 0");
   if (!(ra.top_p > 0.0 && ra.top_p <= 1.0)) throw cli::UsageError("--top-p must be in (0, 1]");
   if (!(ra.self_kl > 0.0 && ra.self_kl < 1e-3)) throw cli::UsageError("--self-kl must be in (0, 1e-3)");
-  RefEncoding encoding;
   try {
-    encoding = parse_encoding(ra.encoding);
+    (void)parse_encoding(ra.encoding);
   } catch (const std::invalid_argument& e) {
     throw cli::UsageError(std::string("--reference-encoding: ") + e.what());
   }
+  (void)arm_or_usage(ra.reference, "--reference");
+}
+
+// Records one trajectory and writes it (and the capture when asked).
+// `text` was read and checked by read_prompt; `fits` runs the checks that need the prompt's
+// length (arms against the context) before anything long starts.
+Trajectory do_record(const ModelArgs& ma, const RecordArgs& ra, Loaded& l, const std::string& text,
+                     const std::string& out_path, const std::function<void(uint32_t n_ctx)>& fits = {}) {
+  check_record_args(ra);
+  const RefEncoding encoding = parse_encoding(ra.encoding);
   const std::unique_ptr<KvArm> ref = arm_or_usage(ra.reference, "--reference");
   const std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(l.model->gguf());
 
   RecordInput in;
-  const std::string text = read_prompt(ra.prompt_file);
   in.prompt = tok->encode(text, true);
-  if (in.prompt.empty()) throw cli::UsageError("the prompt is empty");
+  const std::string prompt_name = ra.prompt_file.empty() || ra.prompt_file == "-" ? "<stdin>" : ra.prompt_file;
+  if (in.prompt.empty()) throw FileError(prompt_name, "the prompt is empty");
+  const uint64_t n_ctx = in.prompt.size() + static_cast<uint64_t>(ra.generate);
+  const uint64_t n_train = l.model->info().n_ctx_train;
+  if (n_train > 0 && n_ctx > n_train)
+    throw cli::UsageError("the prompt (" + std::to_string(in.prompt.size()) + " tokens) + --generate " +
+                          std::to_string(ra.generate) + " = " + std::to_string(n_ctx) + " tokens exceeds " +
+                          base_name(l.path) + "'s training context of " + std::to_string(n_train) + " tokens");
+  check_arms_fit(l, {ra.reference}, static_cast<uint32_t>(n_ctx), ma.ubatch, "--reference");
+  if (fits) fits(static_cast<uint32_t>(n_ctx));
   in.settings.generate = ra.generate;
   in.settings.sample = ra.sample;
   in.settings.seed = ra.seed;
@@ -149,7 +272,25 @@ Trajectory do_record(const ModelArgs& ma, const RecordArgs& ra, Loaded& l, const
   cli::Progress bar("record", ma.quiet);
   const Trajectory t = record_trajectory(*l.model, *ref, in, ra.capture.empty() ? nullptr : &cap, bar.callback());
   bar.finish();
-  write_trajectory(out_path, t);
+  {
+    // Both files through temporaries, renamed together: a failure leaves neither.
+    AtomicOutput ot(out_path);
+    std::unique_ptr<AtomicOutput> oc;
+    write_trajectory(ot.temp_path(), t);
+    if (!ra.capture.empty()) {
+      oc = std::make_unique<AtomicOutput>(ra.capture);
+      write_capture(oc->temp_path(), cap);
+    }
+    ot.commit();
+    if (oc) {
+      try {
+        oc->commit();
+      } catch (...) {
+        ::unlink(out_path.c_str());
+        throw;
+      }
+    }
+  }
   struct stat st;
   const long long bytes = ::stat(out_path.c_str(), &st) == 0 ? static_cast<long long>(st.st_size) : -1;
   char b[512];
@@ -165,20 +306,26 @@ Trajectory do_record(const ModelArgs& ma, const RecordArgs& ra, Loaded& l, const
   }
   note(ma, b);
   if (!ra.capture.empty()) {
-    write_capture(ra.capture, cap);
     note(ma, "wrote capture " + ra.capture + ": " + std::to_string(cap.layers.size()) + " layers x " +
                  std::to_string(cap.tokens) + " tokens");
   }
   return t;
 }
 
-int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vector<std::string>& paths) {
+// The arms parse and the baseline is one of them (exit 1), checked before the model loads.
+void check_score_args(const ScoreArgs& sa) {
   if (sa.arms.empty()) throw cli::UsageError("--arms needs at least one arm");
-  std::vector<std::unique_ptr<KvArm>> arms;
-  for (const std::string& a : sa.arms) arms.push_back(arm_or_usage(a, "--arms"));
+  for (const std::string& a : sa.arms) (void)arm_or_usage(a, "--arms");
   const std::string baseline = sa.baseline.empty() ? sa.arms[0] : sa.baseline;
   if (std::find(sa.arms.begin(), sa.arms.end(), baseline) == sa.arms.end())
     throw cli::UsageError("--baseline '" + baseline + "' is not one of --arms");
+}
+
+int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vector<std::string>& paths) {
+  check_score_args(sa);
+  std::vector<std::unique_ptr<KvArm>> arms;
+  for (const std::string& a : sa.arms) arms.push_back(arm_or_usage(a, "--arms"));
+  const std::string baseline = sa.baseline.empty() ? sa.arms[0] : sa.baseline;
 
   std::vector<Trajectory> trajs;
   for (const std::string& p : paths) {
@@ -186,6 +333,11 @@ int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vec
     if (t.model_sha256 != l.sha256)
       throw FileError(p, "recorded with model " + t.model_file + " (SHA-256 " + t.model_sha256 + "), but the model is " +
                              l.path + " (SHA-256 " + l.sha256 + ")");
+    if (!trajs.empty() && t.settings.reference != trajs[0].settings.reference)
+      throw FileError(p, "recorded with reference arm '" + t.settings.reference + "', but " + paths[0] + " with '" +
+                             trajs[0].settings.reference + "'; score trajectories of one reference together");
+    const uint32_t ubatch = ma.ubatch_given ? ma.ubatch : t.settings.ubatch;
+    check_arms_fit(l, sa.arms, t.prompt_tokens + t.generated(), ubatch, "--arms");
     trajs.push_back(std::move(t));
   }
 
@@ -197,7 +349,8 @@ int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vec
   res.bootstrap.replicates = sa.replicates;
   res.bootstrap.seed = sa.boot_seed;
   for (size_t i = 0; i < trajs.size(); ++i) res.trajectories.push_back({base_name(paths[i]), trajs[i].prompt_tokens, trajs[i].generated()});
-  for (size_t a = 0; a < arms.size(); ++a) res.arms.push_back(ArmRows{sa.arms[a], {}});
+  for (size_t a = 0; a < arms.size(); ++a) res.arms.push_back(ArmRows{sa.arms[a], {}, {}});
+  std::vector<size_t> unsealed(arms.size(), 0);
   for (size_t i = 0; i < trajs.size(); ++i) {
     // Hidden encoding: recompute the reference rows once for all arms, checked bit for bit.
     std::unique_ptr<ReferenceRows> ref;
@@ -211,8 +364,17 @@ int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vec
       note(ma, "scoring " + sa.arms[a] + " on " + base_name(paths[i]) + " (" + std::to_string(trajs[i].generated()) +
                    " positions, ubatch " + std::to_string(ubatch) + ")");
       cli::Progress bar(sa.arms[a], ma.quiet);
-      res.arms[a].rows.push_back(score_trajectory(*l.model, *arms[a], trajs[i], ubatch, bar.callback(), ref.get()));
+      ScoreDetail d;
+      res.arms[a].rows.push_back(score_trajectory(*l.model, *arms[a], trajs[i], ubatch, bar.callback(), ref.get(), &d));
+      if (d.codec && !d.sealed) ++unsealed[a];
     }
+  }
+  for (size_t a = 0; a < arms.size(); ++a) {
+    if (!unsealed[a]) continue;
+    res.arms[a].note = "no group was sealed on " + std::to_string(unsealed[a]) + " of " + std::to_string(trajs.size()) +
+                       " trajectories (context shorter than sink + group + tail): those numbers compare the exact "
+                       "sink and staging rows only, not the compressed body";
+    std::fprintf(stderr, "%s: warning: %s: %s\n", kTool, sa.arms[a].c_str(), res.arms[a].note.c_str());
   }
   const Report rep = summarize(res);
   write_results(sa.out, res, rep);
@@ -290,6 +452,10 @@ int main(int argc, char** argv) {
   add_record_options(run, run_r);
   add_score_options(run, run_s, true);
   add_model_options(run, run_m);
+  std::string examples;
+  for (const std::string& e : arm_examples()) examples += (examples.empty() ? "" : ", ") + e;
+  sc->footer("Arms, e.g.: " + examples);
+  run->footer("Arms, e.g.: " + examples);
   app.footer("Example: sjkv-replay run --prompt-file prompt.txt --generate 256 --arms f16,q4_0,sj:4/4 --out results");
 
   try {
@@ -301,24 +467,56 @@ int main(int argc, char** argv) {
 
   if (rec->parsed())
     return cli::guarded(kTool, [&] {
+      check_record_args(rec_r);
+      if (!rec_r.capture.empty() && same_path(rec_r.output, rec_r.capture))
+        throw cli::UsageError("-o and --capture name the same file");
+      check_output_file(rec_r.output, "-o");
+      if (!rec_r.capture.empty()) check_output_file(rec_r.capture, "--capture");
+      const std::string text = read_prompt(rec_r.prompt_file);
       Loaded l = load_model(rec_m);
-      do_record(rec_m, rec_r, l, rec_r.output);
+      do_record(rec_m, rec_r, l, text, rec_r.output);
       return cli::kOk;
     });
   if (sc->parsed())
     return cli::guarded(kTool, [&] {
+      check_score_args(sc_s);
+      check_output_folder(sc_s.out);
       Loaded l = load_model(sc_m);
       return do_score(sc_m, sc_s, l, sc_s.trajectories);
     });
   if (run->parsed())
     return cli::guarded(kTool, [&] {
-      for (const std::string& a : run_s.arms) (void)arm_or_usage(a, "--arms");  // before the long part
-      Loaded l = load_model(run_m);
-      if (::mkdir(run_s.out.c_str(), 0777) != 0 && errno != EEXIST)
-        throw FileError(run_s.out, std::string("cannot create the folder: ") + std::strerror(errno));
+      check_score_args(run_s);  // before the long part
+      check_record_args(run_r);
+      check_output_folder(run_s.out);
       const std::string traj = run_s.out + "/trajectory.h5";
-      do_record(run_m, run_r, l, traj);
-      return do_score(run_m, run_s, l, {traj});
+      if (!run_r.capture.empty()) {
+        if (same_path(traj, run_r.capture)) throw cli::UsageError("--capture names the run's " + traj);
+        check_output_file(run_r.capture, "--capture");
+      }
+      const std::string text = read_prompt(run_r.prompt_file);
+      Loaded l = load_model(run_m);
+      bool made = false;
+      auto make_folder = [&](uint32_t n_ctx) {
+        check_arms_fit(l, run_s.arms, n_ctx, run_m.ubatch, "--arms");
+        made = ::mkdir(run_s.out.c_str(), 0777) == 0;
+        if (!made && errno != EEXIST)
+          throw FileError(run_s.out, std::string("cannot create the folder: ") + std::strerror(errno));
+      };
+      bool recorded = false;
+      try {
+        do_record(run_m, run_r, l, text, traj, make_folder);
+        recorded = true;
+        return do_score(run_m, run_s, l, {traj});
+      } catch (...) {
+        // A failed run leaves none of its outputs.
+        if (recorded) {
+          ::unlink(traj.c_str());
+          if (!run_r.capture.empty()) ::unlink(run_r.capture.c_str());
+        }
+        if (made) ::rmdir(run_s.out.c_str());
+        throw;
+      }
     });
   return cli::kUsage;
 }

@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -105,7 +106,8 @@ std::string results_json(const Results& r, const Report& rep) {
     o += std::string(i ? ",\n    " : "\n    ") + "{\"arm\": " + quoted(a.arm) + ", \"positions\": " + std::to_string(a.positions) +
          ", \"mean_kl\": " + num(a.mean_kl) + ", \"median_kl\": " + num(a.median_kl) + ", \"p90_kl\": " + num(a.p90_kl) +
          ", \"p99_kl\": " + num(a.p99_kl) + ", \"max_kl\": " + num(a.max_kl) + ", \"same_top\": " + num(a.same_top) +
-         ", \"bits_occupied\": " + num(a.bits_occupied) + ", \"bits_allocated\": " + num(a.bits_allocated) + "}";
+         ", \"bits_occupied\": " + num(a.bits_occupied) + ", \"bits_allocated\": " + num(a.bits_allocated) +
+         (i < r.arms.size() && !r.arms[i].note.empty() ? ", \"note\": " + quoted(r.arms[i].note) : std::string()) + "}";
   }
   o += "\n  ],\n  \"comparisons\": [";
   for (size_t i = 0; i < rep.comparisons.size(); ++i) {
@@ -141,12 +143,22 @@ std::string summary_markdown(const Results& r, const Report& rep) {
        "`. KL(p||q) in nats against the reference distribution.\n\n";
   o += "| arm | positions | mean KL | median | p90 | p99 | max | same top | bits occupied | bits allocated |\n";
   o += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-  for (const ArmStats& a : rep.arms)
-    o += "| `" + a.arm + "` | " + std::to_string(a.positions) + " | " + text_or_dash(a.mean_kl, "%.4g") + " | " +
+  std::string notes;
+  for (size_t i = 0; i < rep.arms.size(); ++i) {
+    const ArmStats& a = rep.arms[i];
+    std::string mark;
+    if (i < r.arms.size() && !r.arms[i].note.empty()) {
+      const size_t n = static_cast<size_t>(std::count(notes.begin(), notes.end(), '\n')) + 1;
+      mark = " [" + std::to_string(n) + "]";
+      notes += "[" + std::to_string(n) + "] `" + a.arm + "`: " + r.arms[i].note + "\n";
+    }
+    o += "| `" + a.arm + "`" + mark + " | " + std::to_string(a.positions) + " | " + text_or_dash(a.mean_kl, "%.4g") + " | " +
          text_or_dash(a.median_kl, "%.4g") + " | " + text_or_dash(a.p90_kl, "%.4g") + " | " +
          text_or_dash(a.p99_kl, "%.4g") + " | " + text_or_dash(a.max_kl, "%.4g") + " | " +
          text_or_dash(100.0 * a.same_top, "%.1f%%") + " | " + text_or_dash(a.bits_occupied, "%.3f") + " | " +
          text_or_dash(a.bits_allocated, "%.3f") + " |\n";
+  }
+  if (!notes.empty()) o += "\n" + notes;
   if (!rep.comparisons.empty()) {
     o += "\nAgainst `" + r.baseline + "` (ratio of mean KL; 95% CI: paired circular block bootstrap over positions, "
          "blocks of ceil(sqrt(n)) per trajectory, " + std::to_string(r.bootstrap.replicates) + " replicates";
@@ -163,22 +175,33 @@ std::string summary_markdown(const Results& r, const Report& rep) {
 }
 
 std::string summary_text(const Report& rep) {
+  int w = 3;
+  for (const ArmStats& a : rep.arms) w = std::max(w, static_cast<int>(a.arm.size()));
+  int wb = 0;
+  for (const Comparison& c : rep.comparisons) wb = std::max(wb, static_cast<int>(c.baseline.size()));
   std::string o;
-  char b[512];
-  std::snprintf(b, sizeof b, "%-28s %9s %11s %11s %11s %11s %11s %8s %8s %8s\n", "arm", "positions", "mean KL", "median",
+  char b[1024];
+  std::snprintf(b, sizeof b, "%-*s %9s %11s %11s %11s %11s %11s %8s %8s %8s\n", w, "arm", "positions", "mean KL", "median",
                 "p90", "p99", "max", "same top", "bits occ", "bits alc");
   o += b;
   for (const ArmStats& a : rep.arms) {
-    std::snprintf(b, sizeof b, "%-28s %9llu %11.4g %11.4g %11.4g %11.4g %11.4g %7.1f%% %8.3f %8.3f\n", a.arm.c_str(),
+    std::snprintf(b, sizeof b, "%-*s %9llu %11.4g %11.4g %11.4g %11.4g %11.4g %7.1f%% %8.3f %8.3f\n", w, a.arm.c_str(),
                   static_cast<unsigned long long>(a.positions), a.mean_kl, a.median_kl, a.p90_kl, a.p99_kl, a.max_kl,
                   100.0 * a.same_top, a.bits_occupied, a.bits_allocated);
     o += b;
   }
   for (const Comparison& c : rep.comparisons) {
-    std::snprintf(b, sizeof b, "%-28s vs %-12s ratio %8s  95%% CI %8s .. %-8s lower at %llu of %llu\n",
-                  c.arm.c_str(), c.baseline.c_str(), text_or_dash(c.ratio, "%.3f").c_str(),
-                  text_or_dash(c.ci_low, "%.3f").c_str(), text_or_dash(c.ci_high, "%.3f").c_str(),
-                  static_cast<unsigned long long>(c.lower_at), static_cast<unsigned long long>(c.of));
+    std::snprintf(b, sizeof b, "%-*s vs %-*s ratio %8s  95%% CI %8s .. %-8s", w, c.arm.c_str(), wb, c.baseline.c_str(),
+                  text_or_dash(c.ratio, "%.3f").c_str(), text_or_dash(c.ci_low, "%.3f").c_str(),
+                  text_or_dash(c.ci_high, "%.3f").c_str());
+    o += b;
+    if (std::isfinite(c.ci_low_traj)) {  // several trajectories
+      std::snprintf(b, sizeof b, "  trajectories %8s .. %-8s", text_or_dash(c.ci_low_traj, "%.3f").c_str(),
+                    text_or_dash(c.ci_high_traj, "%.3f").c_str());
+      o += b;
+    }
+    std::snprintf(b, sizeof b, "  lower at %llu of %llu\n", static_cast<unsigned long long>(c.lower_at),
+                  static_cast<unsigned long long>(c.of));
     o += b;
   }
   return o;

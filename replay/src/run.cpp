@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "sjkv/fp16.h"
+#include "sjkv/replay/arms.h"
 
 namespace sjkv {
 namespace replay {
@@ -212,7 +213,7 @@ const float* ReferenceRows::row(uint32_t j) {
 }
 
 std::vector<ScoreRow> score_trajectory(Model& m, const KvArm& arm, const Trajectory& t, uint32_t n_ubatch,
-                                       const ProgressFn& progress, ReferenceRows* ref) {
+                                       const ProgressFn& progress, ReferenceRows* ref, ScoreDetail* detail) {
   const uint32_t V = m.info().n_vocab;
   if (V != t.n_vocab)
     throw std::invalid_argument("the model's vocabulary (" + std::to_string(V) + ") differs from the trajectory's (" +
@@ -237,6 +238,16 @@ std::vector<ScoreRow> score_trajectory(Model& m, const KvArm& arm, const Traject
     r.bits_allocated = b.allocated;
     if (progress) progress(j + 1, G);
     if (j + 1 < G) m.eval(&t.tokens[P + j], 1, P + j, n_ubatch, kv, logits.data(), false);
+  }
+  if (detail) {
+    *detail = ScoreDetail{};
+    for (const auto& l : kv) {
+      const auto* ik = dynamic_cast<const InspectableKv*>(l.get());
+      const SequenceCache* c = ik ? ik->codec_cache() : nullptr;
+      if (!c) continue;
+      detail->codec = true;
+      detail->sealed = detail->sealed || c->policy().B > c->policy().sink;
+    }
   }
   return rows;
 }

@@ -34,6 +34,7 @@ for name in ("q4_0:rot", "sj:4/4:tail=128", "sj:3/2t:tail=128"):
     assert arms[name]["mean_kl"] < 1.0, arms[name]
     assert arms[name]["bits_occupied"] < 16.0, arms[name]
 assert abs(arms["q4_0:rot"]["bits_occupied"] - 4.5) < 1e-9, arms["q4_0:rot"]
+assert all("note" not in a for a in arms.values()), arms  # every SJ body sealed groups
 # the SJ body was exercised: fewer bits than its all-staging 6.5 + sink
 assert arms["sj:3/2t:tail=128"]["bits_occupied"] < arms["sj:4/4:tail=128"]["bits_occupied"]
 comps = {c["arm"]: c for c in r["comparisons"]}
@@ -49,4 +50,33 @@ PY
 # the same trajectory scored with one thread gives the same numbers
 "$tool" score "$dir/r2/trajectory.h5" --arms "$arms" --baseline f16 --out "$dir/r1" --threads 1 -q > /dev/null
 cmp "$dir/r1/positions.csv" "$dir/r2/positions.csv"
+
+# cheap refusals before any generation (exit 1 usage / 2 bad input), nothing written
+printf 'The capital of France is' > "$dir/short.txt"
+: > "$dir/empty.txt"
+set +e
+"$tool" record --prompt-file "$dir/empty.txt" --generate 4 -o "$dir/e.h5" -q 2> "$dir/e1"; a=$?
+"$tool" run --prompt-file "$dir/short.txt" --generate 1048576 --arms f16 --out "$dir/long" -q 2> "$dir/e2"; b=$?
+set -e
+test $a -eq 2; grep -q "empty.txt: the prompt is empty" "$dir/e1"; test ! -e "$dir/e.h5"
+test $b -eq 1; grep -q "+ --generate 1048576 = .* exceeds .*training context of [0-9]* tokens" "$dir/e2"
+test ! -e "$dir/long"
+# an SJ arm whose body never sealed (6 + 4 positions < sink + group + tail): warned and noted
+"$tool" run --prompt-file "$dir/short.txt" --generate 4 --arms f32,sj:4/4 --out "$dir/unsealed" -q \
+  > /dev/null 2> "$dir/e3"
+grep -q "warning: sj:4/4: no group was sealed on 1 of 1 trajectories" "$dir/e3"
+grep -q '"arm": "sj:4/4".*"note": "no group was sealed' "$dir/unsealed/results.json"
+grep -q '^\[1\] `sj:4/4`: no group was sealed' "$dir/unsealed/summary.md"
+# SmolLM2 (head_dim 64), when installed: arms its shapes cannot take fail at once, naming why
+small=$(dirname "$model")/smollm2.gguf
+if [ -f "$small" ]; then
+  for arm in turbo3 tq6_0 sj:3/2t; do
+    set +e
+    "$tool" run --model "$small" --prompt-file "$dir/short.txt" --generate 4 --arms f16,$arm --out "$dir/small" -q \
+      2> "$dir/e4"; r=$?
+    set -e
+    test $r -eq 1; grep -q "^sjkv-replay: --arms '$arm' does not fit smollm2.gguf (layer 0, head_dim 64): " "$dir/e4"
+    test "$(wc -l < "$dir/e4")" -eq 1; test ! -e "$dir/small"
+  done
+fi
 echo OK

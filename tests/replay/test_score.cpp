@@ -301,7 +301,7 @@ TEST(Results, FolderHasEveryFile) {
   res.model_sha256 = std::string(64, '0');
   res.baseline = "f32";
   res.bootstrap.replicates = 200;
-  res.arms = {{"f32", {}}, {"f16", {}}};
+  res.arms = {{"f32", {}, {}}, {"f16", {}, {}}};
   for (uint64_t seed : {1, 2}) {
     RecordInput in = tiny_input(12);
     in.prompt[0] = static_cast<int32_t>(seed);
@@ -343,6 +343,91 @@ TEST(Results, FolderHasEveryFile) {
 
   res.baseline = "q4_0";
   EXPECT_THROW(summarize(res), std::invalid_argument);
+}
+
+// score_trajectory says whether a codec arm's body was exercised: a context shorter than
+// sink + group + tail seals nothing; a longer one seals.
+TEST(Replay, DetailSaysWhetherTheCodecArmSealed) {
+  TinyModel m(4096);
+  const PlainArm f32(false);
+  const std::unique_ptr<KvArm> sj = make_arm("sj:4/4:staging=q8_0:sink=64:tail=16:G=16:rot=32");
+  const Trajectory shorter = record_trajectory(m, f32, tiny_input(2));   // 11 + 2 positions < 64 + 16 + 16
+  const Trajectory longer = record_trajectory(m, f32, tiny_input(100));  // 111 positions
+  ScoreDetail d;
+  d.sealed = true;
+  score_trajectory(m, *sj, shorter, 4, {}, nullptr, &d);
+  EXPECT_TRUE(d.codec);
+  EXPECT_FALSE(d.sealed);
+  score_trajectory(m, *sj, longer, 4, {}, nullptr, &d);
+  EXPECT_TRUE(d.codec);
+  EXPECT_TRUE(d.sealed);
+  score_trajectory(m, f32, longer, 4, {}, nullptr, &d);  // a row format has no codec cache
+  EXPECT_FALSE(d.codec);
+  EXPECT_FALSE(d.sealed);
+}
+
+TEST(Results, ArmNoteInJsonAndFootnoteInSummary) {
+  TinyModel m(4096);
+  const PlainArm f32(false), f16(true);
+  Results res;
+  res.model_file = "tiny.gguf";
+  res.model_sha256 = std::string(64, '0');
+  res.baseline = "f32";
+  res.bootstrap.replicates = 200;
+  res.arms = {{"f32", {}, {}}, {"f16", {}, "no group was sealed on 1 of 1 trajectories"}};
+  const Trajectory t = record_trajectory(m, f16, tiny_input(12));
+  res.settings = t.settings;
+  res.trajectories.push_back({"t.h5", t.prompt_tokens, t.generated()});
+  res.arms[0].rows.push_back(score_trajectory(m, f32, t, 4));
+  res.arms[1].rows.push_back(score_trajectory(m, f16, t, 4));
+  const Report rep = summarize(res);
+  const std::string json = results_json(res, rep);
+  EXPECT_NE(json.find("\"note\": \"no group was sealed on 1 of 1 trajectories\""), std::string::npos) << json;
+  EXPECT_EQ(json.find("\"note\""), json.rfind("\"note\""));  // the f32 arm has none
+  const std::string md = summary_markdown(res, rep);
+  EXPECT_NE(md.find("| `f16` [1] |"), std::string::npos) << md;
+  EXPECT_NE(md.find("[1] `f16`: no group was sealed on 1 of 1 trajectories\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("| `f32` |"), std::string::npos) << md;
+}
+
+TEST(Results, TableKeepsItsColumnsForLongArmNames) {
+  Report rep;
+  const std::string longest = "sj:3/3t:staging=q8_0:tail=512/1024:sink=256:iters=8";
+  for (const std::string& n : {std::string("f16"), longest, std::string("q4_0:rot")}) {
+    ArmStats a;
+    a.arm = n;
+    a.positions = 48;
+    a.mean_kl = 0.01;
+    rep.arms.push_back(a);
+  }
+  for (int i = 0; i < 2; ++i) {
+    Comparison c;
+    c.arm = rep.arms[static_cast<size_t>(i) + 1].arm;
+    c.baseline = "f16";
+    c.ratio = 2.0;
+    c.ci_low = 1.5;
+    c.ci_high = 2.5;
+    c.ci_low_traj = i == 0 ? 1.25 : std::nan("");  // several trajectories / one
+    c.ci_high_traj = i == 0 ? 2.75 : std::nan("");
+    c.lower_at = 3;
+    c.of = 48;
+    rep.comparisons.push_back(c);
+  }
+  const std::string text = summary_text(rep);
+  std::istringstream in(text);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 6u) << text;
+  // the header and arm rows: every column starts at the same offset
+  for (size_t i = 1; i < 4; ++i) EXPECT_EQ(lines[i].size(), lines[0].size()) << text;
+  EXPECT_EQ(lines[0].find("positions"), longest.size() + 1 + 9 - std::string("positions").size()) << text;
+  EXPECT_EQ(lines[2].rfind(longest, 0), 0u);
+  // the comparison lines: the arm column as wide, the trajectory CI only when there is one
+  EXPECT_EQ(lines[4].find(" vs f16"), longest.size()) << text;
+  EXPECT_EQ(lines[5].find(" vs f16"), longest.size()) << text;
+  EXPECT_NE(lines[4].find("trajectories    1.250 .. 2.750"), std::string::npos) << text;
+  EXPECT_EQ(lines[5].find("trajectories"), std::string::npos) << text;
+  EXPECT_NE(lines[5].find("lower at 3 of 48"), std::string::npos) << text;
 }
 
 // ---- the hidden encoding through the tiny model ----------------------------------------------

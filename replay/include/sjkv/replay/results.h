@@ -21,6 +21,7 @@ struct TrajectoryInfo {
 struct ArmRows {
   std::string arm;
   std::vector<std::vector<ScoreRow>> rows;  // [trajectory][generated position]
+  std::string note;  // a caveat on this arm's numbers (empty: none), e.g. its body never sealed
 };
 
 struct Results {
@@ -44,7 +45,8 @@ Report summarize(const Results& r);
 std::string results_json(const Results& r, const Report& rep);
 std::string positions_csv(const Results& r);
 std::string summary_markdown(const Results& r, const Report& rep);
-// A fixed-width table for the terminal.
+// A fixed-width table for the terminal (the arm column as wide as the longest name); the
+// comparison lines show the CI over trajectories when there are several.
 std::string summary_text(const Report& rep);
 
 // Hand-written SVG (svg.cpp): KL against position per arm (log y), the KL CDF per arm (log x),

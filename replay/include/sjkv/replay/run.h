@@ -66,8 +66,14 @@ class ReferenceRows {
 // a hidden-encoded trajectory, `ref` when given, else a ReferenceRows made here).
 // std::invalid_argument when the model's vocabulary does not match the trajectory's, or the
 // model does not reproduce the recorded reference (ReferenceRows).
+// `detail`, when given, says whether the arm kept a codec cache (SJ, KVarN) and whether any
+// of its layers sealed a group: without one its body was never exercised.
+struct ScoreDetail {
+  bool codec = false, sealed = false;
+};
 std::vector<ScoreRow> score_trajectory(Model& m, const KvArm& arm, const Trajectory& t, uint32_t n_ubatch,
-                                       const ProgressFn& progress = {}, ReferenceRows* ref = nullptr);
+                                       const ProgressFn& progress = {}, ReferenceRows* ref = nullptr,
+                                       ScoreDetail* detail = nullptr);
 
 }  // namespace replay
 }  // namespace sjkv
