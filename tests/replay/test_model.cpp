@@ -1,6 +1,7 @@
 // The forward pass: on small synthetic GGUF models written here (always run) and on the real
 // model when scripts/setup installed one (default_model_path(); skipped otherwise).
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -140,7 +141,8 @@ std::string write_synth(const Synth& s, const std::string& name) {
       add(b + "post_ffw_norm.weight", s.E, 1, 0.1f, 1.0f);
     }
   }
-  const std::string path = ::testing::TempDir() + name;
+  // ctest runs the parametrised tests as separate processes in parallel: a name of their own.
+  const std::string path = ::testing::TempDir() + "sjkv-" + std::to_string(getpid()) + "-" + s.arch + "-" + name;
   w.write(path);
   return path;
 }
