@@ -227,12 +227,13 @@ constexpr size_t kRowBlock = 16;  // rows one thread handles at a time
 constexpr size_t kTokTile = 4;    // tokens sharing one pass over a weight row
 
 // The row-block x token-tile schedule shared by the matrix products: blocks of kRowBlock
-// output rows over the threads, each output element written by exactly one call of
-// dot(row, tokens in tile, token pointers, out[tokens]), so results do not depend on the
-// thread count.
-template <class Dot>
+// output rows over the threads, each block walked RowStep rows at a time; every output
+// element is written by exactly one call of dot(row, rows in step, tokens in tile, token
+// pointers, out[rows][tokens]), so results do not depend on the thread count.
+template <size_t RowStep, class Dot>
 void matmul_row_tiles(size_t rows, size_t k, const float* x, size_t n, float* y, size_t ldy, int n_threads,
                       Dot dot) {
+  static_assert(kRowBlock % RowStep == 0, "a row step must divide the row block");
   const long n_blocks = static_cast<long>((rows + kRowBlock - 1) / kRowBlock);
   const int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
 #pragma omp parallel for schedule(static) num_threads(nt) if (rows * k * n > 65536)
@@ -243,10 +244,12 @@ void matmul_row_tiles(size_t rows, size_t k, const float* x, size_t n, float* y,
       const size_t nt_ = std::min(kTokTile, n - t0);
       const float* xs[kTokTile];
       for (size_t t = 0; t < nt_; ++t) xs[t] = x + (t0 + t) * k;
-      for (size_t r = r0; r < r1; ++r) {
-        float o[kTokTile];
-        dot(r, nt_, xs, o);
-        for (size_t t = 0; t < nt_; ++t) y[(t0 + t) * ldy + r] = o[t];
+      for (size_t r = r0; r < r1; r += RowStep) {
+        const size_t nr = std::min(RowStep, r1 - r);
+        float o[RowStep][kTokTile];
+        dot(r, nr, nt_, xs, o);
+        for (size_t i = 0; i < nr; ++i)
+          for (size_t t = 0; t < nt_; ++t) y[(t0 + t) * ldy + r + i] = o[i][t];
       }
     }
   }
@@ -461,43 +464,29 @@ void matmul_f16_with(MatmulIsa isa, const uint16_t* w, size_t rows, size_t k, co
   const bool simd = isa != MatmulIsa::scalar;
 #if defined(__x86_64__)
   if (isa == MatmulIsa::avx512) {
-    const long n_blocks = static_cast<long>((rows + kRowBlock - 1) / kRowBlock);
-    const int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
-#pragma omp parallel for schedule(static) num_threads(nt) if (rows * k * n > 65536)
-    for (long rb = 0; rb < n_blocks; ++rb) {
-      const size_t r0 = static_cast<size_t>(rb) * kRowBlock;
-      const size_t r1 = std::min(rows, r0 + kRowBlock);
-      for (size_t t0 = 0; t0 < n; t0 += kTokTile) {
-        const size_t nt_ = std::min(kTokTile, n - t0);
-        const float* xs[kTokTile];
-        for (size_t t = 0; t < nt_; ++t) xs[t] = x + (t0 + t) * k;
-        for (size_t r = r0; r < r1; r += 4) {
-          const size_t nr = std::min<size_t>(4, r1 - r);
-          float o[4][4];
-          const uint16_t* wr = w + r * k;
-          switch (nr) {
-            case 4: dot_tile_avx512_nt<4>(nt_, wr, k, xs, o); break;
-            case 3: dot_tile_avx512_nt<3>(nt_, wr, k, xs, o); break;
-            case 2: dot_tile_avx512_nt<2>(nt_, wr, k, xs, o); break;
-            default: dot_tile_avx512_nt<1>(nt_, wr, k, xs, o); break;
-          }
-          for (size_t i = 0; i < nr; ++i)
-            for (size_t t = 0; t < nt_; ++t) y[(t0 + t) * ldy + r + i] = o[i][t];
-        }
-      }
-    }
+    matmul_row_tiles<4>(rows, k, x, n, y, ldy, n_threads,
+                        [&](size_t r, size_t nr, size_t nt_, const float* const* xs, float (*o)[kTokTile]) {
+                          const uint16_t* wr = w + r * k;
+                          switch (nr) {
+                            case 4: dot_tile_avx512_nt<4>(nt_, wr, k, xs, o); break;
+                            case 3: dot_tile_avx512_nt<3>(nt_, wr, k, xs, o); break;
+                            case 2: dot_tile_avx512_nt<2>(nt_, wr, k, xs, o); break;
+                            default: dot_tile_avx512_nt<1>(nt_, wr, k, xs, o); break;
+                          }
+                        });
     return;
   }
 #endif
-  matmul_row_tiles(rows, k, x, n, y, ldy, n_threads, [&](size_t r, size_t nt_, const float* const* xs, float* o) {
-    const uint16_t* wr = w + r * k;
-    switch (nt_) {
-      case 4: dot_rows<4>(simd, wr, k, xs, o); break;
-      case 3: dot_rows<3>(simd, wr, k, xs, o); break;
-      case 2: dot_rows<2>(simd, wr, k, xs, o); break;
-      default: dot_rows<1>(simd, wr, k, xs, o); break;
-    }
-  });
+  matmul_row_tiles<1>(rows, k, x, n, y, ldy, n_threads,
+                      [&](size_t r, size_t, size_t nt_, const float* const* xs, float (*o)[kTokTile]) {
+                        const uint16_t* wr = w + r * k;
+                        switch (nt_) {
+                          case 4: dot_rows<4>(simd, wr, k, xs, o[0]); break;
+                          case 3: dot_rows<3>(simd, wr, k, xs, o[0]); break;
+                          case 2: dot_rows<2>(simd, wr, k, xs, o[0]); break;
+                          default: dot_rows<1>(simd, wr, k, xs, o[0]); break;
+                        }
+                      });
 }
 
 void matmul_q8_0(const uint8_t* w, size_t rows, size_t k, const float* x, size_t n, float* y,
@@ -505,15 +494,16 @@ void matmul_q8_0(const uint8_t* w, size_t rows, size_t k, const float* x, size_t
   if (k % 32 != 0) throw std::invalid_argument("matmul_q8_0: row length is not a multiple of 32");
   const bool simd = matmul_f16_simd();
   const size_t row_bytes = k / 32 * 34;
-  matmul_row_tiles(rows, k, x, n, y, ldy, n_threads, [&](size_t r, size_t nt_, const float* const* xs, float* o) {
-    const uint8_t* wr = w + r * row_bytes;
-    switch (nt_) {
-      case 4: dot_q8<4>(simd, wr, k, xs, o); break;
-      case 3: dot_q8<3>(simd, wr, k, xs, o); break;
-      case 2: dot_q8<2>(simd, wr, k, xs, o); break;
-      default: dot_q8<1>(simd, wr, k, xs, o); break;
-    }
-  });
+  matmul_row_tiles<1>(rows, k, x, n, y, ldy, n_threads,
+                      [&](size_t r, size_t, size_t nt_, const float* const* xs, float (*o)[kTokTile]) {
+                        const uint8_t* wr = w + r * row_bytes;
+                        switch (nt_) {
+                          case 4: dot_q8<4>(simd, wr, k, xs, o[0]); break;
+                          case 3: dot_q8<3>(simd, wr, k, xs, o[0]); break;
+                          case 2: dot_q8<2>(simd, wr, k, xs, o[0]); break;
+                          default: dot_q8<1>(simd, wr, k, xs, o[0]); break;
+                        }
+                      });
 }
 
 void matmul_f16_reference(const uint16_t* w, size_t rows, size_t k, const float* x, size_t n,
