@@ -483,33 +483,29 @@ class SjLayer final : public InspectableKv, private RowSource {
   void stored_row(uint32_t h, uint32_t p, float* k, float* v) const override {
     const CacheView& cv = view_;
     const uint32_t D = cv.layout.head_dim;
-    if (p >= cv.sink && p < cv.B) {
-      const uint32_t g = (p - cv.sink) / cv.layout.group, t = (p - cv.sink) % cv.layout.group;
-      const uint8_t* rec = cv.body + (static_cast<size_t>(g) * cv.n_head_kv + h) * cv.layout.bytes;
-      decode_k_row(cv.layout, rec, t, k, cv.codebooks);
-      decode_v_row(cv.layout, rec, t, v, cv.codebooks);
+    const RowLocation r = locate_row(cv, p, h);
+    if (r.kind == RowLocation::record) {
+      decode_k_row(cv.layout, r.rec, r.t, k, cv.codebooks);
+      decode_v_row(cv.layout, r.rec, r.t, v, cv.codebooks);
       return;
     }
-    if (p < cv.sink && !cv.sink_inherit) {
-      const uint16_t* e = cv.sink_f16 + (static_cast<size_t>(p) * cv.n_head_kv + h) * 2 * D;
+    if (r.kind == RowLocation::sink_f16) {
       const float* F = fmt::f16_table();
       for (uint32_t d = 0; d < D; ++d) {
-        k[d] = F[e[d]];
-        v[d] = F[e[D + d]];
+        k[d] = F[r.f16[d]];
+        v[d] = F[r.f16[D + d]];
       }
       return;
     }
     const uint32_t rb = cv.row_bytes();
-    const uint8_t* e = p < cv.sink ? cv.sink_staged + (static_cast<size_t>(p) * cv.n_head_kv + h) * 2 * rb
-                                   : cv.ring + (static_cast<size_t>(ring_slot(p, cv.sink, cv.cap)) * cv.n_head_kv + h) * 2 * rb;
     if (cv.staging == StagingType::f16 || cv.staging == StagingType::tq6_0) {
       const RowFormat f = cv.staging == StagingType::f16 ? RowFormat::f16 : RowFormat::tq6_0;
-      fmt::decode_row(f, e, D, k);
-      fmt::decode_row(f, e + rb, D, v);
+      fmt::decode_row(f, r.entry, D, k);
+      fmt::decode_row(f, r.entry + rb, D, v);
       return;
     }
-    staging_decode_row(cv.staging, e, D, k);
-    staging_decode_row(cv.staging, e + rb, D, v);
+    staging_decode_row(cv.staging, r.entry, D, k);
+    staging_decode_row(cv.staging, r.entry + rb, D, v);
   }
 
   LayerShape s_;

@@ -221,15 +221,9 @@ SJKV_HD inline float v_value(float vch, float Z, float acc) { return op::fmul(vc
 
 // Value i of a staged or fp16 row (sink and ring positions): the exact per-element decode.
 SJKV_HD inline float row_value(const CacheView& v, uint32_t p, uint32_t h, Side side, uint32_t d) {
-  const uint32_t D = v.layout.head_dim, H = v.n_head_kv;
-  if (p < v.sink && !v.sink_inherit) {
-    const uint16_t* e = v.sink_f16 + (static_cast<size_t>(p) * H + h) * 2 * D;
-    return f16_to_f32(e[(side == Side::v ? D : 0) + d]);
-  }
-  const uint32_t rb = v.row_bytes();
-  const uint8_t* e = p < v.sink ? v.sink_staged + (static_cast<size_t>(p) * H + h) * 2 * rb
-                                : v.ring + (static_cast<size_t>(ring_slot(p, v.sink, v.cap)) * H + h) * 2 * rb;
-  return staging_decode_value(v.staging, e + (side == Side::v ? rb : 0), d);
+  const RowLocation r = locate_row(v, p, h);  // never a record: callers pass sink and ring rows
+  if (r.kind == RowLocation::sink_f16) return f16_to_f32(r.f16[(side == Side::v ? v.layout.head_dim : 0) + d]);
+  return staging_decode_value(v.staging, r.entry + (side == Side::v ? v.row_bytes() : 0), d);
 }
 
 // The work items of a decode over [0, end), in this order: staged/fp16 sink rows in chunks

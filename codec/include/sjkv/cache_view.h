@@ -38,29 +38,51 @@ struct CacheView {
   SJKV_HD uint32_t row_bytes() const { return staging_row_bytes(staging, layout.head_dim); }
 };
 
-// K and V rows of position p, head h, by the row resolution rule of §8.2.
+// Where position p of KV head h is stored, by the row resolution rule of §8.2: row t of a
+// body record, an fp16 sink entry (K: D halves, then V), or a staged entry (the K staging row,
+// then the V row, row_bytes() each) in the staged sink or the ring.
+struct RowLocation {
+  enum Kind : uint32_t { record, sink_f16, staged } kind;
+  const uint8_t* rec;    // record: the record, t its token
+  uint32_t t;
+  const uint16_t* f16;   // sink_f16: the entry
+  const uint8_t* entry;  // staged: the entry
+};
+
+SJKV_HD inline RowLocation locate_row(const CacheView& v, uint32_t p, uint32_t h) {
+  RowLocation r{RowLocation::staged, nullptr, 0, nullptr, nullptr};
+  if (p >= v.sink && p < v.B) {
+    const uint32_t g = (p - v.sink) / v.layout.group;
+    r.kind = RowLocation::record;
+    r.t = (p - v.sink) % v.layout.group;
+    r.rec = v.body + (static_cast<size_t>(g) * v.n_head_kv + h) * v.layout.bytes;
+  } else if (p < v.sink && !v.sink_inherit) {
+    r.kind = RowLocation::sink_f16;
+    r.f16 = v.sink_f16 + (static_cast<size_t>(p) * v.n_head_kv + h) * 2 * v.layout.head_dim;
+  } else {
+    const size_t rb = v.row_bytes();
+    r.entry = p < v.sink ? v.sink_staged + (static_cast<size_t>(p) * v.n_head_kv + h) * 2 * rb
+                         : v.ring + (static_cast<size_t>(ring_slot(p, v.sink, v.cap)) * v.n_head_kv + h) * 2 * rb;
+  }
+  return r;
+}
+
+// K and V rows of position p, head h (rotated basis), decoded with the reference decoders.
 SJKV_HD inline void resolve_row(const CacheView& v, uint32_t p, uint32_t h, float* k_out, float* v_out) {
   const uint32_t D = v.layout.head_dim;
-  if (p >= v.sink && p < v.B) {
-    const uint32_t g = (p - v.sink) / v.layout.group, t = (p - v.sink) % v.layout.group;
-    const uint8_t* rec = v.body + (static_cast<size_t>(g) * v.n_head_kv + h) * v.layout.bytes;
-    decode_k_row_ref(v.layout, rec, t, k_out, v.codebooks);
-    decode_v_row_ref(v.layout, rec, t, v_out, v.codebooks);
-    return;
-  }
-  if (p < v.sink && !v.sink_inherit) {
-    const uint16_t* e = v.sink_f16 + (static_cast<size_t>(p) * v.n_head_kv + h) * 2 * D;
+  const RowLocation r = locate_row(v, p, h);
+  if (r.kind == RowLocation::record) {
+    decode_k_row_ref(v.layout, r.rec, r.t, k_out, v.codebooks);
+    decode_v_row_ref(v.layout, r.rec, r.t, v_out, v.codebooks);
+  } else if (r.kind == RowLocation::sink_f16) {
     for (uint32_t d = 0; d < D; ++d) {
-      k_out[d] = f16_to_f32(e[d]);
-      v_out[d] = f16_to_f32(e[D + d]);
+      k_out[d] = f16_to_f32(r.f16[d]);
+      v_out[d] = f16_to_f32(r.f16[D + d]);
     }
-    return;
+  } else {
+    staging_decode_row(v.staging, r.entry, D, k_out);
+    staging_decode_row(v.staging, r.entry + v.row_bytes(), D, v_out);
   }
-  const uint32_t rb = v.row_bytes();
-  const uint8_t* e = p < v.sink ? v.sink_staged + (static_cast<size_t>(p) * v.n_head_kv + h) * 2 * rb
-                                : v.ring + (static_cast<size_t>(ring_slot(p, v.sink, v.cap)) * v.n_head_kv + h) * 2 * rb;
-  staging_decode_row(v.staging, e, D, k_out);
-  staging_decode_row(v.staging, e + rb, D, v_out);
 }
 
 SJKV_HD inline float dot_seq(const float* a, const float* b, uint32_t n) {
