@@ -9,6 +9,7 @@
 #include <string>
 
 #include "h5util.h"
+#include "sjkv/hd.h"
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/file_error.h"
 
@@ -28,16 +29,6 @@ constexpr uint32_t kMaxPositions = 1u << 24;
 // Kept probabilities plus the rest must sum to 1 within this (they do to ~1e-15 when written).
 constexpr double kMassTolerance = 1e-9;
 
-uint32_t f32_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float bits_f32(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 uint64_t f64_bits(double f) {
   uint64_t u;
   std::memcpy(&u, &f, 8);
@@ -475,12 +466,12 @@ Trajectory read_trajectory(const std::string& path) {
     for (uint32_t j = 0; j < G; ++j) {
       HiddenRef& h = t.hid[j];
       h.hidden.resize(E);
-      for (uint64_t i = 0; i < E; ++i) h.hidden[i] = bits_f32(hidden[j * E + i]);
+      for (uint64_t i = 0; i < E; ++i) h.hidden[i] = f32_from_bits(hidden[j * E + i]);
       h.log_z = bits_f64(log_z[j]);
       h.logits_hash = hash[j];
       h.top_ids.assign(top_ids.begin() + static_cast<std::ptrdiff_t>(j * N),
                        top_ids.begin() + static_cast<std::ptrdiff_t>((j + 1) * N));
-      for (uint32_t i = 0; i < N; ++i) h.top_logprobs.push_back(bits_f32(top_lp[static_cast<size_t>(j) * N + i]));
+      for (uint32_t i = 0; i < N; ++i) h.top_logprobs.push_back(f32_from_bits(top_lp[static_cast<size_t>(j) * N + i]));
       defect = hidden_defect(h, t.n_embd, t.n_vocab);
       if (!defect.empty()) r.fail("reference position " + std::to_string(j) + ": " + defect);
       if (!s.sample && t.top_token(j) != t.tokens[t.prompt_tokens + j])
@@ -517,7 +508,7 @@ Trajectory read_trajectory(const std::string& path) {
         r.fail("reference position " + std::to_string(j) + ": token id " + std::to_string(id) + " is out of range [0, " +
                std::to_string(t.n_vocab) + ")");
       d.ids[i] = static_cast<uint32_t>(id);
-      d.logits[i] = bits_f32(logits[at]);
+      d.logits[i] = f32_from_bits(logits[at]);
     }
     defect = ref_defect(d, t.n_vocab);
     if (!defect.empty()) r.fail("reference position " + std::to_string(j) + ": " + defect);
