@@ -873,6 +873,10 @@ TEST(RejectFixtures, Regenerate) {
   readme << "\nGGUF files (model headers for `GgufFile::open`): one per named defect under `gguf/`, listed\n"
             "with their expected messages in `gguf/README.md`; `tests/test_gguf.cpp` writes and checks them\n"
             "(`GgufRejectFixtures.*`).\n";
+  readme << "\nTrajectory files (`sjkv-replay`, hidden encoding): one per named defect under `trajectory/`,\n"
+            "with their expected messages in `kRejectFixtures` of `tests/replay/test_trajectory.cpp`, which\n"
+            "writes (`SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/test_trajectory`) and checks them\n"
+            "(`TrajectoryRejectFixtures.*`).\n";
   g_low_entropy = false;
 }
 

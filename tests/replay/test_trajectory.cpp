@@ -8,6 +8,10 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <utility>
+#include <iterator>
+#include <filesystem>
+#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -171,6 +175,32 @@ void expect_rejected(const std::string& path, const std::string& defect_part) {
     EXPECT_EQ(e.path(), path);
     EXPECT_NE(std::string(e.what()).find(defect_part), std::string::npos) << e.what();
   }
+}
+
+// The must-reject fixtures stored in tests/reject/trajectory/ (the default, hidden encoding;
+// damaged sparse files are megabytes at a 262,144-token vocabulary, so those are made and
+// checked in memory only): file name and a part of the defect the reader must name. They are
+// the damaged files HiddenEncoding.RejectsDamagedFiles makes;
+// SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/test_trajectory rewrites them.
+const std::pair<const char*, const char*> kRejectFixtures[] = {
+    {"hidden-inf-hidden-value.h5", "reference position 2: hidden state value 9 is not finite"},
+    {"hidden-top-id-out-of-range.h5", "reference position 1: top token id 262145 is out of range"},
+    {"hidden-top-unsorted.h5", "not in descending order"},
+    {"hidden-top-logprob-positive.h5", "top log-probability 0 is not finite and <= 0"},
+    {"hidden-top-id-twice.h5", "listed twice"},
+    {"hidden-n-embd-mismatch.h5", "reference/hidden: shape [4, 640] does not match"},
+    {"hidden-top-n-zero.h5", "top_n"},
+    {"hidden-inf-log-z.h5", "reference position 1: log_z is not finite"},
+    {"hidden-no-encoding.h5", "missing attribute encoding"},
+};
+
+// With SJKV_REGENERATE_REJECT_DIR set, a damaged file becomes the stored fixture `name`.
+void keep_fixture(const std::string& path, const char* name) {
+  const char* dir = std::getenv("SJKV_REGENERATE_REJECT_DIR");
+  if (!dir || !*dir) return;
+  const std::filesystem::path d = std::filesystem::path(dir) / "trajectory";
+  std::filesystem::create_directories(d);
+  std::filesystem::copy_file(path, d / name, std::filesystem::copy_options::overwrite_existing);
 }
 
 }  // namespace
@@ -468,7 +498,29 @@ TEST(HiddenEncoding, RejectsDamagedFiles) {
     H5Adelete(e.f, "encoding");
   }
   expect_rejected(enc, "missing attribute encoding");
+  // The damaged files, in order, are the stored fixtures of kRejectFixtures.
+  ASSERT_EQ(made.size(), 1 + std::size(kRejectFixtures));
+  for (size_t i = 0; i < std::size(kRejectFixtures); ++i) keep_fixture(made[i + 1], kRejectFixtures[i].first);
   for (const std::string& p : made) std::remove(p.c_str());
+}
+
+// Every stored fixture is refused by path with its defect, and nothing else is in the folder.
+TEST(TrajectoryRejectFixtures, StoredFilesRefusedWithTheirDefect) {
+  const std::filesystem::path dir = std::filesystem::path(SJKV_SOURCE_DIR) / "tests/reject/trajectory";
+  for (const auto& [name, defect] : kRejectFixtures) {
+    const std::string p = (dir / name).string();
+    ASSERT_TRUE(std::filesystem::exists(p)) << p;
+    expect_rejected(p, defect);
+  }
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() != ".h5") continue;
+    ++files;
+    bool listed = false;
+    for (const auto& f : kRejectFixtures) listed = listed || e.path().filename() == f.first;
+    EXPECT_TRUE(listed) << e.path() << " is not in kRejectFixtures";
+  }
+  EXPECT_EQ(files, std::size(kRejectFixtures));
 }
 
 // Files written before the hidden encoding existed (version 1, no `encoding`) read as sparse.
