@@ -133,6 +133,11 @@ SequenceCache::SequenceCache(const CodecConfig& cfg, const CacheShape& shape, Se
     status_.detail = describe(why);
     return;
   }
+  if (!ring_capacity_valid(cfg.tail, cfg.tail_max, cfg.group, shape.n_ubatch)) {
+    status_.code = ErrorCode::unsupported;
+    status_.detail = "n_ubatch must be in [1, 2^20] (got " + std::to_string(shape.n_ubatch) + ")";
+    return;
+  }
   opt_.iters = cfg.iters;
   opt_.balance = cfg.balance;
   policy_.init(cfg.sink, cfg.tail, cfg.tail_max, cfg.group, cfg.flush_chunk);

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "sjkv/hadamard.h"
+#include "sjkv/policy.h"
 #include "sjkv/status.h"
 
 namespace sjkv {
@@ -69,6 +70,7 @@ const char* describe(Unsupported u) {
     case Unsupported::tail_max_invalid: return "tail_max must be 0 or a multiple of 128 that is >= tail";
     case Unsupported::iters_out_of_range: return "balancing iterations must be at most 64";
     case Unsupported::trellis_axis: return "trellis axis must be token or channel, and the channel axis needs a trellis body";
+    case Unsupported::size_too_large: return "tail and tail_max must be at most 2^30 positions";
   }
   return "unknown reason";
 }
@@ -107,6 +109,7 @@ Unsupported can_implement(const CodecConfig& c) {
   if (c.tail % c.group != 0) return Unsupported::tail_not_group_aligned;
   if (c.tail_max != 0 && (c.tail_max < c.tail || c.tail_max % 128 != 0)) return Unsupported::tail_max_invalid;
   if (c.iters > 64) return Unsupported::iters_out_of_range;
+  if (c.tail > kMaxTail || c.tail_max > kMaxTail || c.group > (1u << 16)) return Unsupported::size_too_large;
   return Unsupported::none;
 }
 

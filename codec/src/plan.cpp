@@ -69,6 +69,9 @@ uint64_t sink_copy_bytes(const CodecConfig& c, uint32_t heads, const SjkvLayoutO
 }
 
 uint64_t ring_rows(const CodecConfig& c, const SjkvLayoutOptions& o) {
+  if (!ring_capacity_valid(c.tail, c.tail_max, c.group, o.n_ubatch))
+    throw std::invalid_argument("n_ubatch must be in [1, " + std::to_string(kMaxUbatch) + "] (got " +
+                                std::to_string(o.n_ubatch) + ")");
   return ring_capacity(c.tail, c.tail_max, c.group, o.n_ubatch);
 }
 

@@ -97,12 +97,12 @@ Status check_codebooks(const RecordLayout& l, const TrellisCodebooks& cb) {
   for (int s = 0; s < 2; ++s) {
     const Side side = s == 0 ? Side::k : Side::v;
     const uint32_t bits = s == 0 ? l.bits_k : l.bits_v;
-    const long bad = first_nonfinite_entry(codebook_table(cb, side, bits), bits);
+    const long bad = first_unusable_entry(codebook_table(cb, side, bits), bits);
     if (bad < 0) continue;
     Status st;
     st.code = ErrorCode::unsupported;
     st.side = side;
-    st.detail = std::string(s == 0 ? "K" : "V") + " codebook entry " + std::to_string(bad) + " is not finite";
+    st.detail = std::string(s == 0 ? "K" : "V") + " codebook entry " + std::to_string(bad) + " is NaN, infinite or larger than 64";
     return st;
   }
   return Status{};

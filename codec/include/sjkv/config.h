@@ -63,6 +63,7 @@ enum class Unsupported : uint32_t {
   tail_max_invalid,           // tail_max != 0 and (tail_max < tail or tail_max % 128 != 0)
   iters_out_of_range,         // iters > 64
   trellis_axis,               // axis not token/channel, or channel axis without a trellis body
+  size_too_large,             // tail or tail_max above kMaxTail (policy.h), group above 2^16
 };
 
 const char* describe(Unsupported u);

@@ -35,6 +35,18 @@ SJKV_HD inline uint32_t ring_capacity(uint32_t tail, uint32_t tail_max, uint32_t
   return 128u * ((rows + 127u) / 128u);
 }
 
+// Largest tail / tail_max and ubatch sjkv accepts (sjkv limits, not the spec's): with them
+// ring_capacity stays far below 2^32, so its 32-bit sum cannot wrap (a wrapped capacity of 0
+// would divide by zero in ring_slot, a small one would overwrite live rows).
+constexpr uint32_t kMaxTail = 1u << 30;
+constexpr uint32_t kMaxUbatch = 1u << 20;
+
+// Whether ring_capacity(tail, tail_max, group, n_ubatch) is exact: every argument within the
+// limits above (group <= 2^16 as well) and n_ubatch > 0.
+SJKV_HD inline bool ring_capacity_valid(uint32_t tail, uint32_t tail_max, uint32_t group, uint32_t n_ubatch) {
+  return tail <= kMaxTail && tail_max <= kMaxTail && group <= (1u << 16) && n_ubatch >= 1 && n_ubatch <= kMaxUbatch;
+}
+
 // Ring slot of position p (§8.3). Precondition: p >= sink (sink positions have their own
 // storage and never reach the ring).
 SJKV_HD inline uint32_t ring_slot(uint32_t p, uint32_t sink, uint32_t cap) {

@@ -110,6 +110,20 @@ inline void identity_codebook(uint32_t bits, uint16_t* out) {
   for (uint32_t w = 0; w < n; ++w) out[w] = f32_to_f16(static_cast<float>(w >> kTrellisHistoryBits));
 }
 
+// Largest codebook entry magnitude sjkv accepts (sjkv's limit; the reference tables stay
+// below 7, and a Lloyd centroid of the targets below 2^bits): a larger one decodes to values
+// that overflow fp16 ("units of the row step" times a row step).
+constexpr uint16_t kMaxCodebookEntryBits = 0x5400u;  // fp16 64.0
+constexpr double kMaxCodebookEntry = 64.0;
+
+// Index of the first entry that is NaN, infinite or larger than 64 in magnitude, or -1.
+inline long first_unusable_entry(const uint16_t* table, uint32_t bits) {
+  const uint32_t n = trellis_entries(bits);
+  for (uint32_t i = 0; i < n; ++i)
+    if ((table[i] & 0x7fffu) > kMaxCodebookEntryBits) return static_cast<long>(i);
+  return -1;
+}
+
 // Index of the first non-finite entry of a table (infinity or NaN), or -1.
 inline long first_nonfinite_entry(const uint16_t* table, uint32_t bits) {
   const uint32_t n = trellis_entries(bits);
