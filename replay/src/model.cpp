@@ -237,6 +237,11 @@ void GgufModel::load() {
   if (!dequant_supported(tok_embd_->type))
     fail(std::string("tensor 'token_embd.weight' has type ") + tok_embd_->type_name() + ", which sjkv-replay cannot dequantize");
   const uint64_t V = tok_embd_->dims[1];
+  // Every token the tokenizer can emit needs an embedding row; checked here so that a
+  // mismatched file fails at load, not at the first such token.
+  if (const GgufValue* vocab = f_.find("tokenizer.ggml.tokens"); vocab && vocab->is_array() && vocab->count() > V)
+    fail("the vocabulary has " + std::to_string(vocab->count()) + " tokens but 'token_embd.weight' only " +
+         std::to_string(V) + " rows");
   embd_row_bytes_ = tok_embd_->n_bytes / V;
   weight_bytes_ += tok_embd_->n_bytes;  // mapped, read row by row
 

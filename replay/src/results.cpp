@@ -9,10 +9,12 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <stdexcept>
 
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/file_error.h"
+#include "sjkv/io/text.h"
 
 namespace sjkv {
 namespace replay {
@@ -26,22 +28,7 @@ std::string num(double x, const char* f = "%.9g") {
   return b;
 }
 
-std::string quoted(const std::string& s) {
-  std::string o = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      o += b;
-    } else {
-      o += static_cast<char>(c);
-    }
-  }
-  return o + "\"";
-}
+std::string quoted(const std::string& s) { return json_string(s); }
 
 // A CSV field: quoted when it holds a comma, quote or line break.
 std::string csv_field(const std::string& s) {
@@ -91,7 +78,7 @@ std::string results_json(const Results& r, const Report& rep) {
        ", \"seed\": " + std::to_string(s.seed) + ", \"temperature\": " + num(s.temperature) +
        ", \"top_k\": " + std::to_string(s.top_k) + ", \"top_p\": " + num(s.top_p) +
        ", \"reference\": " + quoted(s.reference) + ", \"ubatch\": " + std::to_string(s.ubatch) +
-       ", \"threads\": " + std::to_string(s.threads) + ", \"baseline\": " + quoted(r.baseline) +
+       ", \"baseline\": " + quoted(r.baseline) +
        ", \"bootstrap_replicates\": " + std::to_string(r.bootstrap.replicates) +
        ", \"bootstrap_seed\": " + std::to_string(r.bootstrap.seed) + "},\n";
   o += "  \"trajectories\": [";
@@ -207,29 +194,27 @@ std::string summary_text(const Report& rep) {
   return o;
 }
 
-void write_text_atomic(const std::string& path, const std::string& text) {
-  AtomicOutput out(path);
-  {
-    std::ofstream f(out.temp_path(), std::ios::binary | std::ios::trunc);
-    if (!f) throw FileError(path, "cannot create: " + std::string(std::strerror(errno)));
-    f.write(text.data(), static_cast<std::streamsize>(text.size()));
-    f.close();
-    if (!f) throw FileError(path, "cannot write");
-  }
-  out.commit();
-}
-
-void write_results(const std::string& dir, const Results& r, const Report& rep) {
+void write_results(const std::string& dir, const Results& r, const Report& rep, const std::vector<AtomicOutput*>& also) {
   if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST)
     throw FileError(dir, "cannot create the folder: " + std::string(std::strerror(errno)));
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw FileError(dir, "is not a folder");
-  write_text_atomic(dir + "/positions.csv", positions_csv(r));
-  write_text_atomic(dir + "/kl_by_position.svg", svg_kl_by_position(r));
-  write_text_atomic(dir + "/kl_cdf.svg", svg_kl_cdf(r));
-  write_text_atomic(dir + "/kl_vs_bits.svg", svg_kl_vs_bits(rep));
-  write_text_atomic(dir + "/summary.md", summary_markdown(r, rep));
-  write_text_atomic(dir + "/results.json", results_json(r, rep));  // last: its presence means complete
+  // Every file to a temporary first, then all renamed: a failure leaves none of them, and
+  // results.json is renamed last (its presence means complete).
+  const std::string texts[] = {positions_csv(r),      svg_kl_by_position(r),     svg_kl_cdf(r),
+                               svg_kl_vs_bits(rep),   summary_markdown(r, rep),  results_json(r, rep)};
+  static_assert(sizeof texts / sizeof texts[0] == sizeof kResultFiles / sizeof kResultFiles[0], "one text a file");
+  std::vector<std::pair<const char*, const std::string*>> files;
+  for (size_t i = 0; i < sizeof texts / sizeof texts[0]; ++i) files.push_back({kResultFiles[i], &texts[i]});
+  std::vector<std::unique_ptr<AtomicOutput>> outs;
+  std::vector<AtomicOutput*> order = also;
+  for (const auto& f : files) {
+    const std::string path = dir + "/" + f.first;
+    outs.push_back(std::make_unique<AtomicOutput>(path));
+    write_file_bytes(outs.back()->temp_path(), f.second->data(), f.second->size(), path);
+    order.push_back(outs.back().get());
+  }
+  commit_all(order);
 }
 
 }  // namespace replay

@@ -93,7 +93,8 @@ std::string settings_defect(const TrajectorySettings& s) {
   if (!(std::isfinite(s.temperature) && s.temperature > 0.0)) return "temperature must be finite and > 0";
   if (!(std::isfinite(s.top_p) && s.top_p > 0.0 && s.top_p <= 1.0)) return "top_p must be in (0, 1]";
   if (s.reference.empty()) return "reference arm is empty";
-  if (s.ubatch == 0) return "ubatch is 0";
+  if (s.ubatch == 0 || s.ubatch > kMaxTrajectoryUbatch)
+    return "ubatch = " + std::to_string(s.ubatch) + " is outside [1, " + std::to_string(kMaxTrajectoryUbatch) + "]";
   if (!(std::isfinite(s.self_kl_target) && s.self_kl_target > 0.0)) return "self_kl_target must be finite and > 0";
   return {};
 }
@@ -315,8 +316,15 @@ RefDist encode_reference(const float* row, uint32_t n, double target) {
 
 void write_trajectory(const std::string& path, const Trajectory& t, int zstd_level) {
   t.check_consistent();
-  const h5::WriteSession session(path, zstd_level);
   AtomicOutput out(path);
+  write_trajectory(out, t, zstd_level);
+  out.commit();
+}
+
+void write_trajectory(AtomicOutput& out, const Trajectory& t, int zstd_level) {
+  t.check_consistent();
+  const std::string& path = out.final_path();
+  const h5::WriteSession session(path, zstd_level);
   {
     const h5::Writer w{path};
     h5::Hid f = w.create_file(out.temp_path());
@@ -341,7 +349,8 @@ void write_trajectory(const std::string& path, const Trajectory& t, int zstd_lev
     attr_f64("top_p", s.top_p);
     w.attr_string(root, "reference", s.reference);
     w.attr_u32(root, "ubatch", s.ubatch);
-    w.attr_u32(root, "threads", s.threads);
+    // No "threads": results do not depend on it, and files recorded with different thread
+    // counts must be the same bytes (FORMAT.md section 9).
     attr_f64("self_kl_target", s.self_kl_target);
     attr_f64("self_kl_max", t.self_kl_max);
     w.dataset(root, "token_ids", "token_ids", H5T_STD_I32LE, H5T_NATIVE_INT32, 4, {t.tokens.size()}, t.tokens.data(),
@@ -399,7 +408,6 @@ void write_trajectory(const std::string& path, const Trajectory& t, int zstd_lev
     w.check_status(g.close(), "group reference");
     w.check_status(f.close(), "HDF5 file");
   }
-  out.commit();
 }
 
 Trajectory read_trajectory(const std::string& path) {
@@ -427,8 +435,9 @@ Trajectory read_trajectory(const std::string& path) {
   s.top_k = r.u32_attr(root, "top_k");
   s.top_p = float_attr(r, root, "top_p");
   s.reference = r.string_attr(root, "reference", "reference");
-  s.ubatch = r.u32_attr(root, "ubatch", 1);
-  s.threads = r.u32_attr(root, "threads");
+  s.ubatch = r.u32_attr(root, "ubatch", 1, kMaxTrajectoryUbatch);
+  // Written by earlier versions only; read and bounded, not needed.
+  s.threads = H5Aexists(root, "threads") > 0 ? r.u32_attr(root, "threads", 0, 1024) : 0;
   s.self_kl_target = float_attr(r, root, "self_kl_target");
   t.self_kl_max = float_attr(r, root, "self_kl_max");
   std::string defect = settings_defect(s);

@@ -24,8 +24,15 @@ constexpr const char* kKvDims = "[tokens, kv_heads, head_dim]";
 
 void write_capture(const std::string& path, const Capture& cap, int zstd_level) {
   cap.check_consistent();
-  const h5::WriteSession session(path, zstd_level);
   AtomicOutput out(path);
+  write_capture(out, cap, zstd_level);
+  out.commit();
+}
+
+void write_capture(AtomicOutput& out, const Capture& cap, int zstd_level) {
+  cap.check_consistent();
+  const std::string& path = out.final_path();
+  const h5::WriteSession session(path, zstd_level);
   {
     const h5::Writer w{path};
     h5::Hid f = w.create_file(out.temp_path());
@@ -54,7 +61,6 @@ void write_capture(const std::string& path, const Capture& cap, int zstd_level) 
     fp16.close();
     w.check_status(f.close(), "HDF5 file");
   }
-  out.commit();
 }
 
 Capture read_capture(const std::string& path) {

@@ -1,6 +1,7 @@
 #include "sjkv/io/codebook_file.h"
 
 #include "in_file.h"
+#include "sjkv/trellis.h"
 
 namespace sjkv {
 
@@ -22,8 +23,9 @@ RawCodebook read_raw_codebook(const std::string& path) {
   cb.v.resize(n);
   for (size_t i = 0; i < 2 * n; ++i) {
     const uint16_t h = static_cast<uint16_t>(raw[2 * i] | (raw[2 * i + 1] << 8));
-    if ((h & 0x7c00u) == 0x7c00u)
-      in.fail(std::string(i < n ? "K" : "V") + " table entry " + std::to_string(i % n) + " is NaN or infinite");
+    if ((h & 0x7fffu) > kMaxCodebookEntryBits)
+      in.fail(std::string(i < n ? "K" : "V") + " table entry " + std::to_string(i % n) +
+              " is NaN, infinite or larger than 64 in magnitude");
     (i < n ? cb.k[i] : cb.v[i - n]) = h;
   }
   return cb;

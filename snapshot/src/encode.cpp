@@ -240,6 +240,9 @@ Capture decode_snapshot(const Snapshot& s, bool keep_rotated) {
     cl.layer_id = sl.layer_id;
     cl.k.resize(static_cast<size_t>(s.N) * H * D);
     cl.v.resize(cl.k.size());
+    // The first (position, head) whose decoded values do not fit fp16: the capture could not
+    // hold them (for instance a rotated-basis input whose model-basis rows overflow).
+    long long bad = -1;
 #pragma omp parallel
     {
       std::vector<float> k(D), v(D);
@@ -251,12 +254,24 @@ Capture decode_snapshot(const Snapshot& s, bool keep_rotated) {
           hadamard_blocks(k.data(), D, s.config.rotation());
           hadamard_blocks(v.data(), D, s.config.rotation());
         }
+        bool fits = true;
         for (uint32_t d = 0; d < D; ++d) {
-          cl.k[static_cast<size_t>(j) * D + d] = f32_to_f16(k[d]);
-          cl.v[static_cast<size_t>(j) * D + d] = f32_to_f16(v[d]);
+          const uint16_t hk = f32_to_f16(k[d]), hv = f32_to_f16(v[d]);
+          fits = fits && (hk & 0x7c00u) != 0x7c00u && (hv & 0x7c00u) != 0x7c00u;
+          cl.k[static_cast<size_t>(j) * D + d] = hk;
+          cl.v[static_cast<size_t>(j) * D + d] = hv;
+        }
+        if (!fits) {
+#pragma omp critical(sjkv_decode_bad)
+          if (bad < 0 || j < bad) bad = j;
         }
       }
     }
+    if (bad >= 0)
+      throw std::invalid_argument("layer " + std::to_string(sl.layer_id) + " position " + std::to_string(bad / H) +
+                                  " head " + std::to_string(bad % H) + " decodes to values that do not fit fp16 in the " +
+                                  (keep_rotated ? "rotated" : "model") + " basis" +
+                                  (keep_rotated ? std::string() : " (decode --rotated keeps the stored basis)"));
     cap.layers.push_back(std::move(cl));
   }
   return cap;

@@ -146,6 +146,17 @@ inline std::string last_error() {
       },
       &inner);
   H5Eclear2(H5E_DEFAULT);
+  // A failed write or read of the file driver reads "file write failed: time = ..., filename =
+  // ..., errno = 28, error message = 'No space left on device', buf = 0x..., ...": keep the
+  // operating system's reason only.
+  const std::string key = "error message = '";
+  const size_t k = inner.find(key);
+  if (k != std::string::npos) {
+    const size_t end = inner.find('\'', k + key.size());
+    const size_t colon = inner.find(':');
+    const std::string op = colon != std::string::npos && colon < k ? inner.substr(0, colon) : std::string("file access failed");
+    if (end != std::string::npos) inner = op + ": " + inner.substr(k + key.size(), end - k - key.size());
+  }
   for (char& c : inner)
     if (c == '\n' || c == '\r') c = ' ';
   return inner.empty() ? std::string("HDF5 error") : inner;
@@ -466,7 +477,9 @@ struct Reader {
     // heap (FORMAT.md section 1).
     const htri_t var = H5Tis_variable_str(t.get());
     if (var < 0) fail("attribute " + display + ": unreadable string type");
-    if (var > 0) fail("attribute " + display + ": variable-length strings are not accepted (fixed-length only)");
+    if (var > 0)
+      fail("attribute " + display + ": variable-length strings are not accepted (fixed-length only; h5py writes a "
+           "Python str variable-length by default: store numpy.bytes_(text) instead, docs/FORMAT.md section 1)");
     const size_t n = H5Tget_size(t.get());
     if (n == 0 || n > kMaxStringBytes) fail("attribute " + display + " is longer than 65535 bytes");
     std::vector<char> buf(n);

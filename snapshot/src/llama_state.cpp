@@ -500,6 +500,13 @@ Capture StateReader::run() {
     if (li == 0) {
       sorted_pos.resize(order.size());
       for (size_t i = 0; i < order.size(); ++i) sorted_pos[i] = acc.pos[order[i]];
+      // Capture rows are consecutive positions. A run that starts past 0 (a shifted
+      // context) keeps its order; a gap would be closed up silently, moving rows next to
+      // rows they were never next to, so it is refused.
+      for (size_t i = 1; i < sorted_pos.size(); ++i)
+        if (sorted_pos[i] != sorted_pos[i - 1] + 1)
+          in_.fail(lname + ": the cells' positions have a gap: " + std::to_string(sorted_pos[i - 1]) + " then " +
+                   std::to_string(sorted_pos[i]) + " (a capture needs consecutive positions)");
     } else {
       bool same = order.size() == sorted_pos.size();
       for (size_t i = 0; same && i < order.size(); ++i) same = acc.pos[order[i]] == sorted_pos[i];

@@ -14,6 +14,7 @@
 #include "sjkv/io/zstd_filter.h"
 #include "sjkv/layout.h"
 #include "sjkv/policy.h"
+#include "sjkv/trellis.h"
 #include "sjkv/staging.h"
 
 namespace sjkv {
@@ -60,12 +61,9 @@ std::string config_defect(const Snapshot& s, const std::string& axis) {
   rest.trellis_axis = TrellisAxis::token;
   const Unsupported u2 = can_implement(rest);
   if (u2 != Unsupported::none) return std::string("configuration ") + c.name() + ": " + describe(u2);
-  if (s.n_ubatch < 1) return "n_ubatch = 0 (must be >= 1)";
-  const uint64_t longest = c.tail_max > c.tail ? c.tail_max : c.tail;
-  const uint64_t cap = 128 * ((longest + c.group + 2ull * s.n_ubatch + 127) / 128);
-  if (cap > UINT32_MAX)
-    return "ring capacity 128 * ceil((max(tail, tail_max) + group + 2 * n_ubatch) / 128) = " + u(cap) +
-           " overflows 32 bits";
+  if (s.n_ubatch < 1 || s.n_ubatch > kMaxUbatch) return "n_ubatch = " + u(s.n_ubatch) + " is outside [1, 2^20]";
+  if (!ring_capacity_valid(c.tail, c.tail_max, c.group, s.n_ubatch))
+    return "tail " + u(c.tail) + " / tail_max " + u(c.tail_max) + " are above 2^30";
   std::string d = h5::string_defect("model", s.model);
   if (d.empty()) d = h5::string_defect("source", s.source);
   return d;
@@ -108,8 +106,10 @@ std::string codebook_defect(const Snapshot& s, const std::string& axis, const Em
     if (tables[i]->size() != want)
       return std::string("codebooks/") + names[i] + " has " + u(tables[i]->size()) + " entries, expected 2^(6 + " +
              u(bits[i]) + ") = " + u(want);
-    const int64_t bad = h5::first_non_finite(tables[i]->data(), tables[i]->size());
-    if (bad >= 0) return std::string("codebooks/") + names[i] + ": NaN or infinity at entry " + u(static_cast<uint64_t>(bad));
+    const long bad = first_unusable_entry(tables[i]->data(), bits[i]);
+    if (bad >= 0)
+      return std::string("codebooks/") + names[i] + ": entry " + u(static_cast<uint64_t>(bad)) +
+             " is NaN, infinite or larger than 64 in magnitude";
   }
   const uint64_t id = codebook_id_of(cb->k_table, cb->v_table);
   if (id != s.codebook_id)

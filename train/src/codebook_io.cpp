@@ -56,11 +56,7 @@ std::vector<uint8_t> read_whole(const std::string& path, size_t limit) {
 
 void write_bytes(const std::string& path, const void* data, size_t n) {
   AtomicOutput out(path);
-  std::FILE* f = std::fopen(out.temp_path().c_str(), "wb");
-  if (!f) throw FileError(path, std::string("cannot create: ") + std::strerror(errno));
-  const bool ok = std::fwrite(data, 1, n, f) == n;
-  const bool closed = std::fclose(f) == 0;
-  if (!ok || !closed) throw FileError(path, "write failed");
+  write_file_bytes(out.temp_path(), data, n, path);
   out.commit();
 }
 
@@ -172,8 +168,12 @@ void check_raw_codebook(const RawCodebook& cb) {
   const size_t n = trellis_entries(cb.bits);
   if (cb.k.size() != n || cb.v.size() != n)
     throw std::invalid_argument("codebook tables must have " + std::to_string(n) + " entries each");
-  if (first_nonfinite_entry(cb.k.data(), cb.bits) >= 0 || first_nonfinite_entry(cb.v.data(), cb.bits) >= 0)
-    throw std::invalid_argument("codebook table has a NaN or infinite entry");
+  for (const auto* t : {&cb.k, &cb.v}) {
+    const long bad = first_unusable_entry(t->data(), cb.bits);
+    if (bad >= 0)
+      throw std::invalid_argument(std::string(t == &cb.k ? "K" : "V") + " table entry " + std::to_string(bad) +
+                                  " is NaN, infinite or larger than 64 in magnitude");
+  }
 }
 
 std::vector<uint8_t> raw_codebook_bytes(const RawCodebook& cb) {
@@ -297,8 +297,9 @@ RawCodebook read_codebook_header(const std::string& path, uint32_t bits) {
         const size_t after = i + 6;
         if (after < close && std::isalnum(static_cast<unsigned char>(text[after])))
           throw FileError(path, name + ": value " + std::to_string(t.size()) + " is not 0x + 4 hex digits");
-        if ((v & 0x7c00u) == 0x7c00u)
-          throw FileError(path, name + ": entry " + std::to_string(t.size()) + " is NaN or infinite");
+        if ((v & 0x7fffu) > kMaxCodebookEntryBits)
+          throw FileError(path, name + ": entry " + std::to_string(t.size()) +
+                                    " is NaN, infinite or larger than 64 in magnitude");
         t.push_back(static_cast<uint16_t>(v));
         i = after;
         continue;
@@ -388,8 +389,9 @@ CodebookContainer parse_codebook_container(const std::string& path, const std::v
   for (size_t i = 0; i < 2 * static_cast<size_t>(n); ++i) {
     const uint8_t* p = &b[kFixedHeader + 2 * i];
     const uint16_t h = static_cast<uint16_t>(p[0] | (p[1] << 8));
-    if ((h & 0x7c00u) == 0x7c00u)
-      fail(std::string(i < n ? "K" : "V") + " table entry " + std::to_string(i % n) + " is NaN or infinite");
+    if ((h & 0x7fffu) > kMaxCodebookEntryBits)
+      fail(std::string(i < n ? "K" : "V") + " table entry " + std::to_string(i % n) +
+           " is NaN, infinite or larger than 64 in magnitude");
     (i < n ? c.table.k[i] : c.table.v[i - n]) = h;
   }
   const uint64_t id = raw_codebook_id(c.table);

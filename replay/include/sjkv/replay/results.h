@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "sjkv/io/atomic_file.h"
 #include "sjkv/replay/score.h"
 #include "sjkv/replay/trajectory.h"
 
@@ -55,10 +56,16 @@ std::string svg_kl_by_position(const Results& r);
 std::string svg_kl_cdf(const Results& r);
 std::string svg_kl_vs_bits(const Report& rep);
 
-// Creates `dir` when missing and writes the six files; FileError when it cannot.
-void write_results(const std::string& dir, const Results& r, const Report& rep);
-// Writes `text` to `path` through a temporary file and a rename.
-void write_text_atomic(const std::string& path, const std::string& text);
+// The files of a results folder, in the order they are committed (results.json last: its
+// presence means complete).
+constexpr const char* kResultFiles[] = {"positions.csv", "kl_by_position.svg", "kl_cdf.svg",
+                                        "kl_vs_bits.svg", "summary.md",        "results.json"};
+
+// Creates `dir` when missing and writes the six files, all or none; FileError when it cannot.
+// `also` are other outputs already written to their temporaries (the trajectory of a run),
+// committed with them, before them.
+void write_results(const std::string& dir, const Results& r, const Report& rep,
+                   const std::vector<AtomicOutput*>& also = {});
 
 }  // namespace replay
 }  // namespace sjkv

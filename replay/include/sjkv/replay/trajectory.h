@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "sjkv/io/atomic_file.h"
+
 namespace sjkv {
 namespace replay {
 
@@ -41,6 +43,9 @@ RefEncoding parse_encoding(const std::string& name);
 
 // Top tokens the hidden encoding lists per position (fewer when the vocabulary is smaller).
 constexpr uint32_t kHiddenTopTokens = 32;
+
+// Largest ubatch a trajectory may record (sjkv-replay's --ubatch range).
+constexpr uint32_t kMaxTrajectoryUbatch = 1u << 16;
 
 struct TrajectorySettings {
   uint32_t generate = 0;       // tokens asked for (fewer are recorded after an end-of-generation token)
@@ -84,6 +89,8 @@ struct Trajectory {
 // Writes atomically (temp + rename). std::invalid_argument when inconsistent or the zstd level
 // is bad (nothing created); FileError when the file cannot be written.
 void write_trajectory(const std::string& path, const Trajectory& t, int zstd_level = 3);
+// The same into `out`'s temporary, not committed: for outputs committed together (commit_all).
+void write_trajectory(AtomicOutput& out, const Trajectory& t, int zstd_level = 3);
 // Reads and validates like hostile input; FileError(path, defect).
 Trajectory read_trajectory(const std::string& path);
 

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "sjkv/io/atomic_file.h"
 #include "sjkv/io/capture.h"
 #include "sjkv/io/file_error.h"
 
@@ -12,6 +13,8 @@ namespace sjkv {
 // check_consistent() or the level is not a zstd level (nothing is created), FileError when
 // the file cannot be written (no output is left behind).
 void write_capture(const std::string& path, const Capture& cap, int zstd_level = 3);
+// The same into `out`'s temporary, not committed: for outputs committed together (commit_all).
+void write_capture(AtomicOutput& out, const Capture& cap, int zstd_level = 3);
 
 // Reads and validates a capture like hostile input; throws FileError(path, defect).
 Capture read_capture(const std::string& path);

@@ -48,6 +48,7 @@ Snapshot encode_capture(const Capture& cap, const EncodeOptions& opt);
 
 // Every stored position of every layer decoded (sink, body records, ring rows), in the
 // model basis unless keep_rotated (the inverse Hadamard uses the snapshot's rotation block).
+// std::invalid_argument when a decoded value does not fit fp16 (the capture cannot hold it).
 Capture decode_snapshot(const Snapshot& snap, bool keep_rotated);
 
 struct ErrorStats {

@@ -1,0 +1,85 @@
+// Text from files and for people: UTF-8 checks and JSON string literals, in one place for
+// every tool and writer.
+#pragma once
+
+#include <cstddef>
+#include <cstdio>
+#include <string>
+
+namespace sjkv {
+
+// Length of the valid UTF-8 sequence at u[i] (no overlong forms, surrogates or code points
+// past U+10FFFF), or 0 when the bytes there are not one; then *bad_at, when given, is the
+// offset of the first byte that does not start or continue it (i, or a continuation byte).
+inline size_t utf8_sequence_at(const unsigned char* u, size_t n, size_t i, size_t* bad_at = nullptr) {
+  if (bad_at) *bad_at = i;
+  const unsigned c = u[i];
+  size_t len;
+  unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) {
+    len = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  for (size_t k = 1; k < len; ++k) {
+    if (bad_at) *bad_at = i + k;
+    if (i + k >= n) return 0;
+    const unsigned d = u[i + k];
+    if (k == 1 ? (d < lo || d > hi) : (d < 0x80 || d > 0xBF)) return 0;
+  }
+  if (bad_at) *bad_at = i;
+  return len;
+}
+
+// Offset of the first byte that does not start or continue a valid UTF-8 sequence (for a
+// sequence cut short by the end of the text: the text's length), or npos when it is valid.
+inline size_t invalid_utf8_at(const std::string& t) {
+  const auto* u = reinterpret_cast<const unsigned char*>(t.data());
+  for (size_t i = 0; i < t.size();) {
+    size_t bad = 0;
+    const size_t len = utf8_sequence_at(u, t.size(), i, &bad);
+    if (len == 0) return bad;
+    i += len;
+  }
+  return std::string::npos;
+}
+
+// A JSON string literal of `s`: quotes, backslashes and control bytes escaped, and each byte
+// that is not valid UTF-8 (a damaged file's model name, say) replaced by U+FFFD, so the
+// output is always valid JSON.
+inline std::string json_string(const std::string& s) {
+  const auto* u = reinterpret_cast<const unsigned char*>(s.data());
+  std::string o = "\"";
+  for (size_t i = 0; i < s.size();) {
+    const size_t len = utf8_sequence_at(u, s.size(), i);
+    if (len == 0) {
+      o += "\\ufffd";
+      ++i;
+      continue;
+    }
+    const unsigned char c = u[i];
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", c);
+      o += b;
+    } else {
+      o.append(s, i, len);
+    }
+    i += len;
+  }
+  return o + "\"";
+}
+
+}  // namespace sjkv
