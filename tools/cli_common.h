@@ -1,15 +1,21 @@
 // Shared by the sjkv command-line tools: exit codes, one-line errors, progress on stderr.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <unistd.h>
 
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <new>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "sjkv/config.h"
+#include "sjkv/io/atomic_file.h"
 #include "sjkv/io/file_error.h"
+#include "sjkv/io/text.h"
 
 namespace sjkv::cli {
 
@@ -48,21 +54,97 @@ struct UsageError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// An output file checked before any work: a usable destination (FileError, exit 2), and not
+// one of the inputs, compared by device and inode (UsageError, exit 1): writing it would
+// destroy the input.
+inline void check_output(const std::string& out, const char* option, const std::vector<std::string>& inputs) {
+  for (const std::string& in : inputs)
+    if (!in.empty() && same_file(out, in))
+      throw UsageError(std::string(option) + " " + out + " is the input " + in + "; writing it would destroy the input");
+  check_output_path(out);
+}
+
+// The codec options that do not depend on the input, checked before any work (exit 1, naming
+// the option). head_dim comes from the input; a size every option fits stands in for it, and
+// the input's own is checked when it is read.
+inline void check_codec_options(CodecConfig c) {
+  if (c.head_dim == 0) c.head_dim = 256;
+  const Unsupported u = can_implement(c);
+  const char* option = nullptr;
+  switch (u) {
+    case Unsupported::sink_invalid: option = "--sink"; break;
+    case Unsupported::tail_not_group_aligned: option = "--tail"; break;
+    case Unsupported::tail_max_invalid: option = "--tail / --tail-max"; break;
+    case Unsupported::size_too_large: option = "--tail / --tail-max"; break;
+    case Unsupported::bits_out_of_range:
+    case Unsupported::body_invalid:
+    case Unsupported::trellis_bits: option = "--bits / --body"; break;
+    case Unsupported::trellis_axis: option = "--axis"; break;
+    case Unsupported::iters_out_of_range: option = "--iters"; break;
+    default: break;
+  }
+  if (option)
+    throw UsageError(std::string(option) + ": " + describe(u) + " (sink " + std::to_string(c.sink) + ", tail " +
+                     std::to_string(c.tail) + ", tail_max " + std::to_string(c.tail_max) + ", bits " +
+                     std::to_string(c.bits_k) + "/" + std::to_string(c.bits_v) + ")");
+}
+
+// A number option that must not be negative: CLI11 reads "-1" into an unsigned as 2^64 - 1.
+inline const CLI::Validator& non_negative() {
+  static const CLI::Validator v(
+      [](std::string& s) -> std::string {
+        return s.find('-') != std::string::npos ? "must not be negative: " + s : std::string();
+      },
+      "NONNEGATIVE");
+  return v;
+}
+
+// A message for the terminal: control bytes and bytes that are not UTF-8 (from a damaged
+// file's strings, or a path) are shown as \xNN, and a multi-line text is joined into one line.
+inline std::string printable(const std::string& m) {
+  std::string o;
+  const auto* u = reinterpret_cast<const unsigned char*>(m.data());
+  for (size_t i = 0; i < m.size();) {
+    const unsigned char c = u[i];
+    const size_t len = utf8_sequence_at(u, m.size(), i);
+    if (c == '\n' || c == '\r' || c == '\t') {
+      if (!o.empty() && o.back() != ' ') o += ' ';
+    } else if (len == 0 || c < 0x20 || c == 0x7f) {  // control byte, or not UTF-8
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02x", c);
+      o += b;
+    } else {
+      o.append(m, i, len);
+      i += len;
+      continue;
+    }
+    ++i;
+  }
+  while (!o.empty() && o.back() == ' ') o.pop_back();
+  return o;
+}
+
 // Runs a subcommand body and turns exceptions into one line and an exit code.
 inline int guarded(const char* tool, const std::function<int()>& body) {
+  auto say = [tool](const char* prefix, const char* what) {
+    std::fprintf(stderr, "%s: %s%s\n", tool, prefix, printable(what).c_str());
+  };
   try {
     return body();
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "%s: %s\n", tool, e.what());
+    say("", e.what());
     return kUsage;
   } catch (const FileError& e) {
-    std::fprintf(stderr, "%s: %s\n", tool, e.what());
+    say("", e.what());
     return kBadInput;
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "%s: %s\n", tool, e.what());
+    say("", e.what());
+    return kBadInput;
+  } catch (const std::bad_alloc&) {
+    say("", "out of memory (a size in the input or the options is too large for this machine)");
     return kBadInput;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: internal error: %s\n", tool, e.what());
+    say("internal error: ", e.what());
     return kInternal;
   }
 }

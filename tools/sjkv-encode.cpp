@@ -23,6 +23,9 @@
 #include "sjkv/gguf.h"
 
 using namespace sjkv;
+using sjkv::cli::check_codec_options;
+using sjkv::cli::check_output;
+using sjkv::cli::non_negative;
 
 namespace {
 
@@ -78,17 +81,12 @@ std::string hex64(uint64_t x) {
 
 std::string json_num(double x) { return std::isfinite(x) ? fmt("%.9g", x) : "null"; }
 
-std::string json_str(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\', o += c;
-    else if (static_cast<unsigned char>(c) < 0x20) o += fmt("\\u%04x", static_cast<unsigned char>(c));
-    else o += c;
-  }
-  return o + "\"";
-}
 
 int run_encode(const EncodeArgs& a) {
+  check_codec_options(config_from(a));
+  std::vector<std::string> inputs = a.codebooks;
+  inputs.push_back(a.input);
+  check_output(a.output, "-o", inputs);
   std::string device_used;
   const EncodeDevice device = resolve_encode_device(
       a.device == "cuda" ? EncodeDevice::cuda : a.device == "cpu" ? EncodeDevice::cpu : EncodeDevice::automatic,
@@ -180,18 +178,18 @@ int run_inspect(const std::string& path, const std::string& against, const Impor
            json_num(e.snr_db) + ", \"max_abs\": " + json_num(e.max_abs) + ", \"cosine\": " + json_num(e.cosine) + "}";
   };
   if (json) {
-    o << "{\n  \"file\": " << json_str(path) << ",\n  \"config\": " << json_str(c.name()) << ",\n";
+    o << "{\n  \"file\": " << json_string(path) << ",\n  \"config\": " << json_string(c.name()) << ",\n";
     o << "  \"format_version\": 1, \"bits_k\": " << c.bits_k << ", \"bits_v\": " << c.bits_v << ", \"body\": "
-      << json_str(c.resolved_body() == Body::trellis ? "trellis" : "scalar") << ", \"group\": " << c.group
-      << ", \"sink\": " << c.sink << ", \"sink_type\": " << json_str(c.sink_type == SinkType::f16 ? "f16" : "inherit")
-      << ", \"staging\": " << json_str(staging_name(c.staging)) << ", \"tail\": " << c.tail
+      << json_string(c.resolved_body() == Body::trellis ? "trellis" : "scalar") << ", \"group\": " << c.group
+      << ", \"sink\": " << c.sink << ", \"sink_type\": " << json_string(c.sink_type == SinkType::f16 ? "f16" : "inherit")
+      << ", \"staging\": " << json_string(staging_name(c.staging)) << ", \"tail\": " << c.tail
       << ", \"tail_max\": " << c.tail_max << ", \"head_dim\": " << c.head_dim << ", \"kv_heads\": " << s.kv_heads
       << ", \"layers\": " << layers << ", \"n_ubatch\": " << s.n_ubatch << ",\n";
-    o << "  \"model\": " << json_str(s.model) << ", \"source\": " << json_str(s.source) << ",\n";
+    o << "  \"model\": " << json_string(s.model) << ", \"source\": " << json_string(s.source) << ",\n";
     o << "  \"policy\": {\"N\": " << s.N << ", \"B\": " << s.B << ", \"B_prev\": " << s.B_prev
-      << ", \"draining\": " << s.draining << "}, \"codebook_id\": " << json_str(hex64(s.codebook_id)) << ",\n";
+      << ", \"draining\": " << s.draining << "}, \"codebook_id\": " << json_string(hex64(s.codebook_id)) << ",\n";
     auto region_json = [&](const char* name, uint32_t from, uint32_t to, uint64_t ob, uint64_t ab, uint64_t vals) {
-      return std::string("    ") + json_str(name) + ": {\"from\": " + std::to_string(from) + ", \"to\": " +
+      return std::string("    ") + json_string(name) + ": {\"from\": " + std::to_string(from) + ", \"to\": " +
              std::to_string(to) + ", \"bytes_per_layer_head\": " + std::to_string(ob) + ", \"bytes_total\": " +
              std::to_string(ob * layers * heads) + ", \"bits_per_value\": " +
              json_num(RegionBits::ratio(ob, vals)) + ", \"share_occupied\": " + json_num(RegionBits::ratio(ob, occ.values)) +
@@ -262,8 +260,14 @@ int run_inspect(const std::string& path, const std::string& against, const Impor
 }
 
 int run_decode(const std::string& in, const std::string& out, bool rotated, bool quiet) {
+  check_output(out, "-o", {in});
   const Snapshot s = read_snapshot(in);
-  const Capture cap = decode_snapshot(s, rotated);
+  Capture cap;
+  try {
+    cap = decode_snapshot(s, rotated);
+  } catch (const std::invalid_argument& e) {
+    throw FileError(in, e.what());
+  }
   write_capture(out, cap);
   if (!quiet) std::fprintf(stderr, "%s: %s -> %s (%u tokens, %s basis)\n", kTool, in.c_str(), out.c_str(), cap.tokens,
                            rotated ? "rotated" : "model");
@@ -271,6 +275,7 @@ int run_decode(const std::string& in, const std::string& out, bool rotated, bool
 }
 
 int run_dump(const std::string& in, uint32_t layer, const std::string& region, const std::string& out) {
+  check_output(out, "-o", {in});
   const Snapshot s = read_snapshot(in);
   uint32_t index = static_cast<uint32_t>(s.layers.size());
   for (uint32_t i = 0; i < s.layers.size(); ++i)
@@ -283,11 +288,7 @@ int run_dump(const std::string& in, uint32_t layer, const std::string& region, c
   const Region r = region == "sink" ? Region::sink : region == "body" ? Region::body : Region::ring;
   const std::vector<uint8_t> bytes = dump_region(s, index, r);
   AtomicOutput ao(out);
-  {
-    std::ofstream f(ao.temp_path(), std::ios::binary);
-    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    if (!f) throw FileError(out, "cannot write");
-  }
+  write_file_bytes(ao.temp_path(), bytes.data(), bytes.size(), out);
   ao.commit();
   return cli::kOk;
 }
@@ -330,7 +331,7 @@ int run_plan(const PlanArgs& a) {
   if (ctx.empty() && a.budget.empty()) ctx.push_back(110592);
   std::ostringstream o;
   char line[512];
-  if (a.json) o << "{\n  \"geometry\": " << json_str(what) << ",\n  \"options\": [\n";
+  if (a.json) o << "{\n  \"geometry\": " << json_string(what) << ",\n  \"options\": [\n";
   else o << "geometry: " << what << "\n" << (a.note_12gb ? "overheads: the note's 12 GB setup (7.77 GB fixed + 1 KiB/token)\n" : "")
          << "GB = GiB = 1024 MiB\n\n";
   if (!a.json) {
@@ -351,7 +352,7 @@ int run_plan(const PlanArgs& a) {
     }
     const double bpt = bytes_per_token(g, opt).value();
     if (a.json) {
-      o << (first ? "" : ",\n") << "    {\"format\": " << json_str(opt.label()) << ", \"bytes_per_token\": " << json_num(bpt)
+      o << (first ? "" : ",\n") << "    {\"format\": " << json_string(opt.label()) << ", \"bytes_per_token\": " << json_num(bpt)
         << ", \"contexts\": [";
       for (size_t i = 0; i < ctx.size(); ++i) {
         const uint64_t b = total_bytes(g, opt, ctx[i], ps);
@@ -472,12 +473,12 @@ int main(int argc, char** argv) {
   auto* pl = app.add_subcommand("plan", "Memory planner: cache bytes of every format for a context, or the largest "
                                         "context of each in a memory budget");
   pl->add_option("--model", pa.model, "GGUF model file (geometry from its metadata)");
-  pl->add_option("--layers", pa.layers, "Layers with a full-attention cache");
-  pl->add_option("--kv-heads", pa.kv_heads, "KV heads per layer");
-  pl->add_option("--head-dim", pa.head_dim, "Head size");
+  pl->add_option("--layers", pa.layers, "Layers with a full-attention cache")->check(CLI::Range(1u, 65536u));
+  pl->add_option("--kv-heads", pa.kv_heads, "KV heads per layer")->check(CLI::Range(1u, 65536u));
+  pl->add_option("--head-dim", pa.head_dim, "Head size")->check(CLI::Range(1u, 65536u));
   pl->add_option("--context", pa.contexts, "Context length(s) in tokens (default 110592)");
   pl->add_option("--budget", pa.budget, "Memory budget, e.g. 11GiB or 11000MiB: report the largest context");
-  pl->add_option("--ubatch", pa.ubatch, "Ubatch the ring is sized for")->capture_default_str();
+  pl->add_option("--ubatch", pa.ubatch, "Ubatch the ring is sized for")->check(CLI::Range(1u, kMaxUbatch))->capture_default_str();
   pl->add_flag("--note-rule", pa.note_rule, "Count sjkv rows by the note's rule (body x (N - 4224) + 259 MiB)");
   pl->add_flag("--note-12gb", pa.note_12gb, "Add the note's 12 GB overheads (7.77 GB fixed, 1 KiB per token)");
   pl->add_flag("--json", pa.json, "JSON output");
@@ -489,7 +490,7 @@ int main(int argc, char** argv) {
                                        "path and print record bytes, bits per value, decode error and seal time");
   d->add_option("--head-dim", demo.head_dims, "Head sizes to run")->check(CLI::IsMember({64u, 128u, 256u, 512u}))->capture_default_str();
   d->add_option("--records", demo.records, "Groups of 128 tokens sealed per configuration")->check(CLI::Range(1u, 4096u))->capture_default_str();
-  d->add_option("--seed", demo.seed, "Seed of the generated tiles")->capture_default_str();
+  d->add_option("--seed", demo.seed, "Seed of the generated tiles")->check(non_negative())->capture_default_str();
   d->add_option("--threads", demo.threads, "OpenMP threads for sealing (0 = all cores)")->check(CLI::Range(0, 1024))->capture_default_str();
   d->add_option("--path", demo_path, "Sealer: fast (widest SIMD) or reference (scalar)")->check(CLI::IsMember({"fast", "reference"}))->capture_default_str();
   d->add_flag("--json", demo_json_out, "Print JSON instead of a table");

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -68,20 +69,22 @@ struct Loaded {
   std::unique_ptr<Model> model;
 };
 
+std::string model_path_of(const ModelArgs& a) { return a.model.empty() ? default_model_path() : a.model; }
+
 Loaded load_model(const ModelArgs& a) {
   Loaded l;
-  l.path = a.model.empty() ? default_model_path() : a.model;
+  l.path = model_path_of(a);
   if (l.path.empty())
     throw cli::UsageError("no model: pass --model FILE.gguf, set SJKV_MODEL, or run scripts/setup to install the default");
   if (a.threads > 0) omp_set_num_threads(a.threads);
   const std::string dev = set_seal_device(a.device == "cuda"  ? SealDevice::cuda
                                            : a.device == "cpu" ? SealDevice::cpu
                                                                : SealDevice::automatic);
-  note(a, "model " + l.path + "; SJ records sealed on " + dev);
   l.sha256 = train::sha256_file_hex(l.path);
   LoadOptions opt;
   opt.n_threads = a.threads;
   l.model = Model::load(l.path, opt);
+  note(a, "model " + l.path + "; SJ records sealed on " + dev);
   return l;
 }
 
@@ -100,41 +103,6 @@ std::unique_ptr<KvArm> arm_or_usage(const std::string& spec, const char* option)
   }
 }
 
-// Offset of the first byte that does not start or continue a valid UTF-8 sequence (no
-// overlong forms, surrogates or code points past U+10FFFF), or npos when the text is valid.
-size_t invalid_utf8_at(const std::string& t) {
-  const auto* u = reinterpret_cast<const unsigned char*>(t.data());
-  const size_t n = t.size();
-  for (size_t i = 0; i < n;) {
-    const unsigned c = u[i];
-    size_t len;
-    unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return i;
-    }
-    for (size_t k = 1; k < len; ++k) {
-      if (i + k >= n) return i + k;
-      const unsigned d = u[i + k];
-      if (k == 1 ? (d < lo || d > hi) : (d < 0x80 || d > 0xBF)) return i + k;
-    }
-    i += len;
-  }
-  return std::string::npos;
-}
-
 // The prompt text, checked: not empty or blank, valid UTF-8 (FileError, exit 2).
 std::string read_prompt(const std::string& file) {
   std::string text;
@@ -143,6 +111,8 @@ std::string read_prompt(const std::string& file) {
   if (in) {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   } else {
+    struct stat st;
+    if (::stat(file.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw FileError(file, "is a folder, not a prompt file");
     std::ifstream f(file, std::ios::binary);
     if (!f) throw FileError(file, std::string("cannot open: ") + std::strerror(errno));
     text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
@@ -172,11 +142,13 @@ std::string parent_of(const std::string& p) {
   return s == 0 ? "/" : q.substr(0, s);
 }
 
-// An output file: not a folder, in a folder that exists (FileError, exit 2).
-void check_output_file(const std::string& path, const char* option) {
+// An output file: not a folder, in a folder that exists (FileError, exit 2), and not one of
+// the inputs (exit 1).
+void check_output_file(const std::string& path, const char* option, const std::vector<std::string>& inputs) {
   if (is_folder(path)) throw FileError(path, std::string(option) + ": is a folder, not a file");
   if (!is_folder(parent_of(path)))
     throw FileError(path, std::string(option) + ": the folder " + parent_of(path) + " does not exist");
+  cli::check_output(path, option, inputs);
 }
 
 void check_output_folder(const std::string& path) {
@@ -217,7 +189,8 @@ void check_arms_fit(const Loaded& l, const std::vector<std::string>& specs, uint
 
 void check_record_args(const RecordArgs& ra) {
   if (ra.generate == 0) throw cli::UsageError("--generate must be at least 1");
-  if (!(ra.temperature > 0.0)) throw cli::UsageError("--temperature must be > 0");
+  if (!(ra.temperature > 0.0 && std::isfinite(ra.temperature)))
+    throw cli::UsageError("--temperature must be finite and > 0");
   if (!(ra.top_p > 0.0 && ra.top_p <= 1.0)) throw cli::UsageError("--top-p must be in (0, 1]");
   if (!(ra.self_kl > 0.0 && ra.self_kl < 1e-3)) throw cli::UsageError("--self-kl must be in (0, 1e-3)");
   try {
@@ -231,8 +204,11 @@ void check_record_args(const RecordArgs& ra) {
 // Records one trajectory and writes it (and the capture when asked).
 // `text` was read and checked by read_prompt; `fits` runs the checks that need the prompt's
 // length (arms against the context) before anything long starts.
+// With `deferred`, the written outputs are handed back uncommitted (run commits them with its
+// results); otherwise the trajectory and the capture are committed together.
 Trajectory do_record(const ModelArgs& ma, const RecordArgs& ra, Loaded& l, const std::string& text,
-                     const std::string& out_path, const std::function<void(uint32_t n_ctx)>& fits = {}) {
+                     const std::string& out_path, std::vector<std::unique_ptr<AtomicOutput>>* deferred = nullptr,
+                     const std::function<void(uint32_t n_ctx)>& fits = {}) {
   check_record_args(ra);
   const RefEncoding encoding = parse_encoding(ra.encoding);
   const std::unique_ptr<KvArm> ref = arm_or_usage(ra.reference, "--reference");
@@ -272,27 +248,25 @@ Trajectory do_record(const ModelArgs& ma, const RecordArgs& ra, Loaded& l, const
   cli::Progress bar("record", ma.quiet);
   const Trajectory t = record_trajectory(*l.model, *ref, in, ra.capture.empty() ? nullptr : &cap, bar.callback());
   bar.finish();
+  long long bytes = -1;
   {
-    // Both files through temporaries, renamed together: a failure leaves neither.
-    AtomicOutput ot(out_path);
+    // Both files through temporaries, committed together: a failure leaves neither.
+    auto ot = std::make_unique<AtomicOutput>(out_path);
     std::unique_ptr<AtomicOutput> oc;
-    write_trajectory(ot.temp_path(), t);
+    write_trajectory(*ot, t);
     if (!ra.capture.empty()) {
       oc = std::make_unique<AtomicOutput>(ra.capture);
-      write_capture(oc->temp_path(), cap);
+      write_capture(*oc, cap);
     }
-    ot.commit();
-    if (oc) {
-      try {
-        oc->commit();
-      } catch (...) {
-        ::unlink(out_path.c_str());
-        throw;
-      }
+    struct stat st;
+    if (::stat(ot->temp_path().c_str(), &st) == 0) bytes = static_cast<long long>(st.st_size);
+    if (deferred) {
+      deferred->push_back(std::move(ot));
+      if (oc) deferred->push_back(std::move(oc));
+    } else {
+      commit_all({ot.get(), oc.get()});
     }
   }
-  struct stat st;
-  const long long bytes = ::stat(out_path.c_str(), &st) == 0 ? static_cast<long long>(st.st_size) : -1;
   char b[512];
   if (t.encoding == RefEncoding::sparse) {
     uint64_t kept = 0;
@@ -321,15 +295,19 @@ void check_score_args(const ScoreArgs& sa) {
     throw cli::UsageError("--baseline '" + baseline + "' is not one of --arms");
 }
 
-int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vector<std::string>& paths) {
+// `read_from[i]`, when given, is where paths[i] is read (run: the trajectory's uncommitted
+// temporary); `also` are outputs committed with the results.
+int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vector<std::string>& paths,
+             const std::vector<std::string>& read_from = {}, const std::vector<AtomicOutput*>& also = {}) {
   check_score_args(sa);
   std::vector<std::unique_ptr<KvArm>> arms;
   for (const std::string& a : sa.arms) arms.push_back(arm_or_usage(a, "--arms"));
   const std::string baseline = sa.baseline.empty() ? sa.arms[0] : sa.baseline;
 
   std::vector<Trajectory> trajs;
-  for (const std::string& p : paths) {
-    Trajectory t = read_trajectory(p);
+  for (size_t pi = 0; pi < paths.size(); ++pi) {
+    const std::string& p = paths[pi];
+    Trajectory t = read_trajectory(pi < read_from.size() ? read_from[pi] : p);
     if (t.model_sha256 != l.sha256)
       throw FileError(p, "recorded with model " + t.model_file + " (SHA-256 " + t.model_sha256 + "), but the model is " +
                              l.path + " (SHA-256 " + l.sha256 + ")");
@@ -377,7 +355,7 @@ int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vec
     std::fprintf(stderr, "%s: warning: %s: %s\n", kTool, sa.arms[a].c_str(), res.arms[a].note.c_str());
   }
   const Report rep = summarize(res);
-  write_results(sa.out, res, rep);
+  write_results(sa.out, res, rep, also);
   note(ma, "wrote " + sa.out + "/results.json, positions.csv, summary.md and three SVG plots");
   std::cout << summary_text(rep);
   return cli::kOk;
@@ -388,7 +366,7 @@ void add_model_options(CLI::App* c, ModelArgs& m) {
   c->add_option("--threads", m.threads, "OpenMP threads (0 = all cores); results are the same for any count")
       ->check(CLI::Range(0, 1024))->capture_default_str();
   c->add_option("--ubatch", m.ubatch, "Tokens per ubatch for the prompt (score: default the trajectory's)")
-      ->check(CLI::Range(1u, 1u << 16))->capture_default_str()->each([&](const std::string&) { m.ubatch_given = true; });
+      ->check(CLI::Range(1u, kMaxTrajectoryUbatch))->capture_default_str()->each([&](const std::string&) { m.ubatch_given = true; });
   c->add_option("--device", m.device,
                  "Where the SJ-KVaRN/KVarN arms seal records: auto (a GPU when present), cpu or cuda; same bytes either way")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
@@ -400,7 +378,7 @@ void add_record_options(CLI::App* c, RecordArgs& r) {
   c->add_option("--generate", r.generate, "Tokens to generate (fewer when the model ends its turn)")
       ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
   c->add_flag("--sample", r.sample, "Sample instead of greedy decoding");
-  c->add_option("--seed", r.seed, "Sampling seed")->capture_default_str();
+  c->add_option("--seed", r.seed, "Sampling seed")->check(cli::non_negative())->capture_default_str();
   c->add_option("--temperature", r.temperature, "Sampling temperature")->capture_default_str();
   c->add_option("--top-k", r.top_k, "Sampling: keep the k most likely tokens (0 = all)")->capture_default_str();
   c->add_option("--top-p", r.top_p, "Sampling: keep the smallest set of mass >= p")->capture_default_str();
@@ -422,7 +400,7 @@ void add_score_options(CLI::App* c, ScoreArgs& s, bool arms_required) {
   c->add_option("--baseline", s.baseline, "Arm the others are compared with (default: the first)");
   c->add_option("--out", s.out, "Results folder (created if missing)")->required();
   c->add_option("--bootstrap", s.replicates, "Bootstrap replicates")->check(CLI::Range(100u, 1000000u))->capture_default_str();
-  c->add_option("--bootstrap-seed", s.boot_seed, "Bootstrap seed")->capture_default_str();
+  c->add_option("--bootstrap-seed", s.boot_seed, "Bootstrap seed")->check(cli::non_negative())->capture_default_str();
 }
 
 }  // namespace
@@ -470,8 +448,10 @@ int main(int argc, char** argv) {
       check_record_args(rec_r);
       if (!rec_r.capture.empty() && same_path(rec_r.output, rec_r.capture))
         throw cli::UsageError("-o and --capture name the same file");
-      check_output_file(rec_r.output, "-o");
-      if (!rec_r.capture.empty()) check_output_file(rec_r.capture, "--capture");
+      const std::vector<std::string> ins = {rec_r.prompt_file == "-" ? std::string() : rec_r.prompt_file,
+                                            model_path_of(rec_m)};
+      check_output_file(rec_r.output, "-o", ins);
+      if (!rec_r.capture.empty()) check_output_file(rec_r.capture, "--capture", ins);
       const std::string text = read_prompt(rec_r.prompt_file);
       Loaded l = load_model(rec_m);
       do_record(rec_m, rec_r, l, text, rec_r.output);
@@ -481,6 +461,10 @@ int main(int argc, char** argv) {
     return cli::guarded(kTool, [&] {
       check_score_args(sc_s);
       check_output_folder(sc_s.out);
+      std::vector<std::string> ins = sc_s.trajectories;
+      ins.push_back(model_path_of(sc_m));
+      if (is_folder(sc_s.out))
+        for (const char* f : kResultFiles) cli::check_output(sc_s.out + "/" + f, "--out", ins);
       Loaded l = load_model(sc_m);
       return do_score(sc_m, sc_s, l, sc_s.trajectories);
     });
@@ -490,33 +474,31 @@ int main(int argc, char** argv) {
       check_record_args(run_r);
       check_output_folder(run_s.out);
       const std::string traj = run_s.out + "/trajectory.h5";
+      const std::vector<std::string> ins = {run_r.prompt_file == "-" ? std::string() : run_r.prompt_file,
+                                            model_path_of(run_m)};
+      if (is_folder(run_s.out)) check_output_file(traj, "--out", ins);
       if (!run_r.capture.empty()) {
         if (same_path(traj, run_r.capture)) throw cli::UsageError("--capture names the run's " + traj);
-        check_output_file(run_r.capture, "--capture");
+        check_output_file(run_r.capture, "--capture", ins);
       }
       const std::string text = read_prompt(run_r.prompt_file);
       Loaded l = load_model(run_m);
-      bool made = false;
+      // The results folder is made once the arms are known to fit (and removed again, if
+      // this run made it, on a failure or a signal); the trajectory (and capture) stay in
+      // temporaries until the results are written and are committed with them, so a failed
+      // or interrupted run leaves none of its outputs.
+      std::unique_ptr<MadeFolder> folder;
       auto make_folder = [&](uint32_t n_ctx) {
         check_arms_fit(l, run_s.arms, n_ctx, run_m.ubatch, "--arms");
-        made = ::mkdir(run_s.out.c_str(), 0777) == 0;
-        if (!made && errno != EEXIST)
-          throw FileError(run_s.out, std::string("cannot create the folder: ") + std::strerror(errno));
+        folder = std::make_unique<MadeFolder>(run_s.out);
       };
-      bool recorded = false;
-      try {
-        do_record(run_m, run_r, l, text, traj, make_folder);
-        recorded = true;
-        return do_score(run_m, run_s, l, {traj});
-      } catch (...) {
-        // A failed run leaves none of its outputs.
-        if (recorded) {
-          ::unlink(traj.c_str());
-          if (!run_r.capture.empty()) ::unlink(run_r.capture.c_str());
-        }
-        if (made) ::rmdir(run_s.out.c_str());
-        throw;
-      }
+      std::vector<std::unique_ptr<AtomicOutput>> pending;  // destroyed before the folder
+      do_record(run_m, run_r, l, text, traj, &pending, make_folder);
+      std::vector<AtomicOutput*> also;
+      for (auto& p : pending) also.push_back(p.get());
+      const int rc = do_score(run_m, run_s, l, {traj}, {pending.front()->temp_path()}, also);
+      folder->keep();
+      return rc;
     });
   return cli::kUsage;
 }

@@ -12,7 +12,10 @@
 #include <memory>
 #include <sstream>
 
+#include <sys/stat.h>
+
 #include "cli_common.h"
+#include "sjkv/io/atomic_file.h"
 #include "sjkv/io/load.h"
 #include "sjkv/train/codebook_io.h"
 #include "sjkv/train/sha256.h"
@@ -57,15 +60,6 @@ std::string num(double v) {
   return b;
 }
 
-std::string json_str(const std::string& s) {
-  std::string o = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') { o += '\\'; o += static_cast<char>(c); }
-    else if (c < 0x20) { char b[8]; std::snprintf(b, sizeof b, "\\u%04x", c); o += b; }
-    else o += static_cast<char>(c);
-  }
-  return o + "\"";
-}
 
 std::string hex_id(uint64_t id) {
   char b[24];
@@ -100,13 +94,39 @@ std::string resolve_device(const std::string& asked, std::string* name) {
 
 int run_train(const TrainArgs& a) {
   if (a.bits < 2 || a.bits > 4) throw cli::UsageError("--bits must be 2, 3 or 4");
+  if (!(a.heldout >= 0.0 && a.heldout < 1.0)) throw cli::UsageError("--heldout must be in [0, 1)");
+  if (!(a.tol >= 0.0 && std::isfinite(a.tol))) throw cli::UsageError("--tol must be finite and >= 0");
+  // -o is a prefix; "out/" or a folder would write the hidden files out/.sjcb, out/.bin, out/.h.
+  {
+    const size_t slash = a.prefix.find_last_of('/');
+    const std::string base = slash == std::string::npos ? a.prefix : a.prefix.substr(slash + 1);
+    struct stat st;
+    if (base.empty() || base == "." || base == ".." || (::stat(a.prefix.c_str(), &st) == 0 && S_ISDIR(st.st_mode)))
+      throw cli::UsageError("-o '" + a.prefix + "' names a folder; give a file prefix such as " +
+                            (a.prefix.empty() || a.prefix.back() == '/' ? a.prefix : a.prefix + "/") +
+                            "cb3 (writes cb3.sjcb, cb3.bin, cb3.h)");
+  }
+  {
+    CodecConfig cc;
+    cc.bits_k = cc.bits_v = a.bits;
+    cc.body = Body::trellis;
+    cc.sink = a.sink;
+    cc.iters = a.iters;
+    cc.trellis_axis = a.axis == "channel" ? TrellisAxis::channel : TrellisAxis::token;
+    cli::check_codec_options(cc);
+  }
+  // All outputs are created (and checked) before the work, and committed together at the end.
+  const bool token_axis = a.axis != "channel";
+  std::vector<std::string> ins = a.inputs;
+  if (!a.init.empty()) ins.push_back(a.init);
+  const std::vector<std::string> out_names = token_axis
+      ? std::vector<std::string>{a.prefix + ".sjcb", a.prefix + ".bin", a.prefix + ".h"}
+      : std::vector<std::string>{a.prefix + ".sjcb", a.prefix + ".bin"};
+  for (const std::string& o : out_names) cli::check_output(o, "-o", ins);
+  std::vector<std::unique_ptr<AtomicOutput>> outs;
+  for (const std::string& o : out_names) outs.push_back(std::make_unique<AtomicOutput>(o));
   std::string device_name;
   const std::string device = resolve_device(a.device, &device_name);
-  if (!a.quiet)
-    std::fprintf(stderr, "%s: Lloyd passes on %s%s\n", kTool, device == "cuda" ? "cuda: " : "cpu",
-                 device == "cuda" ? device_name.c_str() : "");
-  if (!(a.heldout >= 0.0 && a.heldout < 1.0)) throw cli::UsageError("--heldout must be in [0, 1)");
-  if (!(a.tol >= 0.0)) throw cli::UsageError("--tol must be >= 0");
   const uint32_t ne = trellis_entries(a.bits);
   // starting tables
   std::vector<uint16_t> init_k(ne), init_v(ne);
@@ -155,6 +175,11 @@ int run_train(const TrainArgs& a) {
   if (set.train_k.sequences() == 0)
     throw std::invalid_argument("the inputs hold no sealed tile in the train set (a tile is a full group of 128 positions "
                                 "after the sink of " + std::to_string(a.sink) + ")");
+  if (!a.quiet) {
+    // Information only once the inputs are read: an error stays the only line.
+    std::fprintf(stderr, "%s: Lloyd passes on %s%s\n", kTool, device == "cuda" ? "cuda: " : "cpu",
+                 device == "cuda" ? device_name.c_str() : "");
+  }
   if (!a.quiet)
     std::fprintf(stderr, "%s: %" PRIu64 " train and %" PRIu64 " held-out tiles (%zu + %zu sequences per side), split %s\n",
                  kTool, set.train_records, set.heldout_records, set.train_k.sequences(), set.heldout_k.sequences(),
@@ -252,24 +277,31 @@ int run_train(const TrainArgs& a) {
                              (a.assume_rotated ? " assume_rotated" : "")},
                 {"unused_entries", "keep their previous value"}};
   c.provenance = prov;
-  write_codebook_container(a.prefix + ".sjcb", c);
-  write_raw_codebook(a.prefix + ".bin", c.table);
-  // The header's macro names (SJKVARN_CB<b>_TOK_*) are the reference generator's token-axis
-  // tables; a channel-axis codebook is written as the container and the raw table only.
-  const bool token_axis = c.axis == CodebookAxis::token;
-  if (token_axis)
-    write_codebook_header(a.prefix + ".h", c.table, std::string(kVersion) + ", seed " + std::to_string(a.seed));
+  {
+    const std::vector<uint8_t> box = container_bytes(c), raw = raw_codebook_bytes(c.table);
+    write_file_bytes(outs[0]->temp_path(), box.data(), box.size(), out_names[0]);
+    write_file_bytes(outs[1]->temp_path(), raw.data(), raw.size(), out_names[1]);
+    // The header's macro names (SJKVARN_CB<b>_TOK_*) are the reference generator's token-axis
+    // tables; a channel-axis codebook is written as the container and the raw table only.
+    if (token_axis) {
+      const std::string h = codebook_header_text(c.table, std::string(kVersion) + ", seed " + std::to_string(a.seed));
+      write_file_bytes(outs[2]->temp_path(), h.data(), h.size(), out_names[2]);
+    }
+    std::vector<AtomicOutput*> all;
+    for (auto& o : outs) all.push_back(o.get());
+    commit_all(all);
+  }
   const uint64_t cid = raw_codebook_id(c.table);
   const std::string rsha = raw_codebook_sha256(c.table);
 
   if (a.json) {
     std::ostringstream o;
-    o << "{\n  \"tool_version\": " << json_str(kVersion) << ",\n  \"bits\": " << a.bits << ",\n  \"window_length\": "
-      << trellis_window_len(a.bits) << ",\n  \"axis\": " << json_str(a.axis) << ",\n  \"codebook_id\": \"" << hex_id(cid)
+    o << "{\n  \"tool_version\": " << json_string(kVersion) << ",\n  \"bits\": " << a.bits << ",\n  \"window_length\": "
+      << trellis_window_len(a.bits) << ",\n  \"axis\": " << json_string(a.axis) << ",\n  \"codebook_id\": \"" << hex_id(cid)
       << "\",\n  \"raw_sha256\": \"" << rsha << "\",\n  \"seed\": " << a.seed << ",\n  \"split_rng\": "
-      << json_str(SplitDrawer::rng_name()) << ",\n  \"train_tiles\": " << set.train_records
-      << ",\n  \"heldout_tiles\": " << set.heldout_records << ",\n  \"outputs\": [" << json_str(a.prefix + ".sjcb")
-      << ", " << json_str(a.prefix + ".bin") << (token_axis ? ", " + json_str(a.prefix + ".h") : std::string()) << "],\n  \"iterations\": {";
+      << json_string(SplitDrawer::rng_name()) << ",\n  \"train_tiles\": " << set.train_records
+      << ",\n  \"heldout_tiles\": " << set.heldout_records << ",\n  \"outputs\": [" << json_string(a.prefix + ".sjcb")
+      << ", " << json_string(a.prefix + ".bin") << (token_axis ? ", " + json_string(a.prefix + ".h") : std::string()) << "],\n  \"iterations\": {";
     for (int s = 0; s < 2; ++s) {
       o << (s ? ", " : "") << "\"" << (s == 0 ? "k" : "v") << "\": [";
       for (size_t i = 0; i < res[s].history.size(); ++i) {
@@ -319,23 +351,23 @@ int run_inspect(const std::string& path, bool json) {
   const CodebookProvenance& p = c.provenance;
   if (json) {
     std::ostringstream o;
-    o << "{\n  \"file\": " << json_str(path) << ",\n  \"kind\": \"" << kn << "\",\n  \"file_sha256\": \"" << file_sha
+    o << "{\n  \"file\": " << json_string(path) << ",\n  \"kind\": \"" << kn << "\",\n  \"file_sha256\": \"" << file_sha
       << "\",\n  \"bits\": " << c.table.bits << ",\n  \"window_length\": " << trellis_window_len(c.table.bits)
       << ",\n  \"axis\": \"" << axis_name(c.axis) << "\",\n  \"entries\": " << c.table.k.size()
       << ",\n  \"codebook_id\": \"" << hex_id(c.codebook_id) << "\",\n  \"raw_sha256\": \"" << c.raw_sha256
       << "\",\n  \"hashes_ok\": true";
     if (kind == CodebookFileKind::container) {
-      o << ",\n  \"version\": " << c.version << ",\n  \"provenance\": {\"tool_version\": " << json_str(p.tool_version)
+      o << ",\n  \"version\": " << c.version << ",\n  \"provenance\": {\"tool_version\": " << json_string(p.tool_version)
         << ", \"inputs\": [";
       for (size_t i = 0; i < p.inputs.size(); ++i)
-        o << (i ? ", " : "") << "{\"path\": " << json_str(p.inputs[i].path) << ", \"sha256\": \"" << p.inputs[i].sha256 << "\"}";
+        o << (i ? ", " : "") << "{\"path\": " << json_string(p.inputs[i].path) << ", \"sha256\": \"" << p.inputs[i].sha256 << "\"}";
       o << "], \"seed\": " << p.seed << ", \"iterations\": " << p.iterations << ", \"train_tiles_k\": " << p.train_tiles_k
         << ", \"train_tiles_v\": " << p.train_tiles_v << ", \"heldout_tiles_k\": " << p.heldout_tiles_k
         << ", \"heldout_tiles_v\": " << p.heldout_tiles_v << ", \"train_mse_k\": " << num(p.train_mse_k)
         << ", \"train_mse_v\": " << num(p.train_mse_v) << ", \"heldout_mse_k\": " << num(p.heldout_mse_k)
         << ", \"heldout_mse_v\": " << num(p.heldout_mse_v) << ", \"extra\": {";
       for (size_t i = 0; i < p.extra.size(); ++i)
-        o << (i ? ", " : "") << json_str(p.extra[i].first) << ": " << json_str(p.extra[i].second);
+        o << (i ? ", " : "") << json_string(p.extra[i].first) << ": " << json_string(p.extra[i].second);
       o << "}}";
     }
     for (int s = 0; s < 2; ++s) {
@@ -412,7 +444,7 @@ int main(int argc, char** argv) {
   app.add_option("inputs", a.inputs, "Capture (.h5), .kvd tile dump or llama.cpp state file(s)")->required();
   app.add_option("-o,--output", a.prefix, "Output prefix: PREFIX.sjcb, PREFIX.bin, PREFIX.h")->required();
   app.add_option("--bits", a.bits, "Trellis width: 2, 3 or 4")->check(CLI::IsMember({2u, 3u, 4u}))->capture_default_str();
-  app.add_option("--seed", a.seed, "Seed of the train / held-out split")->capture_default_str();
+  app.add_option("--seed", a.seed, "Seed of the train / held-out split")->check(cli::non_negative())->capture_default_str();
   app.add_option("--tol", a.tol, "Stop when the relative train MSE gain of an iteration is below this")->capture_default_str();
   app.add_option("--max-iters", a.max_iters, "Most Lloyd iterations")->check(CLI::Range(0u, 10000u))->capture_default_str();
   app.add_option("--heldout", a.heldout, "Fraction of tiles held out")->capture_default_str();
