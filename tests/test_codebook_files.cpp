@@ -324,7 +324,10 @@ TEST(CodebookFiles, HeaderRejects) {
     check(s, "not 0x + 4 hex digits");
     s = good;
     s.replace(v, 6, "0x7c00");
-    check(s, "NaN or infinite");
+    check(s, "is NaN, infinite or larger than 64");
+    s = good;
+    s.replace(v, 6, "0x7bff");  // 65504: decodes to values that overflow fp16
+    check(s, "is NaN, infinite or larger than 64");
     s = good;
     s.replace(v, 1, "#");
     check(s, "unexpected character");
@@ -353,7 +356,19 @@ TEST(CodebookFiles, RawAndSniffRejects) {
   b[600] = 0x00;
   b[601] = 0x7c;  // V entry 44 infinite
   spit(p, b);
-  expect_defect([&] { read_codebook_any(p); }, "V table entry 44 is NaN or infinite");
+  expect_defect([&] { read_codebook_any(p); }, "V table entry 44 is NaN, infinite or larger than 64");
+  // every entry 65504 (was accepted, and encode then wrote snapshots it could not decode)
+  for (size_t i = 0; i + 1 < b.size(); i += 2) {
+    b[i] = 0xff;
+    b[i + 1] = 0x7b;
+  }
+  spit(p, b);
+  expect_defect([&] { read_codebook_any(p); }, "K table entry 0 is NaN, infinite or larger than 64");
+  b[0] = 0x00;  // 64.0 exactly is accepted
+  b[1] = 0x54;
+  for (size_t i = 2; i + 1 < b.size(); i += 2) b[i] = b[i + 1] = 0;
+  spit(p, b);
+  EXPECT_NO_THROW(read_codebook_any(p));
 }
 
 // The codebooks sjkv ships (data/codebooks/gemma3-270m-*): all three forms agree, the ids

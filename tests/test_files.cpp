@@ -723,8 +723,8 @@ const std::vector<RejectCase>& reject_cases() {
       {"snapshot-ring-over-capacity", Kind::snapshot, "N = 100000: 99904 ring rows, capacity 384",
        "rows, more than its capacity 384", false, snapshot_with([](hid_t f) { put_u32(f, "N", 100000); })},
       {"snapshot-capacity-overflow", Kind::snapshot, "n_ubatch = 2^31: the ring capacity overflows 32 bits",
-       "overflows 32 bits", true, snapshot_with([](hid_t f) { put_u32(f, "n_ubatch", 0x80000000u); })},
-      {"snapshot-n-ubatch-zero", Kind::snapshot, "n_ubatch = 0", "n_ubatch = 0 (must be >= 1)", false,
+       "n_ubatch = 2147483648 is outside [1, 2^20]", true, snapshot_with([](hid_t f) { put_u32(f, "n_ubatch", 0x80000000u); })},
+      {"snapshot-n-ubatch-zero", Kind::snapshot, "n_ubatch = 0", "n_ubatch = 0 is outside [1, 2^20]", false,
        snapshot_with([](hid_t f) { put_u32(f, "n_ubatch", 0); })},
       {"snapshot-missing-body", Kind::snapshot, "layers/5/body deleted", "dataset layers/5/body is missing", false,
        snapshot_with([](hid_t f) { drop(f, "layers/5/body"); })},
@@ -1117,7 +1117,8 @@ TEST(Writers, MissingFolderFailsCleanly) {
     ADD_FAILURE() << "wrote into a missing folder";
   } catch (const FileError& e) {
     EXPECT_EQ(e.path(), p);
-    EXPECT_NE(e.defect().find("No such file or directory"), std::string::npos) << e.what();
+    EXPECT_NE(e.defect().find("the folder " + scratch("no-such-folder") + " does not exist"), std::string::npos)
+        << e.what();
   }
   EXPECT_FALSE(exists(scratch("no-such-folder")));
 }
@@ -1197,6 +1198,113 @@ TEST(AtomicOutput, UncommittedIsRemoved) {
   }
   EXPECT_TRUE(exists(p));
   EXPECT_FALSE(exists(temp));
+}
+
+// A signal while a temporary exists removes it (the handler AtomicOutput installs), and the
+// process still dies of that signal.
+TEST(AtomicOutput, SignalRemovesTemporary) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    const std::string p = scratch("atomic-signal.bin");
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      AtomicOutput out(p);
+      std::ofstream(out.temp_path()) << "half";
+      ::raise(sig);
+      _exit(0);  // not reached
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << "signal " << sig;
+    EXPECT_FALSE(exists(scratch(".atomic-signal.bin.tmp-" + std::to_string(child)))) << "signal " << sig;
+    EXPECT_FALSE(exists(p));
+  }
+}
+
+// After a SIGKILL (here: _exit, no destructor) the temporary stays; the next writer of the
+// same name removes it, because its process is gone. A live process's temporary is kept.
+TEST(AtomicOutput, NextWriterRemovesDeadProcessesTemporaries) {
+  const std::string p = scratch("atomic-stale.bin");
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    AtomicOutput* leak = new AtomicOutput(p);
+    (void)leak;
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  const std::string stale = scratch(".atomic-stale.bin.tmp-" + std::to_string(child));
+  ASSERT_TRUE(exists(stale));
+  const std::string live = scratch(".atomic-stale.bin.tmp-1");  // pid 1 exists
+  std::ofstream(live) << "x";
+  const std::string other = scratch(".atomic-stale.bin.tmp-12x");  // not our shape
+  std::ofstream(other) << "x";
+  {
+    AtomicOutput out(p);
+    EXPECT_FALSE(exists(stale));
+  }
+  EXPECT_TRUE(exists(live));
+  EXPECT_TRUE(exists(other));
+  ::unlink(live.c_str());
+  ::unlink(other.c_str());
+}
+
+// Destinations that are not regular files: a folder, a FIFO are refused and left as they
+// are; a character device is written through and stays a device.
+TEST(AtomicOutput, SpecialDestinations) {
+  EXPECT_THROW(AtomicOutput{scratch_dir()}, FileError);
+  const std::string fifo = scratch("atomic.fifo");
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THROW(AtomicOutput{fifo}, FileError);
+  struct stat st;
+  ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  ::unlink(fifo.c_str());
+  EXPECT_THROW(AtomicOutput{scratch("no-such-folder/x.bin")}, FileError);
+  {
+    AtomicOutput out("/dev/null");
+    EXPECT_EQ(out.temp_path().find("/dev/"), std::string::npos);
+    write_file_bytes(out.temp_path(), "abc", 3, "/dev/null");
+    out.commit();
+  }
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  if (::access("/dev/full", W_OK) == 0) {
+    AtomicOutput out("/dev/full");
+    write_file_bytes(out.temp_path(), "abc", 3, "/dev/full");
+    EXPECT_THROW(out.commit(), FileError);  // ENOSPC from the device
+    ASSERT_EQ(::stat("/dev/full", &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode));
+  }
+}
+
+// A final name that fits NAME_MAX gets a temporary that fits too (the plain suffix would not).
+TEST(AtomicOutput, LongNamesStayWritable) {
+  const std::string name(250, 'n');
+  const std::string p = scratch(name);
+  {
+    AtomicOutput out(p);
+    EXPECT_LE(out.temp_path().size() - scratch("").size(), 255u);
+    write_file_bytes(out.temp_path(), "ok", 2, p);
+    out.commit();
+  }
+  EXPECT_TRUE(exists(p));
+  ::unlink(p.c_str());
+  EXPECT_NE(atomic_temp_name(std::string(250, 'a'), 7), atomic_temp_name(std::string(249, 'a') + "b", 7));
+}
+
+TEST(AtomicOutput, SameFileIsByInode) {
+  const std::string a = scratch("same-a.bin"), b = scratch("same-b.bin");
+  std::ofstream(a) << "x";
+  ::unlink(b.c_str());
+  ASSERT_EQ(::link(a.c_str(), b.c_str()), 0);
+  EXPECT_TRUE(same_file(a, b));
+  EXPECT_TRUE(same_file(a, scratch_dir() + "/./same-a.bin"));
+  EXPECT_FALSE(same_file(a, scratch("no-such")));
+  ::unlink(a.c_str());
+  ::unlink(b.c_str());
 }
 
 // ---- sniffing -------------------------------------------------------------------------------

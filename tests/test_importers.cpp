@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -505,6 +507,30 @@ TEST(LlamaState, SeqStateF16SortedByPosition) {
   // head_dim 64 halves the heads over the same rows
   opt.head_dim = 64;
   EXPECT_EQ(read_llama_state(path, opt).kv_heads, 2u);
+}
+
+// Cells at positions 0 and 5 were renumbered to 0 and 1; a gap is refused, naming it, and
+// the file is written to the fuzz corpus as a regression seed.
+TEST(LlamaState, GapInPositionsIsRefused) {
+  TempDir tmp;
+  LState s;
+  s.tokens = {7, 8};
+  s.sections = {{make_stream({{0, {0}}, {5, {0}}}, 1, 0, 32, 1, 1, 0)}};
+  const std::vector<uint8_t> bytes = llama_bytes(s);
+  const std::string path = tmp.write("gap.bin", bytes);
+  LlamaStateOptions opt;
+  opt.head_dim = 32;
+  expect_reject([&] { (void)read_llama_state(path, opt); }, path, "positions have a gap: 0 then 5");
+  // a run that starts past 0 is kept (a shifted context)
+  s.sections = {{make_stream({{6, {0}}, {5, {0}}}, 1, 0, 32, 1, 1, 0)}};
+  const Capture cap = read_llama_state(tmp.write("shifted.bin", llama_bytes(s)), opt);
+  EXPECT_EQ(cap.tokens, 2u);
+  const std::string corpus = std::string(SJKV_SOURCE_DIR) + "/tests/fuzz/corpus/llama_state/regress-position-gap.bin";
+  if (std::getenv("SJKV_REGENERATE")) std::ofstream(corpus, std::ios::binary).write(
+      reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  std::ifstream in(corpus, std::ios::binary);
+  const std::vector<uint8_t> stored((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(stored, bytes) << "write " << path << " to " << corpus;
 }
 
 TEST(LlamaState, SeqStateF32TransposedV) {

@@ -426,3 +426,17 @@ TEST(Plan, Saturates) {
 }
 
 }  // namespace
+
+// plan --ubatch 2147479488 printed 0.691 bits per value (the ring's 32-bit size wrapped);
+// a ubatch outside [1, 2^20] is refused instead.
+TEST(PlanLayout, UbatchOutsideTheRingLimitsIsRefused) {
+  const sjkv::CacheGeometry g = sjkv::qwen38_27b_geometry();
+  const sjkv::CacheOption opt = sjkv::CacheOption::sjkv(4, 4);
+  sjkv::PlanSettings ps;
+  for (uint32_t ub : {0u, 2147479488u, 2147483648u, sjkv::kMaxUbatch + 1}) {
+    ps.layout.n_ubatch = ub;
+    EXPECT_THROW((void)sjkv::cache_bytes(g, opt, 16384, ps), std::invalid_argument) << ub;
+  }
+  ps.layout.n_ubatch = sjkv::kMaxUbatch;
+  EXPECT_GT(sjkv::allocated_bits_per_value(g, opt, 16384, ps), 16.0);  // a ring of 2^21 rows dominates
+}

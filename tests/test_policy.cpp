@@ -8,6 +8,8 @@
 #include <sstream>
 #include <string>
 
+#include "sjkv/cache.h"
+#include "sjkv/config.h"
 #include "sjkv/policy.h"
 
 namespace {
@@ -41,6 +43,26 @@ TEST(PolicyRing, CapacityExamples) {
   EXPECT_EQ(sjkv::ring_capacity(256, 512, 128, 65), 896u);
   EXPECT_EQ(sjkv::ring_capacity(4096, 0, 128, 1), 4352u);
   EXPECT_EQ(sjkv::ring_capacity(0, 0, 128, 1), 256u);
+}
+
+// The limits that keep ring_capacity's 32-bit sum exact: the sizes a hostile file or option
+// gave (tail 4294966144, n_ubatch 2^31 - 64 or 2^31) wrap to a capacity of 0 or a small one.
+TEST(PolicyRing, CapacityLimits) {
+  EXPECT_TRUE(sjkv::ring_capacity_valid(4096, 8192, 128, 512));
+  EXPECT_TRUE(sjkv::ring_capacity_valid(sjkv::kMaxTail, sjkv::kMaxTail, 128, sjkv::kMaxUbatch));
+  EXPECT_FALSE(sjkv::ring_capacity_valid(4294966144u, 0, 128, 512));
+  EXPECT_FALSE(sjkv::ring_capacity_valid(4096, 8192, 128, 2147483584u));
+  EXPECT_FALSE(sjkv::ring_capacity_valid(4096, 8192, 128, 2147483648u));
+  EXPECT_FALSE(sjkv::ring_capacity_valid(4096, 8192, 128, 0));
+  // At the limits the capacity is exact (no wrap): 2^30 + 128 + 2^21, rounded to 128.
+  EXPECT_EQ(sjkv::ring_capacity(sjkv::kMaxTail, 0, 128, sjkv::kMaxUbatch), (1u << 30) + 128u + (1u << 21));
+  sjkv::CodecConfig c;
+  c.tail = 4294966144u;
+  c.tail_max = 0;
+  EXPECT_EQ(sjkv::can_implement(c), sjkv::Unsupported::size_too_large);
+  sjkv::CacheShape shape{1, 1, 1024, 2147483584u};
+  sjkv::SequenceCache cache(sjkv::CodecConfig{}, shape);
+  EXPECT_FALSE(cache.status().ok());
 }
 
 TEST(PolicyRing, Slot) {

@@ -39,6 +39,14 @@ struct GgufWriter {
   void key_u32(const std::string& k, uint32_t v) { put_str(kv, k); put<int32_t>(kv, 4); put(kv, v); ++n_kv; }
   void key_f32(const std::string& k, float v) { put_str(kv, k); put<int32_t>(kv, 6); put(kv, v); ++n_kv; }
   void key_str(const std::string& k, const std::string& v) { put_str(kv, k); put<int32_t>(kv, 8); put_str(kv, v); ++n_kv; }
+  void key_strs(const std::string& k, const std::vector<std::string>& v) {
+    put_str(kv, k);
+    put<int32_t>(kv, 9);
+    put<int32_t>(kv, 8);
+    put<uint64_t>(kv, v.size());
+    for (const std::string& x : v) put_str(kv, x);
+    ++n_kv;
+  }
   void tensor(const std::string& name, std::vector<uint64_t> dims, uint32_t type, const std::vector<uint8_t>& bytes) {
     while (data.size() % 32) data.push_back(0);
     put_str(ti, name);
@@ -72,6 +80,7 @@ struct Synth {
   std::string bad_shape;             // tensor written one row short
   std::string q8_1;                  // tensor written as Q8_1 (not dequantized by replay)
   uint32_t matrix_type = kGgmlF16;   // F32, F16 or Q8_0 for the matrices
+  uint32_t vocab_tokens = 0;         // > 0: a tokenizer.ggml.tokens array of that many pieces
 };
 
 std::vector<uint8_t> encode(const std::vector<float>& v, uint32_t type) {
@@ -112,6 +121,11 @@ std::string write_synth(const Synth& s, const std::string& name) {
   w.key_f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
   w.key_f32(a + "rope.freq_base", s.arch == "gemma3" ? 1e6f : 1e4f);
   if (s.arch == "gemma3") w.key_u32(a + "attention.sliding_window", 4);
+  if (s.vocab_tokens) {
+    std::vector<std::string> pieces;
+    for (uint32_t i = 0; i < s.vocab_tokens; ++i) pieces.push_back("t" + std::to_string(i));
+    w.key_strs("tokenizer.ggml.tokens", pieces);
+  }
   auto add = [&](const std::string& n, uint64_t cols, uint64_t rows, float scale, float offset) {
     if (n == s.drop) return;
     uint64_t r = n == s.bad_shape ? rows - 1 : rows;
@@ -282,6 +296,12 @@ TEST_P(SynthModel, DefectsNameTheFileAndTensor) {
   d = s;
   d.drop = "output_norm.weight";
   expect_defect(d, "norm.gguf", "missing tensor 'output_norm.weight'");
+  // a vocabulary longer than the embedding table fails at load, not at the first such token
+  d = s;
+  d.vocab_tokens = s.V + 1;
+  expect_defect(d, "vocab.gguf", "the vocabulary has 51 tokens but 'token_embd.weight' only 50 rows");
+  d.vocab_tokens = s.V;
+  EXPECT_NO_THROW((void)Model::load(write_synth(d, "vocab-ok.gguf")));
   if (s.arch == "gemma3") {
     d = s;
     d.drop = "blk.0.attn_q_norm.weight";
