@@ -13,6 +13,7 @@
 #include "sjkv/fp16.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -345,15 +346,19 @@ void dot_tile_avx512_nt(size_t nt, const uint16_t* w, size_t k, const float* con
   }
 }
 
+// F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports has no "f16c".
+bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+
 bool cpu_has_avx512() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   return ok;
 }
 
 bool cpu_has_avx2() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   return ok;
 }
 #endif
