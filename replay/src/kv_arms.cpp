@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "attend_tile.h"
 #include "kv_arms_formats.h"
 #include "seal_device.h"
 #include "sjkv/cache.h"
@@ -51,48 +52,10 @@ class RowSource {
   virtual void unrotate_output(float* x) const = 0;
 };
 
-constexpr uint32_t kTile = 256;  // positions per tile: 2 * 256 * D floats of buffer, two barriers per tile
+constexpr uint32_t kTile = detail::kTileRows;  // positions per tile: 2 * 256 * D floats of buffer, two barriers per tile
 
 }  // namespace
 
-namespace detail {
-
-// One query against rows [0, n) of a decoded tile: scores, then the online-softmax update of
-// (m, S, acc). Built twice (AVX2 and baseline) and picked at load time; neither build may
-// contract or reassociate (no FMA target, no fast-math), and the 8-lane dot product keeps
-// the same lanes in both, so both give the same floats.
-__attribute__((target_clones("avx2", "default")))
-void tile_update(const float* qv, const float* kt, const float* vt, uint32_t n, uint32_t D, float scale, float* sc,
-                 float& m, float& S, float* acc) {
-  float mt = -std::numeric_limits<float>::infinity();
-  for (uint32_t p = 0; p < n; ++p) {
-    const float* kr = kt + static_cast<size_t>(p) * D;
-    float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    uint32_t i = 0;
-    for (; i + 8 <= D; i += 8)
-      for (uint32_t j = 0; j < 8; ++j) l[j] += qv[i + j] * kr[i + j];
-    float t = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-    for (; i < D; ++i) t += qv[i] * kr[i];
-    sc[p] = t * scale;
-    mt = std::max(mt, sc[p]);
-  }
-  if (mt > m) {
-    const float corr = std::isinf(m) ? 0.0f : std::exp(m - mt);
-    for (uint32_t d = 0; d < D; ++d) acc[d] *= corr;
-    S *= corr;
-    m = mt;
-  }
-  float sw = S;
-  for (uint32_t p = 0; p < n; ++p) {
-    const float w = std::exp(sc[p] - m);
-    sw += w;
-    const float* vv = vt + static_cast<size_t>(p) * D;
-    for (uint32_t d = 0; d < D; ++d) acc[d] += w * vv[d];
-  }
-  S = sw;
-}
-
-}  // namespace detail
 
 namespace {
 
@@ -112,13 +75,20 @@ void fused_attend(const LayerShape& s, const RowSource& src, uint32_t pos0, uint
   const uint32_t nq = n * gq;
   std::vector<float> kt(static_cast<size_t>(kTile) * D), vt(static_cast<size_t>(kTile) * D);
   std::vector<float> acc(static_cast<size_t>(nq) * D), mx(nq), sum(nq);
+  // Work items: the query heads of one position together (their K/V rows are read once for
+  // all of them) when there are enough positions to keep every thread busy, single queries
+  // otherwise (decode). A query's floats do not depend on the choice (attend_tile.h).
+  const uint32_t threads = static_cast<uint32_t>(omp_get_max_threads());
+  const uint32_t bq = n >= 2 * threads ? std::min(gq, detail::kMaxBlock) : 1;
+  const uint32_t blocks = (gq + bq - 1) / bq;  // per position
+  const int items = static_cast<int>(n * blocks);
   for (uint32_t h = 0; h < Hkv; ++h) {
     std::fill(acc.begin(), acc.end(), 0.0f);
     std::fill(mx.begin(), mx.end(), -std::numeric_limits<float>::infinity());
     std::fill(sum.begin(), sum.end(), 0.0f);
 #pragma omp parallel
     {
-      float sc[kTile];
+      std::vector<float> scratch(static_cast<size_t>(detail::kMaxBlock) * kTile);
       // Tiles on absolute multiples of kTile: the same positions meet in the same order
       // whatever the ubatch split, so a row-format arm gives the same bytes for any split.
       for (uint32_t t0 = lo / kTile * kTile; t0 < end; t0 += kTile) {
@@ -132,16 +102,24 @@ void fused_attend(const LayerShape& s, const RowSource& src, uint32_t pos0, uint
         }
 #pragma omp barrier
 #pragma omp for schedule(static)
-        for (int qi = 0; qi < static_cast<int>(nq); ++qi) {
-          const uint32_t i = static_cast<uint32_t>(qi) / gq, head = h * gq + static_cast<uint32_t>(qi) % gq;
+        for (int it = 0; it < items; ++it) {
+          const uint32_t i = static_cast<uint32_t>(it) / blocks, g0 = static_cast<uint32_t>(it) % blocks * bq;
           const uint32_t qpos = pos0 + i;
           uint32_t a = t0;
           const uint32_t b = std::min(t1, qpos + 1);
           if (s.window && qpos + 1 > s.window) a = std::max(a, qpos + 1 - s.window);
           if (a >= b) continue;
-          const float* qv = qr.data() + (static_cast<size_t>(i) * H + head) * D;
-          detail::tile_update(qv, kt.data() + static_cast<size_t>(a - t0) * D, vt.data() + static_cast<size_t>(a - t0) * D,
-                              b - a, D, scale, sc, mx[qi], sum[qi], acc.data() + static_cast<size_t>(qi) * D);
+          detail::TileBlock blk;
+          blk.nb = std::min(bq, gq - g0);
+          const size_t qi0 = static_cast<size_t>(i) * gq + g0;
+          for (uint32_t j = 0; j < blk.nb; ++j) {
+            blk.q[j] = qr.data() + (static_cast<size_t>(i) * H + h * gq + g0 + j) * D;
+            blk.acc[j] = acc.data() + (qi0 + j) * D;
+          }
+          blk.m = mx.data() + qi0;
+          blk.s = sum.data() + qi0;
+          detail::tile_block_update(blk, kt.data() + static_cast<size_t>(a - t0) * D,
+                                    vt.data() + static_cast<size_t>(a - t0) * D, b - a, D, scale, scratch.data());
         }
       }
     }

@@ -10,10 +10,12 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "../../replay/src/attend_tile.h"
 #include "../../replay/src/kv_arms_formats.h"
 #include "sjkv/cache_view.h"
 #include "sjkv/hadamard.h"
@@ -771,3 +773,78 @@ TEST(ArmTier, EdgeLayersRunAt44) {
 }  // namespace
 }  // namespace replay
 }  // namespace sjkv
+
+// ---- the blocked tile step of the fused attention ------------------------------------------
+
+namespace {
+
+struct TileCase {
+  uint32_t D, n, nb;
+};
+
+// Runs two tiles through the step for nb queries at once, or one query at a time, with the
+// portable or the dispatched (AVX2 where present) build; returns acc, m and s of every query.
+std::vector<float> run_tiles(const TileCase& c, bool blocked, bool portable) {
+  std::mt19937 rng(c.D * 131 + c.n * 7 + c.nb);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> q(static_cast<size_t>(c.nb) * c.D), k(2 * static_cast<size_t>(c.n) * c.D), v(k.size());
+  for (auto& x : q) x = nd(rng);
+  for (auto& x : k) x = 3.0f * nd(rng);
+  for (auto& x : v) x = nd(rng);
+  std::vector<float> acc(static_cast<size_t>(c.nb) * c.D, 0.0f), m(c.nb, -INFINITY), s(c.nb, 0.0f);
+  std::vector<float> scratch(static_cast<size_t>(sjkv::replay::detail::kMaxBlock) * sjkv::replay::detail::kTileRows);
+  for (uint32_t t = 0; t < 2; ++t) {
+    const float* kt = k.data() + static_cast<size_t>(t) * c.n * c.D;
+    const float* vt = v.data() + static_cast<size_t>(t) * c.n * c.D;
+    for (uint32_t q0 = 0; q0 < c.nb; q0 += blocked ? c.nb : 1) {
+      sjkv::replay::detail::TileBlock b;
+      b.nb = blocked ? c.nb : 1;
+      for (uint32_t j = 0; j < b.nb; ++j) {
+        b.q[j] = q.data() + static_cast<size_t>(q0 + j) * c.D;
+        b.acc[j] = acc.data() + static_cast<size_t>(q0 + j) * c.D;
+      }
+      b.m = m.data() + q0;
+      b.s = s.data() + q0;
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+      if (portable) sjkv::replay::detail::tile_block_update_portable(b, kt, vt, c.n, c.D, scale, scratch.data());
+      else sjkv::replay::detail::tile_block_update(b, kt, vt, c.n, c.D, scale, scratch.data());
+    }
+  }
+  acc.insert(acc.end(), m.begin(), m.end());
+  acc.insert(acc.end(), s.begin(), s.end());
+  return acc;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+// The AVX2 build equals the portable one bit for bit, and a query's floats do not depend on
+// the block it is computed in (decode uses blocks of one, prefill a GQA group).
+TEST(AttendTile, BuildsAndBlockingGiveTheSameBits) {
+  if (!sjkv::replay::detail::tile_block_uses_avx2()) std::printf("no AVX2 here: the portable build only\n");
+  for (const TileCase c : {TileCase{256, 256, 4}, TileCase{64, 256, 3}, TileCase{64, 37, 8}, TileCase{40, 9, 5},
+                           TileCase{128, 1, 1}, TileCase{256, 200, 2}}) {
+    const std::vector<float> ref = run_tiles(c, true, true);
+    EXPECT_TRUE(same_bits(ref, run_tiles(c, true, false))) << "D " << c.D << " n " << c.n << " nb " << c.nb;
+    EXPECT_TRUE(same_bits(ref, run_tiles(c, false, false))) << "D " << c.D << " n " << c.n << " nb " << c.nb;
+    EXPECT_TRUE(same_bits(ref, run_tiles(c, false, true))) << "D " << c.D << " n " << c.n << " nb " << c.nb;
+  }
+}
+
+// exp_nonpos against the double-precision exponential: within 2 float ulps on [-87, 0], 0 below.
+TEST(AttendTile, ExpNonposIsAccurate) {
+  float worst = 0.0f;
+  for (float x = 0.0f; x > -87.0f; x = x * 1.0001f - 1e-4f) {
+    const double want = std::exp(static_cast<double>(x));
+    const float got = sjkv::replay::detail::exp_nonpos(x);
+    const float ulp = std::nextafter(static_cast<float>(want), INFINITY) - static_cast<float>(want);
+    worst = std::max(worst, static_cast<float>(std::fabs(got - want) / ulp));
+  }
+  EXPECT_LT(worst, 2.0f);
+  EXPECT_EQ(sjkv::replay::detail::exp_nonpos(0.0f), 1.0f);
+  EXPECT_EQ(sjkv::replay::detail::exp_nonpos(-88.0f), 0.0f);
+  EXPECT_EQ(sjkv::replay::detail::exp_nonpos(-INFINITY), 0.0f);
+}
