@@ -1,12 +1,17 @@
 // The replay forward pass as a measuring instrument: logits for given token ids (to compare
 // with another engine) and prefill / decode speed, on the exact f32 cache or any arm.
 //   replay_logits MODEL [--ids 1,2,3 | --ids-file F] [--out F] [--ubatch N] [--threads T]
-//                 [--decode N] [--arm SPEC] [--info]
+//                 [--decode N] [--arm SPEC] [--info] [--profile]
+// --profile splits the time: attention (attend calls) and cache writes (store, which seals
+// for the compressed arms) of the full-attention and the sliding layers, and the rest (the
+// matrix products, norms, RoPE), with multiply-add rates.
 // --out writes raw little-endian f32 logits, [n][n_vocab], for every position. --decode N then
 // times N greedy one-token steps after the prompt. Timings go to stderr.
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
+#include <memory>
 #include <ctime>
 #include <cstdio>
 #include <cstdlib>
@@ -36,27 +41,85 @@ static std::vector<int32_t> parse_ids(const std::string& s) {
   return ids;
 }
 
+// Seconds and multiply-adds of one kind of layer (full attention, sliding window).
+struct Phase {
+  double attend_s = 0, store_s = 0;
+  double attend_macs = 0;  // q.k and weight x v: 2 x rows x head_dim per query head
+};
+
+// A layer that times its inner layer's calls (--profile).
+class TimedKv final : public LayerKv {
+ public:
+  TimedKv(std::unique_ptr<LayerKv> in, const LayerShape& s, Phase* p) : in_(std::move(in)), s_(s), p_(p) {}
+  void begin_ubatch(uint32_t pos0, uint32_t n) override {
+    const auto t = std::chrono::steady_clock::now();
+    in_->begin_ubatch(pos0, n);
+    p_->store_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  }
+  void store(uint32_t pos0, uint32_t n, const float* k, const float* v) override {
+    const auto t = std::chrono::steady_clock::now();
+    in_->store(pos0, n, k, v);
+    p_->store_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  }
+  void attend(uint32_t pos0, uint32_t n, const float* q, float scale, float* out) override {
+    const auto t = std::chrono::steady_clock::now();
+    in_->attend(pos0, n, q, scale, out);
+    p_->attend_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    for (uint32_t i = 0; i < n; ++i) {
+      const double rows = s_.window ? std::min<double>(pos0 + i + 1, s_.window) : pos0 + i + 1.0;
+      p_->attend_macs += 2.0 * rows * s_.head_dim * s_.n_head;
+    }
+  }
+  LayerBits bits() const override { return in_->bits(); }
+
+ private:
+  std::unique_ptr<LayerKv> in_;
+  LayerShape s_;
+  Phase* p_;
+};
+
 // arm == nullptr: the exact f32 cache (make_f32_layer), as before arms existed.
 static std::vector<std::unique_ptr<LayerKv>> make_cache(const ModelInfo& info, const KvArm* arm, uint32_t n_ctx,
-                                                        uint32_t n_ubatch) {
+                                                        uint32_t n_ubatch, Phase* full = nullptr,
+                                                        Phase* sliding = nullptr) {
   std::vector<std::unique_ptr<LayerKv>> kv;
   for (LayerShape s : info.layers) {
     s.n_ctx = n_ctx;
     s.n_ubatch = n_ubatch;
-    kv.push_back(arm ? arm->make_layer(s) : make_f32_layer(s));
+    std::unique_ptr<LayerKv> l = arm ? arm->make_layer(s) : make_f32_layer(s);
+    if (full) l = std::make_unique<TimedKv>(std::move(l), s, s.full_attention ? full : sliding);
+    kv.push_back(std::move(l));
   }
   return kv;
 }
 
+// Multiply-adds of the layer matrices per token (q, k, v, o, gate, up, down).
+static double matrix_macs_per_token(const ModelInfo& i) {
+  const double E = i.n_embd, q = double(i.n_head) * i.head_dim, kv = double(i.n_head_kv) * i.head_dim;
+  return i.n_layer * (E * q + 2 * E * kv + q * E + 3 * E * i.n_ff);
+}
+
+static void print_profile(const char* what, double total_s, uint32_t tokens, const ModelInfo& info, const Phase& full,
+                          const Phase& sliding) {
+  const double rest = total_s - full.attend_s - full.store_s - sliding.attend_s - sliding.store_s;
+  const double mm = matrix_macs_per_token(info) * tokens;
+  std::fprintf(stderr,
+               "profile %s: full-attention layers attend %.3f s (%.2f GMAC/s) store %.3f s; sliding layers attend "
+               "%.3f s (%.2f GMAC/s) store %.3f s; rest %.3f s (matrix products %.2f GMAC/s)\n",
+               what, full.attend_s, full.attend_s > 0 ? full.attend_macs / full.attend_s / 1e9 : 0.0, full.store_s,
+               sliding.attend_s, sliding.attend_s > 0 ? sliding.attend_macs / sliding.attend_s / 1e9 : 0.0,
+               sliding.store_s, rest, rest > 0 ? mm / rest / 1e9 : 0.0);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL [--ids a,b,c | --ids-file F] [--out F] [--ubatch N] [--threads T] [--decode N] [--arm SPEC] [--info] [--lookup w1|w2]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL [--ids a,b,c | --ids-file F] [--out F] [--ubatch N] [--threads T] [--decode N] [--arm SPEC] [--info] [--profile] [--lookup w1|w2]\n", argv[0]);
     return 1;
   }
   std::string model_path = argv[1], out, ids_arg, arm_spec;
   uint32_t n_ubatch = 512, n_decode = 0;
   int threads = 0;
-  bool show_info = false;
+  bool show_info = false, profile = false;
   std::string lookup;  // "|"-separated exact vocabulary strings to print the ids of
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
@@ -79,6 +142,7 @@ int main(int argc, char** argv) {
     else if (a == "--decode") n_decode = static_cast<uint32_t>(std::stoul(next()));
     else if (a == "--arm") arm_spec = next();
     else if (a == "--info") show_info = true;
+    else if (a == "--profile") profile = true;
     else if (a == "--lookup") lookup = next();
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
@@ -131,7 +195,8 @@ int main(int argc, char** argv) {
     const std::vector<int32_t> ids = parse_ids(ids_arg);
     if (ids.empty()) return 0;
     const uint32_t n = static_cast<uint32_t>(ids.size());
-    auto kv = make_cache(info, arm.get(), n + n_decode, n_ubatch);
+    Phase full, sliding;
+    auto kv = make_cache(info, arm.get(), n + n_decode, n_ubatch, profile ? &full : nullptr, &sliding);
     std::fprintf(stderr, "cache arm %s\n", arm ? arm->spec().c_str() : "f32");
     std::vector<float> logits(static_cast<size_t>(n) * info.n_vocab);
     t0 = clk::now();
@@ -140,6 +205,9 @@ int main(int argc, char** argv) {
     const double tp = std::chrono::duration<double>(clk::now() - t0).count();
     std::fprintf(stderr, "prefill %u tokens: %.3f s, %.1f tokens/s, cpu %.3f s\n", n, tp, n / tp,
                  double(std::clock() - c0) / CLOCKS_PER_SEC);
+    if (profile) print_profile("prefill", tp, n, info, full, sliding);
+    full = Phase{};
+    sliding = Phase{};
     if (!out.empty()) {
       std::ofstream f(out, std::ios::binary);
       f.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
@@ -161,6 +229,7 @@ int main(int argc, char** argv) {
       const double td = std::chrono::duration<double>(clk::now() - t0).count();
       std::fprintf(stderr, "decode %u tokens: %.3f s, %.1f tokens/s, cpu %.3f s\n", n_decode, td, n_decode / td,
                    double(std::clock() - c0) / CLOCKS_PER_SEC);
+      if (profile) print_profile("decode", td, n_decode, info, full, sliding);
       for (int32_t g : gen) std::printf("%d:%s ", g, static_cast<size_t>(g) < vocab.size() ? vocab[g].c_str() : "?");
       std::printf("\n");
     }
