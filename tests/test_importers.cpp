@@ -533,6 +533,18 @@ TEST(LlamaState, GapInPositionsIsRefused) {
   EXPECT_EQ(stored, bytes) << "write " << path << " to " << corpus;
 }
 
+// Found by fuzz_llama_state: a negative token id reached the capture (which then failed its
+// own consistency check outside the reader). The reader refuses it, naming the token.
+TEST(LlamaState, NegativeTokenIdIsRefused) {
+  TempDir tmp;
+  LState s = seq_state_f16();
+  s.tokens[3] = -16777113;
+  const std::string path = tmp.write("negtok.bin", llama_bytes(s));
+  LlamaStateOptions opt;
+  opt.head_dim = 32;
+  expect_reject([&] { (void)read_llama_state(path, opt); }, path, "token 3 has the negative id -16777113");
+}
+
 TEST(LlamaState, SeqStateF32TransposedV) {
   TempDir tmp;
   LState s;

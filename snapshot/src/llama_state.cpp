@@ -421,7 +421,10 @@ Capture StateReader::run() {
   const uint32_t n_tokens = in_.u32("token count");
   in_.check_count(n_tokens, 4, "token count");
   std::vector<int32_t> tokens(n_tokens);
-  for (auto& t : tokens) t = in_.i32("tokens");
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = in_.i32("tokens");
+    if (tokens[i] < 0) in_.fail("token " + std::to_string(i) + " has the negative id " + std::to_string(tokens[i]));
+  }
 
   Capture cap;
   if (!seq_file_) {
