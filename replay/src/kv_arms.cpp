@@ -75,11 +75,11 @@ void fused_attend(const LayerShape& s, const RowSource& src, uint32_t pos0, uint
   const uint32_t nq = n * gq;
   std::vector<float> kt(static_cast<size_t>(kTile) * D), vt(static_cast<size_t>(kTile) * D);
   std::vector<float> acc(static_cast<size_t>(nq) * D), mx(nq), sum(nq);
-  // Work items: the query heads of one position together (their K/V rows are read once for
-  // all of them) when there are enough positions to keep every thread busy, single queries
-  // otherwise (decode). A query's floats do not depend on the choice (attend_tile.h).
-  const uint32_t threads = static_cast<uint32_t>(omp_get_max_threads());
-  const uint32_t bq = n >= 2 * threads ? std::min(gq, detail::kMaxBlock) : 1;
+  // Work items: blocks of a position's query heads (their K/V rows are read once for the
+  // block), as large as still gives every thread an item (decode: smaller blocks). A query's
+  // floats do not depend on the block size (attend_tile.h).
+  const uint32_t threads = static_cast<uint32_t>(std::max(1, omp_get_max_threads()));
+  const uint32_t bq = std::max(1u, std::min({gq, detail::kMaxBlock, n * gq / threads}));
   const uint32_t blocks = (gq + bq - 1) / bq;  // per position
   const int items = static_cast<int>(n * blocks);
   for (uint32_t h = 0; h < Hkv; ++h) {
