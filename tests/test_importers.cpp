@@ -545,6 +545,21 @@ TEST(LlamaState, NegativeTokenIdIsRefused) {
   expect_reject([&] { (void)read_llama_state(path, opt); }, path, "token 3 has the negative id -16777113");
 }
 
+// Found by fuzz_llama_state: an architecture name with a NUL byte became the capture's model
+// string (which may not hold one). The reader refuses it.
+TEST(LlamaState, NulInArchitectureNameIsRefused) {
+  TempDir tmp;
+  LState s;
+  s.magic = kGgsn;
+  s.version = 10;
+  s.arch = std::string("gem\0ma3", 7);
+  s.sections = {{make_stream(shuffled_cells(4, 1), 1, 0, 32, 1, 1, 0)}};
+  const std::string path = tmp.write("nul.bin", llama_bytes(s));
+  LlamaStateOptions opt;
+  opt.head_dim = 32;
+  expect_reject([&] { (void)read_llama_state(path, opt); }, path, "the architecture name contains a NUL byte");
+}
+
 TEST(LlamaState, SeqStateF32TransposedV) {
   TempDir tmp;
   LState s;

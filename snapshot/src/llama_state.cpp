@@ -434,6 +434,8 @@ Capture StateReader::run() {
                std::to_string(kMaxArchName));
     cap.model.resize(len);
     in_.read(&cap.model[0], len, "architecture name");
+    // It becomes the capture's model string, which holds no NUL (FORMAT.md section 1).
+    if (cap.model.find('\0') != std::string::npos) in_.fail("the architecture name contains a NUL byte");
     if (version_ == 9) {
       const uint32_t n_outputs = in_.u32("output count");
       in_.check_count(n_outputs, 4, "output count");
