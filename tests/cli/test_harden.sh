@@ -25,6 +25,7 @@ bad() { failed=$((failed + 1)); echo "FAIL: $1"; sed 's/^/    stderr: /' "$ERR" 
 skip() { skipped=$((skipped + 1)); echo "SKIP: $1"; }
 check() { local n=$1; shift; if "$@"; then ok "$n"; else bad "$n"; fi; }
 
+umount "$SCRATCH/full" 2>/dev/null  # a mount an interrupted earlier run left
 rm -rf "$SCRATCH"
 mkdir -p "$SCRATCH"
 cd "$SCRATCH" || exit 1
