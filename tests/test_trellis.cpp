@@ -170,7 +170,7 @@ TEST(Codebooks, TableFilesMatchPublishedSha256AndTheCompiledTables) {
       ASSERT_NE(compiled, nullptr);
       for (uint32_t w = 0; w < trellis_entries(bits); ++w)
         ASSERT_EQ(file[w], compiled[w]) << bits << "-bit side " << int(side) << " entry " << w;
-      EXPECT_LT(first_nonfinite_entry(compiled, bits), 0);
+      EXPECT_LT(first_unusable_entry(compiled, bits), 0);
     }
   }
   // First entries as published (cb3_k.txt, cb2_v.txt).

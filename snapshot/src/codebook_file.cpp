@@ -23,7 +23,7 @@ RawCodebook read_raw_codebook(const std::string& path) {
   cb.v.resize(n);
   for (size_t i = 0; i < 2 * n; ++i) {
     const uint16_t h = static_cast<uint16_t>(raw[2 * i] | (raw[2 * i + 1] << 8));
-    if ((h & 0x7fffu) > kMaxCodebookEntryBits)
+    if (!codebook_entry_usable(h))
       in.fail(std::string(i < n ? "K" : "V") + " table entry " + std::to_string(i % n) +
               " is NaN, infinite or larger than 64 in magnitude");
     (i < n ? cb.k[i] : cb.v[i - n]) = h;

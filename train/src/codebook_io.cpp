@@ -297,7 +297,7 @@ RawCodebook read_codebook_header(const std::string& path, uint32_t bits) {
         const size_t after = i + 6;
         if (after < close && std::isalnum(static_cast<unsigned char>(text[after])))
           throw FileError(path, name + ": value " + std::to_string(t.size()) + " is not 0x + 4 hex digits");
-        if ((v & 0x7fffu) > kMaxCodebookEntryBits)
+        if (!codebook_entry_usable(static_cast<uint16_t>(v)))
           throw FileError(path, name + ": entry " + std::to_string(t.size()) +
                                     " is NaN, infinite or larger than 64 in magnitude");
         t.push_back(static_cast<uint16_t>(v));
@@ -389,7 +389,7 @@ CodebookContainer parse_codebook_container(const std::string& path, const std::v
   for (size_t i = 0; i < 2 * static_cast<size_t>(n); ++i) {
     const uint8_t* p = &b[kFixedHeader + 2 * i];
     const uint16_t h = static_cast<uint16_t>(p[0] | (p[1] << 8));
-    if ((h & 0x7fffu) > kMaxCodebookEntryBits)
+    if (!codebook_entry_usable(h))
       fail(std::string(i < n ? "K" : "V") + " table entry " + std::to_string(i % n) +
            " is NaN, infinite or larger than 64 in magnitude");
     (i < n ? c.table.k[i] : c.table.v[i - n]) = h;

@@ -114,21 +114,15 @@ inline void identity_codebook(uint32_t bits, uint16_t* out) {
 // below 7, and a Lloyd centroid of the targets below 2^bits): a larger one decodes to values
 // that overflow fp16 ("units of the row step" times a row step).
 constexpr uint16_t kMaxCodebookEntryBits = 0x5400u;  // fp16 64.0
-constexpr double kMaxCodebookEntry = 64.0;
+
+// Whether one fp16 entry is finite and at most 64 in magnitude (NaN and infinity compare above).
+inline bool codebook_entry_usable(uint16_t h) { return (h & 0x7fffu) <= kMaxCodebookEntryBits; }
 
 // Index of the first entry that is NaN, infinite or larger than 64 in magnitude, or -1.
 inline long first_unusable_entry(const uint16_t* table, uint32_t bits) {
   const uint32_t n = trellis_entries(bits);
   for (uint32_t i = 0; i < n; ++i)
-    if ((table[i] & 0x7fffu) > kMaxCodebookEntryBits) return static_cast<long>(i);
-  return -1;
-}
-
-// Index of the first non-finite entry of a table (infinity or NaN), or -1.
-inline long first_nonfinite_entry(const uint16_t* table, uint32_t bits) {
-  const uint32_t n = trellis_entries(bits);
-  for (uint32_t i = 0; i < n; ++i)
-    if ((table[i] & 0x7c00u) == 0x7c00u) return static_cast<long>(i);
+    if (!codebook_entry_usable(table[i])) return static_cast<long>(i);
   return -1;
 }
 
