@@ -314,15 +314,10 @@ RefDist encode_reference(const float* row, uint32_t n, double target) {
 
 // ---- file -----------------------------------------------------------------------------------
 
-void write_trajectory(const std::string& path, const Trajectory& t, int zstd_level) {
-  t.check_consistent();
-  AtomicOutput out(path);
-  write_trajectory(out, t, zstd_level);
-  out.commit();
-}
+namespace {
 
-void write_trajectory(AtomicOutput& out, const Trajectory& t, int zstd_level) {
-  t.check_consistent();
+// The file into out's temporary; `t` was checked by the caller.
+void write_checked_trajectory(AtomicOutput& out, const Trajectory& t, int zstd_level) {
   const std::string& path = out.final_path();
   const h5::WriteSession session(path, zstd_level);
   {
@@ -408,6 +403,20 @@ void write_trajectory(AtomicOutput& out, const Trajectory& t, int zstd_level) {
     w.check_status(g.close(), "group reference");
     w.check_status(f.close(), "HDF5 file");
   }
+}
+
+}  // namespace
+
+void write_trajectory(const std::string& path, const Trajectory& t, int zstd_level) {
+  t.check_consistent();  // before anything is created
+  AtomicOutput out(path);
+  write_checked_trajectory(out, t, zstd_level);
+  out.commit();
+}
+
+void write_trajectory(AtomicOutput& out, const Trajectory& t, int zstd_level) {
+  t.check_consistent();
+  write_checked_trajectory(out, t, zstd_level);
 }
 
 Trajectory read_trajectory(const std::string& path) {

@@ -22,15 +22,10 @@ constexpr const char* kKvDims = "[tokens, kv_heads, head_dim]";
 
 }  // namespace
 
-void write_capture(const std::string& path, const Capture& cap, int zstd_level) {
-  cap.check_consistent();
-  AtomicOutput out(path);
-  write_capture(out, cap, zstd_level);
-  out.commit();
-}
+namespace {
 
-void write_capture(AtomicOutput& out, const Capture& cap, int zstd_level) {
-  cap.check_consistent();
+// The file into out's temporary; `cap` was checked by the caller.
+void write_checked_capture(AtomicOutput& out, const Capture& cap, int zstd_level) {
   const std::string& path = out.final_path();
   const h5::WriteSession session(path, zstd_level);
   {
@@ -61,6 +56,20 @@ void write_capture(AtomicOutput& out, const Capture& cap, int zstd_level) {
     fp16.close();
     w.check_status(f.close(), "HDF5 file");
   }
+}
+
+}  // namespace
+
+void write_capture(const std::string& path, const Capture& cap, int zstd_level) {
+  cap.check_consistent();  // before anything is created
+  AtomicOutput out(path);
+  write_checked_capture(out, cap, zstd_level);
+  out.commit();
+}
+
+void write_capture(AtomicOutput& out, const Capture& cap, int zstd_level) {
+  cap.check_consistent();
+  write_checked_capture(out, cap, zstd_level);
 }
 
 Capture read_capture(const std::string& path) {
