@@ -88,7 +88,7 @@ void fused_attend(const LayerShape& s, const RowSource& src, uint32_t pos0, uint
     std::fill(sum.begin(), sum.end(), 0.0f);
 #pragma omp parallel
     {
-      std::vector<float> scratch(static_cast<size_t>(detail::kMaxBlock) * kTile);
+      float scratch[detail::kMaxBlock * kTile];
       // Tiles on absolute multiples of kTile: the same positions meet in the same order
       // whatever the ubatch split, so a row-format arm gives the same bytes for any split.
       for (uint32_t t0 = lo / kTile * kTile; t0 < end; t0 += kTile) {
@@ -119,7 +119,7 @@ void fused_attend(const LayerShape& s, const RowSource& src, uint32_t pos0, uint
           blk.m = mx.data() + qi0;
           blk.s = sum.data() + qi0;
           detail::tile_block_update(blk, kt.data() + static_cast<size_t>(a - t0) * D,
-                                    vt.data() + static_cast<size_t>(a - t0) * D, b - a, D, scale, scratch.data());
+                                    vt.data() + static_cast<size_t>(a - t0) * D, b - a, D, scale, scratch);
         }
       }
     }

@@ -195,26 +195,22 @@ std::string summary_text(const Report& rep) {
 }
 
 void write_results(const std::string& dir, const Results& r, const Report& rep, const std::vector<AtomicOutput*>& also) {
-  if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST)
-    throw FileError(dir, "cannot create the folder: " + std::string(std::strerror(errno)));
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw FileError(dir, "is not a folder");
+  MadeFolder folder(dir);  // removed again on a failure if this call made it
   // Every file to a temporary first, then all renamed: a failure leaves none of them, and
   // results.json is renamed last (its presence means complete).
-  const std::string texts[] = {positions_csv(r),      svg_kl_by_position(r),     svg_kl_cdf(r),
-                               svg_kl_vs_bits(rep),   summary_markdown(r, rep),  results_json(r, rep)};
+  const std::string texts[] = {positions_csv(r),    svg_kl_by_position(r),    svg_kl_cdf(r),
+                               svg_kl_vs_bits(rep), summary_markdown(r, rep), results_json(r, rep)};
   static_assert(sizeof texts / sizeof texts[0] == sizeof kResultFiles / sizeof kResultFiles[0], "one text a file");
-  std::vector<std::pair<const char*, const std::string*>> files;
-  for (size_t i = 0; i < sizeof texts / sizeof texts[0]; ++i) files.push_back({kResultFiles[i], &texts[i]});
-  std::vector<std::unique_ptr<AtomicOutput>> outs;
+  std::vector<std::unique_ptr<AtomicOutput>> outs;  // destroyed before the folder
   std::vector<AtomicOutput*> order = also;
-  for (const auto& f : files) {
-    const std::string path = dir + "/" + f.first;
+  for (size_t i = 0; i < sizeof texts / sizeof texts[0]; ++i) {
+    const std::string path = dir + "/" + kResultFiles[i];
     outs.push_back(std::make_unique<AtomicOutput>(path));
-    write_file_bytes(outs.back()->temp_path(), f.second->data(), f.second->size(), path);
+    write_file_bytes(outs.back()->temp_path(), texts[i].data(), texts[i].size(), path);
     order.push_back(outs.back().get());
   }
   commit_all(order);
+  folder.keep();
 }
 
 }  // namespace replay
