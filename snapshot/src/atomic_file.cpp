@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <limits.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -272,6 +273,18 @@ void AtomicOutput::commit() {
 void commit_all(const std::vector<AtomicOutput*>& outs) {
   for (AtomicOutput* o : outs)
     if (o) o->prepare();
+  // The renames with SIGINT/SIGTERM/SIGHUP held back: a signal then arrives before the first
+  // or after the last, never between two (which would leave part of the set).
+  struct Held {
+    sigset_t old;
+    Held() {
+      sigset_t s;
+      sigemptyset(&s);
+      for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&s, sig);
+      pthread_sigmask(SIG_BLOCK, &s, &old);
+    }
+    ~Held() { pthread_sigmask(SIG_SETMASK, &old, nullptr); }
+  } held;
   for (AtomicOutput* o : outs)
     if (o) o->publish();
 }

@@ -63,7 +63,8 @@ class MadeFolder {
 };
 
 // Commits several outputs as one: every temporary is fsynced before the first rename, so a
-// failure while writing or syncing leaves none of them. Throws FileError.
+// failure while writing or syncing leaves none of them, and SIGINT/SIGTERM/SIGHUP are held
+// back during the renames. Throws FileError.
 void commit_all(const std::vector<AtomicOutput*>& outs);
 
 // Writes `n` bytes to `path` (created or truncated), checking every write and the close.
