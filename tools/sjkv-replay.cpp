@@ -58,6 +58,7 @@ struct ScoreArgs {
   std::string baseline, out;
   uint32_t replicates = 2000;
   uint64_t boot_seed = BootstrapOptions{}.seed;
+  bool per_arm = false;
 };
 
 void note(const ModelArgs& m, const std::string& line) {
@@ -86,6 +87,14 @@ Loaded load_model(const ModelArgs& a) {
   l.model = Model::load(l.path, opt);
   note(a, "model " + l.path + "; SJ records sealed on " + dev);
   return l;
+}
+
+// The folder of one arm under --per-arm: the spec with '/' written '_' (the grammar has no other
+// character a path cannot hold).
+std::string arm_folder(const std::string& spec) {
+  std::string f = spec;
+  std::replace(f.begin(), f.end(), '/', '_');
+  return f;
 }
 
 std::string base_name(const std::string& p) {
@@ -327,8 +336,37 @@ int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vec
   res.bootstrap.replicates = sa.replicates;
   res.bootstrap.seed = sa.boot_seed;
   for (size_t i = 0; i < trajs.size(); ++i) res.trajectories.push_back({base_name(paths[i]), trajs[i].prompt_tokens, trajs[i].generated()});
+  // --per-arm: an arm whose folder is complete was scored by an earlier run.
+  std::vector<std::string> arm_dirs(arms.size());
+  std::vector<bool> todo(arms.size(), true);
+  std::unique_ptr<MadeFolder> out_dir;  // removed again when this run made it and wrote nothing into it
+  if (sa.per_arm) {
+    out_dir = std::make_unique<MadeFolder>(sa.out);
+    for (size_t a = 0; a < arms.size(); ++a) {
+      arm_dirs[a] = sa.out + "/" + arm_folder(sa.arms[a]);
+      for (size_t b = 0; b < a; ++b)
+        if (arm_dirs[b] == arm_dirs[a]) throw cli::UsageError("--arms lists '" + sa.arms[a] + "' twice");
+      struct stat st;
+      todo[a] = ::stat((arm_dirs[a] + "/results.json").c_str(), &st) != 0;
+      if (!todo[a]) note(ma, "skipping " + sa.arms[a] + ": " + arm_dirs[a] + " is complete");
+    }
+  }
+  std::vector<const KvArm*> run_arms;
+  std::vector<size_t> run_index;
+  for (size_t a = 0; a < arms.size(); ++a)
+    if (todo[a]) {
+      run_arms.push_back(arms[a].get());
+      run_index.push_back(a);
+    }
   for (size_t a = 0; a < arms.size(); ++a) res.arms.push_back(ArmRows{sa.arms[a], {}, {}});
   std::vector<size_t> unsealed(arms.size(), 0);
+  auto arm_note = [&](size_t a) {
+    if (!unsealed[a]) return;
+    res.arms[a].note = "no group was sealed on " + std::to_string(unsealed[a]) + " of " + std::to_string(trajs.size()) +
+                       " trajectories (context shorter than sink + group + tail): those numbers compare the exact "
+                       "sink and staging rows only, not the compressed body";
+    std::fprintf(stderr, "%s: warning: %s: %s\n", kTool, sa.arms[a].c_str(), res.arms[a].note.c_str());
+  };
   for (size_t i = 0; i < trajs.size(); ++i) {
     // Hidden encoding: recompute the reference rows once for all arms, checked bit for bit.
     std::unique_ptr<ReferenceRows> ref;
@@ -337,23 +375,43 @@ int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vec
     } catch (const std::invalid_argument& e) {
       throw FileError(paths[i], e.what());
     }
-    for (size_t a = 0; a < arms.size(); ++a) {
-      const uint32_t ubatch = ma.ubatch_given ? ma.ubatch : trajs[i].settings.ubatch;
-      note(ma, "scoring " + sa.arms[a] + " on " + base_name(paths[i]) + " (" + std::to_string(trajs[i].generated()) +
-                   " positions, ubatch " + std::to_string(ubatch) + ")");
-      cli::Progress bar(sa.arms[a], ma.quiet);
-      ScoreDetail d;
-      res.arms[a].rows.push_back(score_trajectory(*l.model, *arms[a], trajs[i], ubatch, bar.callback(), ref.get(), &d));
-      if (d.codec && !d.sealed) ++unsealed[a];
-    }
+    const uint32_t ubatch = ma.ubatch_given ? ma.ubatch : trajs[i].settings.ubatch;
+    std::vector<std::unique_ptr<cli::Progress>> bars(run_arms.size());
+    auto progress = [&](size_t k) {
+      note(ma, "scoring " + run_arms[k]->spec() + " on " + base_name(paths[i]) + " (" +
+                   std::to_string(trajs[i].generated()) + " positions, ubatch " + std::to_string(ubatch) + ")");
+      bars[k] = std::make_unique<cli::Progress>(run_arms[k]->spec(), ma.quiet);
+      return bars[k]->callback();
+    };
+    score_arms(*l.model, run_arms, trajs[i], ubatch,
+               [&](size_t k, std::vector<ScoreRow>&& rows, const ScoreDetail& d) {
+                 bars[k].reset();
+                 const size_t a = run_index[k];
+                 res.arms[a].rows.push_back(std::move(rows));
+                 if (d.codec && !d.sealed) ++unsealed[a];
+                 if (!sa.per_arm || i + 1 != trajs.size()) return;
+                 arm_note(a);
+                 Results one = res;
+                 one.arms = {res.arms[a]};
+                 one.baseline = sa.arms[a];
+                 write_results(arm_dirs[a], one, summarize(one));
+                 out_dir->keep();
+                 note(ma, "wrote " + arm_dirs[a] + "/");
+               },
+               progress, ref.get());
   }
-  for (size_t a = 0; a < arms.size(); ++a) {
-    if (!unsealed[a]) continue;
-    res.arms[a].note = "no group was sealed on " + std::to_string(unsealed[a]) + " of " + std::to_string(trajs.size()) +
-                       " trajectories (context shorter than sink + group + tail): those numbers compare the exact "
-                       "sink and staging rows only, not the compressed body";
-    std::fprintf(stderr, "%s: warning: %s: %s\n", kTool, sa.arms[a].c_str(), res.arms[a].note.c_str());
+  if (sa.per_arm) {
+    Results done = res;
+    done.arms.clear();
+    for (size_t a : run_index) done.arms.push_back(res.arms[a]);
+    if (done.arms.empty()) return cli::kOk;
+    done.baseline = done.arms[0].arm;
+    for (const ArmRows& a : done.arms)
+      if (a.arm == baseline) done.baseline = baseline;
+    std::cout << summary_text(summarize(done));
+    return cli::kOk;
   }
+  for (size_t a = 0; a < arms.size(); ++a) arm_note(a);
   const Report rep = summarize(res);
   write_results(sa.out, res, rep, also);
   note(ma, "wrote " + sa.out + "/results.json, positions.csv, summary.md and three SVG plots");
@@ -423,6 +481,9 @@ int main(int argc, char** argv) {
   auto* sc = app.add_subcommand("score", "Replay trajectories with each arm and write a results folder");
   sc->add_option("trajectories", sc_s.trajectories, "Trajectory files from record or run")->required();
   add_score_options(sc, sc_s, true);
+  sc->add_flag("--per-arm", sc_s.per_arm,
+               "One results folder per arm, OUT/ARM ('/' in the spec written '_'), each written as soon as its arm is "
+               "scored (no comparisons); an arm whose folder is complete is skipped, so a stopped run resumes");
   add_model_options(sc, sc_m);
 
   auto* run = app.add_subcommand("run", "record and score in one; the trajectory is saved in the results folder as "

@@ -549,6 +549,10 @@ class RowArm final : public KvArm {
     }
     return std::make_unique<RowLayer>(s, f_, rk, rv, spec_);
   }
+  bool plain_f16_sliding() const override {
+    const bool plain = f_ == RowFormat::f32 || f_ == RowFormat::f16 || f_ == RowFormat::bf16;
+    return plain ? f_ == RowFormat::f16 : !swa_same_;
+  }
 
  private:
   RowFormat f_;
@@ -567,6 +571,7 @@ class SjArm final : public KvArm {
     reg_->add(s.layer);
     return std::make_unique<SjLayer>(s, cfg_, tier_edge_, reg_);
   }
+  bool plain_f16_sliding() const override { return true; }
 
  private:
   CodecConfig cfg_;

@@ -58,8 +58,23 @@ class GgufModel final : public Model {
   void eval_hidden(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
                    std::vector<std::unique_ptr<LayerKv>>& kv, float* hidden, float* logits, bool all_logits) override;
   void project(const float* hidden, uint32_t rows, float* logits) const override;
+  bool splits() const override { return true; }
+  void eval_prefix(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch, uint32_t layers,
+                   std::vector<std::unique_ptr<LayerKv>>& kv, float* x) override;
+  void eval_suffix(const float* x, uint32_t n, uint32_t pos0, uint32_t n_ubatch, uint32_t layers,
+                   std::vector<std::unique_ptr<LayerKv>>& kv, float* hidden, float* logits, bool all_logits) override;
 
  private:
+  // One ubatch through layers [l0, l1): from the tokens' embeddings, or from x_in
+  // ([m][n_embd]) when given; the residual stream after l1 goes to x_out when given, and when l1 is
+  // the last layer, the final norm and the output step to hidden / logits.
+  struct Span {
+    const int32_t* tokens = nullptr;
+    const float* x_in = nullptr;
+    uint32_t l0 = 0, l1 = 0;
+    float* x_out = nullptr;
+  };
+  void check_eval(const int32_t* tokens, uint32_t n, uint32_t n_ubatch, const std::vector<std::unique_ptr<LayerKv>>& kv) const;
   [[noreturn]] void fail(const std::string& what) const { throw FileError(f_.path(), what); }
   const GgufTensorInfo& need(const std::string& name, std::vector<uint64_t> dims) const;
   const GgufTensorInfo* optional(const std::string& name, std::vector<uint64_t> dims) const;
@@ -73,8 +88,8 @@ class GgufModel final : public Model {
   }
   float key_f32(const std::string& k, float dflt) const { return f_.has(k) ? f_.get_f32(k) : dflt; }
   void load();
-  void ubatch(const int32_t* tokens, uint32_t m, uint32_t pos, std::vector<std::unique_ptr<LayerKv>>& kv,
-              float* hidden, float* logits, bool all_logits);
+  void ubatch(const Span& sp, uint32_t m, uint32_t pos, std::vector<std::unique_ptr<LayerKv>>& kv, float* hidden,
+              float* logits, bool all_logits);
   int threads() const { return opt_.n_threads > 0 ? opt_.n_threads : omp_get_max_threads(); }
   void rms_norm(const float* x, float* y, uint32_t rows, uint32_t dim, const std::vector<float>& w) const;
   void matmul(const Mat& m, const float* x, uint32_t n, float* y) const {
@@ -334,26 +349,66 @@ float gelu_tanh(float x) {
 }
 float silu(float x) { return static_cast<float>(static_cast<double>(x) / (1.0 + std::exp(-static_cast<double>(x)))); }
 
-void GgufModel::eval_hidden(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
-                            std::vector<std::unique_ptr<LayerKv>>& kv, float* hidden, float* logits, bool all_logits) {
+void GgufModel::check_eval(const int32_t* tokens, uint32_t n, uint32_t n_ubatch,
+                           const std::vector<std::unique_ptr<LayerKv>>& kv) const {
   if (kv.size() != info_.n_layer)
     throw std::invalid_argument("Model::eval: " + std::to_string(kv.size()) + " cache layers for a " +
                                 std::to_string(info_.n_layer) + "-layer model");
   if (n_ubatch == 0) throw std::invalid_argument("Model::eval: n_ubatch is 0");
+  if (!tokens) return;
   for (uint32_t i = 0; i < n; ++i)
     if (tokens[i] < 0 || static_cast<uint32_t>(tokens[i]) >= info_.n_vocab)
       throw std::invalid_argument("Model::eval: token id " + std::to_string(tokens[i]) + " outside the vocabulary of " +
                                   std::to_string(info_.n_vocab));
+}
+
+void GgufModel::eval_hidden(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
+                            std::vector<std::unique_ptr<LayerKv>>& kv, float* hidden, float* logits, bool all_logits) {
+  check_eval(tokens, n, n_ubatch, kv);
   for (uint32_t s = 0; s < n; s += n_ubatch) {
     const uint32_t m = std::min(n_ubatch, n - s);
     const bool last = s + m == n;
     float* dst = all_logits ? logits + static_cast<size_t>(s) * info_.n_vocab : (last ? logits : nullptr);
     float* hdst = !hidden ? nullptr : all_logits ? hidden + static_cast<size_t>(s) * info_.n_embd : (last ? hidden : nullptr);
-    ubatch(tokens + s, m, pos0 + s, kv, hdst, dst, all_logits);
+    Span sp;
+    sp.tokens = tokens + s;
+    sp.l1 = info_.n_layer;
+    ubatch(sp, m, pos0 + s, kv, hdst, dst, all_logits);
   }
 }
 
-void GgufModel::ubatch(const int32_t* tokens, uint32_t m, uint32_t pos, std::vector<std::unique_ptr<LayerKv>>& kv,
+void GgufModel::eval_prefix(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch, uint32_t layers,
+                            std::vector<std::unique_ptr<LayerKv>>& kv, float* x) {
+  check_eval(tokens, n, n_ubatch, kv);
+  if (layers > info_.n_layer) throw std::invalid_argument("Model::eval_prefix: more layers than the model has");
+  for (uint32_t s = 0; s < n; s += n_ubatch) {
+    const uint32_t m = std::min(n_ubatch, n - s);
+    Span sp;
+    sp.tokens = tokens + s;
+    sp.l1 = layers;
+    sp.x_out = x + static_cast<size_t>(s) * info_.n_embd;
+    ubatch(sp, m, pos0 + s, kv, nullptr, nullptr, false);
+  }
+}
+
+void GgufModel::eval_suffix(const float* x, uint32_t n, uint32_t pos0, uint32_t n_ubatch, uint32_t layers,
+                            std::vector<std::unique_ptr<LayerKv>>& kv, float* hidden, float* logits, bool all_logits) {
+  check_eval(nullptr, n, n_ubatch, kv);
+  if (layers > info_.n_layer) throw std::invalid_argument("Model::eval_suffix: more layers than the model has");
+  for (uint32_t s = 0; s < n; s += n_ubatch) {
+    const uint32_t m = std::min(n_ubatch, n - s);
+    const bool last = s + m == n;
+    float* dst = all_logits ? logits + static_cast<size_t>(s) * info_.n_vocab : (last ? logits : nullptr);
+    float* hdst = !hidden ? nullptr : all_logits ? hidden + static_cast<size_t>(s) * info_.n_embd : (last ? hidden : nullptr);
+    Span sp;
+    sp.x_in = x + static_cast<size_t>(s) * info_.n_embd;
+    sp.l0 = layers;
+    sp.l1 = info_.n_layer;
+    ubatch(sp, m, pos0 + s, kv, hdst, dst, all_logits);
+  }
+}
+
+void GgufModel::ubatch(const Span& sp, uint32_t m, uint32_t pos, std::vector<std::unique_ptr<LayerKv>>& kv,
                        float* hidden, float* logits, bool all_logits) {
   const uint32_t E = info_.n_embd, H = info_.n_head, Hkv = info_.n_head_kv, D = info_.head_dim, F = info_.n_ff;
   const int nt = threads();
@@ -361,13 +416,17 @@ void GgufModel::ubatch(const int32_t* tokens, uint32_t m, uint32_t pos, std::vec
   std::vector<float> q(size_t(m) * H * D), k(size_t(m) * Hkv * D), v(size_t(m) * Hkv * D), att(size_t(m) * H * D);
   std::vector<float> g(size_t(m) * F), u(size_t(m) * F);
 
-  const float emb_scale = arch_ == Arch::gemma3 ? std::sqrt(static_cast<float>(E)) : 1.0f;
-  const uint8_t* emb = f_.tensor_data(*tok_embd_);
-  for (uint32_t i = 0; i < m; ++i) {
-    float* xr = x.data() + size_t(i) * E;
-    dequantize_row(tok_embd_->type, emb + size_t(tokens[i]) * embd_row_bytes_, xr, E);
-    if (arch_ == Arch::gemma3)
-      for (uint32_t c = 0; c < E; ++c) xr[c] = xr[c] * emb_scale;
+  if (!sp.x_in) {
+    const float emb_scale = arch_ == Arch::gemma3 ? std::sqrt(static_cast<float>(E)) : 1.0f;
+    const uint8_t* emb = f_.tensor_data(*tok_embd_);
+    for (uint32_t i = 0; i < m; ++i) {
+      float* xr = x.data() + size_t(i) * E;
+      dequantize_row(tok_embd_->type, emb + size_t(sp.tokens[i]) * embd_row_bytes_, xr, E);
+      if (arch_ == Arch::gemma3)
+        for (uint32_t c = 0; c < E; ++c) xr[c] = xr[c] * emb_scale;
+    }
+  } else {
+    std::copy(sp.x_in, sp.x_in + x.size(), x.begin());
   }
 
   // RoPE tables per configuration: [m][n_rot / 2] cos and sin.
@@ -405,7 +464,7 @@ void GgufModel::ubatch(const int32_t* tokens, uint32_t m, uint32_t pos, std::vec
       for (uint32_t c = 0; c < width; ++c) rows[size_t(i) * width + c] += b[c];
   };
 
-  for (uint32_t il = 0; il < info_.n_layer; ++il) {
+  for (uint32_t il = sp.l0; il < sp.l1; ++il) {
     const Layer& L = layers_[il];
     rms_norm(x.data(), h.data(), m, E, L.attn_norm);
     matmul(L.wq, h.data(), m, q.data());
@@ -449,7 +508,8 @@ void GgufModel::ubatch(const int32_t* tokens, uint32_t m, uint32_t pos, std::vec
     for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] + a[i];
   }
 
-  if (!logits) return;
+  if (sp.x_out) std::copy(x.begin(), x.end(), sp.x_out);
+  if (!logits || sp.l1 != info_.n_layer) return;
   const uint32_t first = all_logits ? 0 : m - 1, rows = m - first;
   rms_norm(x.data() + size_t(first) * E, h.data(), rows, E, out_norm_);
   if (hidden) std::copy(h.begin(), h.begin() + static_cast<std::ptrdiff_t>(size_t(rows) * E), hidden);
@@ -468,6 +528,15 @@ void GgufModel::project(const float* hidden, uint32_t rows, float* logits) const
 }
 
 }  // namespace
+
+void Model::eval_prefix(const int32_t*, uint32_t, uint32_t, uint32_t, uint32_t, std::vector<std::unique_ptr<LayerKv>>&,
+                        float*) {
+  throw std::logic_error("Model::eval_prefix: this model does not split its forward pass");
+}
+void Model::eval_suffix(const float*, uint32_t, uint32_t, uint32_t, uint32_t, std::vector<std::unique_ptr<LayerKv>>&,
+                        float*, float*, bool) {
+  throw std::logic_error("Model::eval_suffix: this model does not split its forward pass");
+}
 
 std::unique_ptr<Model> Model::load(const std::string& gguf_path, const LoadOptions& opt) {
   return std::make_unique<GgufModel>(gguf_path, opt);

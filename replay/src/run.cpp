@@ -212,22 +212,35 @@ const float* ReferenceRows::row(uint32_t j) {
   return rows_.data();
 }
 
-std::vector<ScoreRow> score_trajectory(Model& m, const KvArm& arm, const Trajectory& t, uint32_t n_ubatch,
-                                       const ProgressFn& progress, ReferenceRows* ref, ScoreDetail* detail) {
-  const uint32_t V = m.info().n_vocab;
-  if (V != t.n_vocab)
-    throw std::invalid_argument("the model's vocabulary (" + std::to_string(V) + ") differs from the trajectory's (" +
-                                std::to_string(t.n_vocab) + ")");
-  const uint32_t P = t.prompt_tokens, G = t.generated();
-  std::unique_ptr<ReferenceRows> own;
-  if (t.encoding == RefEncoding::hidden && !ref) {
-    own = std::make_unique<ReferenceRows>(m, t);
-    ref = own.get();
+namespace {
+
+void check_vocab(const Model& m, const Trajectory& t) {
+  if (m.info().n_vocab != t.n_vocab)
+    throw std::invalid_argument("the model's vocabulary (" + std::to_string(m.info().n_vocab) +
+                                ") differs from the trajectory's (" + std::to_string(t.n_vocab) + ")");
+}
+
+ScoreDetail detail_of(const std::vector<std::unique_ptr<LayerKv>>& kv) {
+  ScoreDetail d;
+  for (const auto& l : kv) {
+    const auto* ik = dynamic_cast<const InspectableKv*>(l.get());
+    const SequenceCache* c = ik ? ik->codec_cache() : nullptr;
+    if (!c) continue;
+    d.codec = true;
+    d.sealed = d.sealed || c->policy().B > c->policy().sink;
   }
-  std::vector<std::unique_ptr<LayerKv>> kv = make_cache(m, arm, P + G, n_ubatch);
-  std::vector<float> logits(V);
+  return d;
+}
+
+// The positions of one replay: `step(j)` leaves position j's logits in `logits` (j = 0 after
+// the prompt, then one decoded token each).
+template <class Step>
+std::vector<ScoreRow> score_loop(const Model& m, const Trajectory& t, ReferenceRows* ref,
+                                 const std::vector<std::unique_ptr<LayerKv>>& kv, std::vector<float>& logits,
+                                 const ProgressFn& progress, Step step) {
+  const uint32_t V = m.info().n_vocab, G = t.generated();
   std::vector<ScoreRow> rows(G);
-  m.eval(t.tokens.data(), P, 0, n_ubatch, kv, logits.data(), false);
+  step(0u);
   for (uint32_t j = 0; j < G; ++j) {
     ScoreRow& r = rows[j];
     r.kl = t.encoding == RefEncoding::sparse ? kl_to_reference(t.ref[j], logits.data(), V)
@@ -237,19 +250,74 @@ std::vector<ScoreRow> score_trajectory(Model& m, const KvArm& arm, const Traject
     r.bits_occupied = b.occupied;
     r.bits_allocated = b.allocated;
     if (progress) progress(j + 1, G);
-    if (j + 1 < G) m.eval(&t.tokens[P + j], 1, P + j, n_ubatch, kv, logits.data(), false);
-  }
-  if (detail) {
-    *detail = ScoreDetail{};
-    for (const auto& l : kv) {
-      const auto* ik = dynamic_cast<const InspectableKv*>(l.get());
-      const SequenceCache* c = ik ? ik->codec_cache() : nullptr;
-      if (!c) continue;
-      detail->codec = true;
-      detail->sealed = detail->sealed || c->policy().B > c->policy().sink;
-    }
+    if (j + 1 < G) step(j + 1);
   }
   return rows;
+}
+
+}  // namespace
+
+std::vector<ScoreRow> score_trajectory(Model& m, const KvArm& arm, const Trajectory& t, uint32_t n_ubatch,
+                                       const ProgressFn& progress, ReferenceRows* ref, ScoreDetail* detail) {
+  check_vocab(m, t);
+  const uint32_t P = t.prompt_tokens, G = t.generated();
+  std::unique_ptr<ReferenceRows> own;
+  if (t.encoding == RefEncoding::hidden && !ref) {
+    own = std::make_unique<ReferenceRows>(m, t);
+    ref = own.get();
+  }
+  std::vector<std::unique_ptr<LayerKv>> kv = make_cache(m, arm, P + G, n_ubatch);
+  std::vector<float> logits(m.info().n_vocab);
+  std::vector<ScoreRow> rows = score_loop(m, t, ref, kv, logits, progress, [&](uint32_t j) {
+    if (j == 0) m.eval(t.tokens.data(), P, 0, n_ubatch, kv, logits.data(), false);
+    else m.eval(&t.tokens[P + j - 1], 1, P + j - 1, n_ubatch, kv, logits.data(), false);
+  });
+  if (detail) *detail = detail_of(kv);
+  return rows;
+}
+
+void score_arms(Model& m, const std::vector<const KvArm*>& arms, const Trajectory& t, uint32_t n_ubatch,
+                const ArmDoneFn& done, const std::function<ProgressFn(size_t)>& progress, ReferenceRows* ref) {
+  check_vocab(m, t);
+  const uint32_t P = t.prompt_tokens, G = t.generated(), E = m.info().n_embd;
+  std::unique_ptr<ReferenceRows> own;
+  if (t.encoding == RefEncoding::hidden && !ref) {
+    own = std::make_unique<ReferenceRows>(m, t);
+    ref = own.get();
+  }
+  // Layers before the first full-attention layer are sliding ones: shared by the arms that
+  // store them as plain f16.
+  uint32_t L = 0;
+  const auto& layers = m.info().layers;
+  while (L < layers.size() && !layers[L].full_attention) ++L;
+  if (L == layers.size()) L = 0;  // no full-attention layer: nothing to share
+  bool any_shared = false;
+  for (const KvArm* a : arms) any_shared = any_shared || a->plain_f16_sliding();
+  std::vector<float> x;  // residual stream after layer L: prompt rows, then each decoded token's
+  if (L > 0 && m.splits() && any_shared && G > 0) {
+    const auto f16 = make_arm("f16");
+    std::vector<std::unique_ptr<LayerKv>> kv = make_cache(m, *f16, P + G, n_ubatch);
+    x.resize(static_cast<size_t>(P + G - 1) * E);
+    m.eval_prefix(t.tokens.data(), P, 0, n_ubatch, L, kv, x.data());
+    for (uint32_t j = 0; j + 1 < G; ++j)
+      m.eval_prefix(&t.tokens[P + j], 1, P + j, n_ubatch, L, kv, x.data() + static_cast<size_t>(P + j) * E);
+  }
+  std::vector<float> logits(m.info().n_vocab);
+  for (size_t a = 0; a < arms.size(); ++a) {
+    const ProgressFn pf = progress ? progress(a) : ProgressFn();
+    if (x.empty() || !arms[a]->plain_f16_sliding()) {
+      ScoreDetail d;
+      std::vector<ScoreRow> rows = score_trajectory(m, *arms[a], t, n_ubatch, pf, ref, &d);
+      done(a, std::move(rows), d);
+      continue;
+    }
+    std::vector<std::unique_ptr<LayerKv>> kv = make_cache(m, *arms[a], P + G, n_ubatch);
+    std::vector<ScoreRow> rows = score_loop(m, t, ref, kv, logits, pf, [&](uint32_t j) {
+      const uint32_t p0 = j == 0 ? 0 : P + j - 1, n = j == 0 ? P : 1;
+      m.eval_suffix(x.data() + static_cast<size_t>(p0) * E, n, p0, n_ubatch, L, kv, nullptr, logits.data(), false);
+    });
+    done(a, std::move(rows), detail_of(kv));
+  }
 }
 
 }  // namespace replay

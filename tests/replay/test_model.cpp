@@ -17,6 +17,8 @@
 #include "sjkv/replay/dequant.h"
 #include "sjkv/replay/kv_f32.h"
 #include "sjkv/replay/model.h"
+#include "sjkv/replay/arms.h"
+#include "sjkv/replay/run.h"
 
 using namespace sjkv;
 using namespace sjkv::replay;
@@ -324,6 +326,32 @@ TEST_P(SynthModel, RejectsBadCallsAndTokens) {
   EXPECT_THROW(m->eval(&ok, 1, 0, 8, few, out.data(), false), std::invalid_argument);
 }
 
+// The forward pass split at any layer gives the bits of the whole one, in ubatches and token by token.
+TEST_P(SynthModel, PrefixThenSuffixIsTheWholePass) {
+  Synth s;
+  s.arch = GetParam();
+  auto m = Model::load(write_synth(s, "split-" + s.arch + ".gguf"));
+  ASSERT_TRUE(m->splits());
+  const ModelInfo& info = m->info();
+  const std::vector<int32_t> ids = {3, 17, 42, 0, 49, 8, 8, 21, 30, 11, 5};
+  const uint32_t n = static_cast<uint32_t>(ids.size()), V = info.n_vocab, E = info.n_embd;
+  const auto whole = run(*m, ids, 4);
+  for (uint32_t L = 0; L <= info.n_layer; ++L) {
+    auto kv = f32_cache(info);
+    std::vector<float> x(size_t(n) * E), out(size_t(n) * V);
+    m->eval_prefix(ids.data(), 8, 0, 4, L, kv, x.data());
+    m->eval_suffix(x.data(), 8, 0, 4, L, kv, nullptr, out.data(), true);
+    for (uint32_t i = 8; i < n; ++i) {
+      m->eval_prefix(&ids[i], 1, i, 4, L, kv, x.data() + size_t(i) * E);
+      m->eval_suffix(x.data() + size_t(i) * E, 1, i, 4, L, kv, nullptr, out.data() + size_t(i) * V, false);
+    }
+    EXPECT_EQ(0, std::memcmp(whole.data(), out.data(), out.size() * 4)) << "split at layer " << L;
+  }
+  auto kv = f32_cache(info);
+  std::vector<float> x(size_t(n) * E);
+  EXPECT_THROW(m->eval_prefix(ids.data(), n, 0, 4, info.n_layer + 1, kv, x.data()), std::invalid_argument);
+}
+
 INSTANTIATE_TEST_SUITE_P(Arch, SynthModel, ::testing::Values("llama", "gemma3"));
 
 TEST(Model, UnsupportedArchitectureIsAFileError) {
@@ -456,6 +484,52 @@ TEST_P(RealModel, LongPromptAcrossTheWindowInAnyUbatching) {
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
   EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.size() * 4));
   for (float x : a) ASSERT_TRUE(std::isfinite(x));
+}
+
+// score_arms shares the layers before the first full-attention layer (and the reference rows)
+// between the arms that store them as f16; every arm's rows are still score_trajectory's bits,
+// including arms that cannot share (f32, swa=same) and a codec arm that seals records.
+TEST_P(RealModel, ScoringArmsTogetherGivesEachArmsRows) {
+  const std::string path = this->path();
+  if (path.empty()) GTEST_SKIP() << "model not installed (scripts/setup, or SJKV_MODEL)";
+  auto m = Model::load(path);
+  const ModelInfo& info = m->info();
+  std::vector<int32_t> ids(560);
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> pick(100, static_cast<int32_t>(std::min<uint32_t>(info.n_vocab, 20000)) - 1);
+  for (auto& id : ids) id = pick(rng);
+  RecordInput in;
+  in.prompt = ids;
+  in.settings.generate = 6;
+  in.settings.ubatch = 256;
+  in.settings.reference = "f32";
+  const auto f32 = make_arm("f32");
+  const Trajectory t = record_trajectory(*m, *f32, in);
+  std::vector<std::unique_ptr<KvArm>> arms;
+  for (const char* spec : {"f16", "sj:4/4:staging=q8_0:sink=128:tail=128", "q4_0:rot:swa=same", "f32"})
+    arms.push_back(make_arm(spec));
+  std::vector<const KvArm*> ptrs;
+  for (const auto& a : arms) ptrs.push_back(a.get());
+  std::vector<std::vector<ScoreRow>> together(arms.size());
+  std::vector<size_t> order;
+  score_arms(*m, ptrs, t, 256, [&](size_t a, std::vector<ScoreRow>&& rows, const ScoreDetail& d) {
+    order.push_back(a);
+    together[a] = std::move(rows);
+    if (a == 1) {
+      EXPECT_TRUE(d.codec && d.sealed);
+    }
+  });
+  EXPECT_EQ(order, (std::vector<size_t>{0, 1, 2, 3}));
+  for (size_t a = 0; a < arms.size(); ++a) {
+    const auto alone = score_trajectory(*m, *arms[a], t, 256);
+    ASSERT_EQ(alone.size(), together[a].size());
+    for (size_t j = 0; j < alone.size(); ++j) {
+      EXPECT_EQ(0, std::memcmp(&alone[j].kl, &together[a][j].kl, sizeof(double))) << arms[a]->spec() << " " << j;
+      EXPECT_EQ(alone[j].same_top, together[a][j].same_top);
+      EXPECT_EQ(alone[j].bits_occupied, together[a][j].bits_occupied);
+    }
+  }
+  EXPECT_EQ(together[3][0].kl, 0.0);  // f32 replaying an f32 recording
 }
 
 INSTANTIATE_TEST_SUITE_P(Installed, RealModel, ::testing::Values(0, 1));

@@ -54,6 +54,10 @@ class KvArm {
   const std::string& spec() const { return spec_; }
   // One store per layer; sliding layers get f16 unless the arm compresses them too.
   virtual std::unique_ptr<LayerKv> make_layer(const LayerShape& s) const = 0;
+  // True when every sliding-window layer this arm makes stores plain f16 rows, unrotated (as
+  // make_arm("f16") does): the layers before the first full-attention layer then compute the
+  // same bits for every such arm, and a replay of several arms runs them once.
+  virtual bool plain_f16_sliding() const { return false; }
 
  protected:
   std::string spec_;

@@ -50,6 +50,17 @@ class Model {
   // then the final soft-cap if the model has one). eval_hidden computes its logits with this
   // function, so a stored hidden state gives the same bits, for any thread count and rows.
   virtual void project(const float* hidden, uint32_t rows, float* logits) const = 0;
+
+  // The forward pass in two parts, so that work several caches share is done once:
+  // eval_prefix runs layers [0, layers) and writes the residual stream after them
+  // (x: [n][n_embd]); eval_suffix runs layers [layers, n_layer) from that x. With the same
+  // tokens, pos0, n_ubatch and caches, the two give eval_hidden's bits (the same ubatches, the
+  // same work per layer). A model without them says so: splits() is false.
+  virtual bool splits() const { return false; }
+  virtual void eval_prefix(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch, uint32_t layers,
+                           std::vector<std::unique_ptr<LayerKv>>& kv, float* x);
+  virtual void eval_suffix(const float* x, uint32_t n, uint32_t pos0, uint32_t n_ubatch, uint32_t layers,
+                           std::vector<std::unique_ptr<LayerKv>>& kv, float* hidden, float* logits, bool all_logits);
 };
 
 // The model the tools use without --model: $SJKV_MODEL, else the file scripts/setup links

@@ -75,5 +75,15 @@ std::vector<ScoreRow> score_trajectory(Model& m, const KvArm& arm, const Traject
                                        const ProgressFn& progress = {}, ReferenceRows* ref = nullptr,
                                        ScoreDetail* detail = nullptr);
 
+// score_trajectory for several arms, with the work that does not depend on the arm done once:
+// the reference rows, and the layers before the first full-attention layer for the arms that
+// store those as plain f16 (KvArm::plain_f16_sliding) when the model splits (Model::splits).
+// Each arm's rows are the bits score_trajectory gives it. `done` is called as each arm
+// finishes, in the order of `arms`; `progress(a)` gives arm a's progress callback (may be empty).
+using ArmDoneFn = std::function<void(size_t arm, std::vector<ScoreRow>&& rows, const ScoreDetail& detail)>;
+void score_arms(Model& m, const std::vector<const KvArm*>& arms, const Trajectory& t, uint32_t n_ubatch,
+                const ArmDoneFn& done, const std::function<ProgressFn(size_t)>& progress = {},
+                ReferenceRows* ref = nullptr);
+
 }  // namespace replay
 }  // namespace sjkv
