@@ -23,6 +23,7 @@
 #include "sjkv/replay/results.h"
 #include "sjkv/replay/run.h"
 #include "sjkv/replay/tokenizer.h"
+#include "sjkv/replay/compare.h"
 #include "sjkv/replay/trajectory.h"
 #include "sjkv/train/sha256.h"
 
@@ -478,6 +479,23 @@ int main(int argc, char** argv) {
   rec->add_option("-o,--output", rec_r.output, "Trajectory file to write (.h5)")->required();
   add_model_options(rec, rec_m);
 
+  std::vector<std::string> tok_files;
+  std::string tok_model;
+  auto* tk = app.add_subcommand("tokens", "Count the prompt tokens of text files (as record tokenizes them) without running the model");
+  tk->add_option("files", tok_files, "Text files ('-': standard input)")->required();
+  tk->add_option("--model", tok_model, "GGUF model (default: $SJKV_MODEL, else the model scripts/setup installs)");
+
+  std::vector<std::string> cmp_dirs;
+  std::string cmp_pairs, cmp_out;
+  ScoreArgs cmp_s;
+  auto* cmp = app.add_subcommand("compare", "Merge results folders (of score or score --per-arm) into one table: every "
+                                            "arm per history and over all, and paired comparisons with bootstrap CIs");
+  cmp->add_option("folders", cmp_dirs, "Results folders (each with a positions.csv)")->required();
+  cmp->add_option("--pairs", cmp_pairs, "File of 'ARM BASELINE' lines: the comparisons to make");
+  cmp->add_option("-o,--output", cmp_out, "CSV to write: history,arm,baseline,statistic,value")->required();
+  cmp->add_option("--bootstrap", cmp_s.replicates, "Bootstrap replicates")->check(CLI::Range(100u, 1000000u))->capture_default_str();
+  cmp->add_option("--bootstrap-seed", cmp_s.boot_seed, "Bootstrap seed")->check(cli::non_negative())->capture_default_str();
+
   auto* sc = app.add_subcommand("score", "Replay trajectories with each arm and write a results folder");
   sc->add_option("trajectories", sc_s.trajectories, "Trajectory files from record or run")->required();
   add_score_options(sc, sc_s, true);
@@ -504,6 +522,48 @@ int main(int argc, char** argv) {
     return rc == 0 ? cli::kOk : cli::kUsage;
   }
 
+  if (cmp->parsed())
+    return cli::guarded(kTool, [&] {
+      std::vector<std::string> ins;
+      for (const std::string& d : cmp_dirs) ins.push_back(d + "/positions.csv");
+      if (!cmp_pairs.empty()) ins.push_back(cmp_pairs);
+      check_output_file(cmp_out, "-o", ins);
+      std::vector<PositionRow> rows;
+      for (const std::string& in : ins) {
+        if (in == cmp_pairs) break;
+        std::vector<PositionRow> r = read_positions_csv(in);
+        rows.insert(rows.end(), std::make_move_iterator(r.begin()), std::make_move_iterator(r.end()));
+      }
+      const std::vector<PairSpec> pairs = cmp_pairs.empty() ? std::vector<PairSpec>() : read_pairs(cmp_pairs);
+      BootstrapOptions opt;
+      opt.replicates = cmp_s.replicates;
+      opt.seed = cmp_s.boot_seed;
+      std::string csv;
+      try {
+        csv = study_csv(rows, pairs, opt);
+      } catch (const std::invalid_argument& e) {
+        throw FileError(cmp_pairs.empty() ? cmp_dirs[0] : cmp_pairs, e.what());
+      }
+      AtomicOutput out(cmp_out);
+      write_file_bytes(out.temp_path(), csv.data(), csv.size(), cmp_out);
+      out.commit();
+      return cli::kOk;
+    });
+  if (tk->parsed())
+    return cli::guarded(kTool, [&] {
+      ModelArgs ma;
+      ma.model = tok_model;
+      const std::string path = model_path_of(ma);
+      if (path.empty())
+        throw cli::UsageError("no model: pass --model FILE.gguf, set SJKV_MODEL, or run scripts/setup to install the default");
+      const GgufFile f = GgufFile::open(path);
+      const std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(f);
+      for (const std::string& file : tok_files) {
+        const std::vector<int32_t> ids = tok->encode(read_prompt(file), true);
+        std::printf("%zu\t%s\n", ids.size(), file == "-" ? "<stdin>" : file.c_str());
+      }
+      return cli::kOk;
+    });
   if (rec->parsed())
     return cli::guarded(kTool, [&] {
       check_record_args(rec_r);

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 
@@ -192,6 +193,88 @@ std::string summary_text(const Report& rep) {
     o += b;
   }
   return o;
+}
+
+namespace {
+
+// Splits one CSV line as csv_field() writes them (quoted fields with doubled quotes).
+bool split_csv(const std::string& line, std::vector<std::string>& out) {
+  out.clear();
+  std::string f;
+  size_t i = 0;
+  while (true) {
+    f.clear();
+    if (i < line.size() && line[i] == '"') {
+      ++i;
+      while (true) {
+        if (i >= line.size()) return false;  // unterminated quote
+        if (line[i] == '"') {
+          if (i + 1 < line.size() && line[i + 1] == '"') {
+            f += '"';
+            i += 2;
+            continue;
+          }
+          ++i;
+          break;
+        }
+        f += line[i++];
+      }
+      if (i < line.size() && line[i] != ',') return false;
+    } else {
+      while (i < line.size() && line[i] != ',') f += line[i++];
+      if (f.find('"') != std::string::npos) return false;
+    }
+    out.push_back(f);
+    if (i >= line.size()) return true;
+    ++i;  // the comma
+  }
+}
+
+bool parse_double(const std::string& s, double& v) {
+  if (s.empty() || s.size() > 64) return false;
+  char* end = nullptr;
+  errno = 0;
+  v = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size() && errno == 0;
+}
+
+std::string shown(const std::string& s) { return s.size() > 32 ? s.substr(0, 32) + "..." : s; }
+
+}  // namespace
+
+std::vector<PositionRow> read_positions_csv(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw FileError(path, std::string("cannot open: ") + std::strerror(errno));
+  std::string line;
+  const std::string header = "trajectory,position,arm,kl,same_top,bits_occupied,bits_allocated";
+  if (!std::getline(in, line) || line != header) throw FileError(path, "not a positions.csv (its first line is not '" + header + "')");
+  std::vector<PositionRow> rows;
+  std::vector<std::string> f;
+  for (uint64_t n = 2; std::getline(in, line); ++n) {
+    const std::string at = "line " + std::to_string(n) + ": ";
+    if (!split_csv(line, f) || f.size() != 7) throw FileError(path, at + "not seven comma-separated fields");
+    PositionRow r;
+    r.trajectory = f[0];
+    r.arm = f[2];
+    if (r.trajectory.empty() || r.arm.empty()) throw FileError(path, at + "empty trajectory or arm name");
+    double pos = 0, kl = 0, occ = 0, alc = 0;
+    if (!parse_double(f[1], pos) || pos < 0 || pos > 4294967295.0 || pos != std::floor(pos))
+      throw FileError(path, at + "position '" + shown(f[1]) + "' is not a whole number");
+    if (f[3] == "inf") kl = std::numeric_limits<double>::infinity();
+    else if (!parse_double(f[3], kl) || !std::isfinite(kl) || kl < 0)
+      throw FileError(path, at + "KL '" + shown(f[3]) + "' is not a finite number >= 0 (or inf)");
+    if (f[4] != "0" && f[4] != "1") throw FileError(path, at + "same_top is not 0 or 1");
+    if (!parse_double(f[5], occ) || !std::isfinite(occ) || occ < 0 || !parse_double(f[6], alc) || !std::isfinite(alc) || alc < 0)
+      throw FileError(path, at + "bits are not finite numbers >= 0");
+    r.position = static_cast<uint32_t>(pos);
+    r.row.kl = kl;
+    r.row.same_top = f[4] == "1";
+    r.row.bits_occupied = occ;
+    r.row.bits_allocated = alc;
+    rows.push_back(std::move(r));
+  }
+  if (in.bad()) throw FileError(path, std::string("read failed: ") + std::strerror(errno));
+  return rows;
 }
 
 void write_results(const std::string& dir, const Results& r, const Report& rep, const std::vector<AtomicOutput*>& also) {

@@ -67,5 +67,16 @@ constexpr const char* kResultFiles[] = {"positions.csv", "kl_by_position.svg", "
 void write_results(const std::string& dir, const Results& r, const Report& rep,
                    const std::vector<AtomicOutput*>& also = {});
 
+// One line of positions.csv read back.
+struct PositionRow {
+  std::string trajectory, arm;
+  uint32_t position = 0;
+  ScoreRow row;
+};
+// Reads a positions.csv that positions_csv() wrote: the header, seven fields a line, a finite
+// KL >= 0 (or "inf"), same_top 0 or 1, finite bits >= 0. FileError naming the file and the
+// line on a defect.
+std::vector<PositionRow> read_positions_csv(const std::string& path);
+
 }  // namespace replay
 }  // namespace sjkv

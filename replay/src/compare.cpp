@@ -1,0 +1,145 @@
+// The study table: summaries per history and arm, paired comparisons (compare.h).
+#include "sjkv/replay/compare.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+#include "sjkv/io/file_error.h"
+
+namespace sjkv {
+namespace replay {
+
+namespace {
+
+using ByHistory = std::map<std::string, std::map<uint32_t, ScoreRow>>;  // history -> position -> row
+
+std::string num(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.9g", x);
+  return b;
+}
+
+std::string field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string o = "\"";
+  for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return o + "\"";
+}
+
+void line(std::string& o, const std::string& h, const std::string& arm, const std::string& base, const char* stat,
+          double v) {
+  o += field(h) + "," + field(arm) + "," + field(base) + "," + stat + "," + num(v) + "\n";
+}
+
+void stats_lines(std::string& o, const std::string& h, const std::string& arm,
+                 const std::vector<std::vector<ScoreRow>>& rows) {
+  const ArmStats s = arm_stats(arm, rows);
+  line(o, h, arm, "", "positions", static_cast<double>(s.positions));
+  line(o, h, arm, "", "mean_kl", s.mean_kl);
+  line(o, h, arm, "", "median_kl", s.median_kl);
+  line(o, h, arm, "", "p90_kl", s.p90_kl);
+  line(o, h, arm, "", "p99_kl", s.p99_kl);
+  line(o, h, arm, "", "max_kl", s.max_kl);
+  line(o, h, arm, "", "same_top", s.same_top);
+  line(o, h, arm, "", "bits_occupied", s.bits_occupied);
+  line(o, h, arm, "", "bits_allocated", s.bits_allocated);
+}
+
+std::vector<ScoreRow> values(const std::map<uint32_t, ScoreRow>& m) {
+  std::vector<ScoreRow> v;
+  for (const auto& [p, r] : m) v.push_back(r);
+  return v;
+}
+
+}  // namespace
+
+std::vector<PairSpec> read_pairs(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw FileError(path, "cannot open");
+  std::vector<PairSpec> pairs;
+  std::string text;
+  for (uint64_t n = 1; std::getline(in, text); ++n) {
+    const size_t hash = text.find('#');
+    if (hash != std::string::npos) text.resize(hash);
+    std::istringstream ls(text);
+    std::string a, b, extra;
+    if (!(ls >> a)) continue;
+    if (!(ls >> b) || (ls >> extra))
+      throw FileError(path, "line " + std::to_string(n) + ": expected two fields, ARM BASELINE");
+    pairs.push_back({a, b});
+  }
+  if (in.bad()) throw FileError(path, "read failed");
+  return pairs;
+}
+
+std::string study_csv(const std::vector<PositionRow>& rows, const std::vector<PairSpec>& pairs,
+                      const BootstrapOptions& opt) {
+  std::map<std::string, ByHistory> arms;
+  for (const PositionRow& r : rows)
+    if (!arms[r.arm][r.trajectory].emplace(r.position, r.row).second)
+      throw std::invalid_argument("arm " + r.arm + ", history " + r.trajectory + ": position " +
+                                  std::to_string(r.position) + " appears twice");
+  std::string o = "history,arm,baseline,statistic,value\n";
+  for (const auto& [arm, hist] : arms) {
+    std::vector<std::vector<ScoreRow>> all;
+    for (const auto& [h, m] : hist) {
+      all.push_back(values(m));
+      stats_lines(o, h, arm, {all.back()});
+    }
+    stats_lines(o, "all", arm, all);
+  }
+  for (const PairSpec& p : pairs) {
+    const auto ia = arms.find(p.arm), ib = arms.find(p.baseline);
+    if (ia == arms.end()) throw std::invalid_argument("pair " + p.arm + " vs " + p.baseline + ": no rows of " + p.arm);
+    if (ib == arms.end()) throw std::invalid_argument("pair " + p.arm + " vs " + p.baseline + ": no rows of " + p.baseline);
+    std::vector<std::string> names;
+    std::vector<std::vector<double>> a, b;
+    for (const auto& [h, ma] : ia->second) {
+      const auto jb = ib->second.find(h);
+      if (jb == ib->second.end()) continue;
+      const auto& mb = jb->second;
+      if (ma.size() != mb.size())
+        throw std::invalid_argument("pair " + p.arm + " vs " + p.baseline + ", history " + h + ": scored at different positions");
+      a.emplace_back();
+      b.emplace_back();
+      for (auto x = ma.begin(), y = mb.begin(); x != ma.end(); ++x, ++y) {
+        if (x->first != y->first)
+          throw std::invalid_argument("pair " + p.arm + " vs " + p.baseline + ", history " + h + ": scored at different positions");
+        a.back().push_back(x->second.kl);
+        b.back().push_back(y->second.kl);
+      }
+      names.push_back(h);
+    }
+    if (names.empty()) throw std::invalid_argument("pair " + p.arm + " vs " + p.baseline + ": no history has both");
+    const Comparison c = compare_arms(p.arm, p.baseline, a, b, opt);
+    uint64_t won = 0;
+    for (size_t t = 0; t < names.size(); ++t) {
+      double sa = 0, sb = 0;
+      for (size_t i = 0; i < a[t].size(); ++i) {
+        sa += a[t][i];
+        sb += b[t][i];
+      }
+      won += sa < sb ? 1 : 0;
+      line(o, names[t], p.arm, p.baseline, "ratio", sb > 0 ? sa / sb : std::nan(""));
+    }
+    line(o, "all", p.arm, p.baseline, "ratio", c.ratio);
+    line(o, "all", p.arm, p.baseline, "ci_low_positions", c.ci_low);
+    line(o, "all", p.arm, p.baseline, "ci_high_positions", c.ci_high);
+    line(o, "all", p.arm, p.baseline, "ci_low_histories", c.ci_low_traj);
+    line(o, "all", p.arm, p.baseline, "ci_high_histories", c.ci_high_traj);
+    line(o, "all", p.arm, p.baseline, "lower_at", static_cast<double>(c.lower_at));
+    line(o, "all", p.arm, p.baseline, "of", static_cast<double>(c.of));
+    line(o, "all", p.arm, p.baseline, "histories_won", static_cast<double>(won));
+    line(o, "all", p.arm, p.baseline, "histories", static_cast<double>(names.size()));
+  }
+  return o;
+}
+
+}  // namespace replay
+}  // namespace sjkv
