@@ -21,6 +21,8 @@
 #include "sjkv/hadamard.h"
 #include "sjkv/replay/arms.h"
 #include "sjkv/replay/kv.h"
+#include "sjkv/io/codebook_file.h"
+#include "sjkv/io/file_error.h"
 #include "sjkv/seal.h"
 
 namespace sjkv {
@@ -280,10 +282,30 @@ struct EdgeRegistry {
   }
 };
 
+// Trellis tables an arm seals with instead of the built-in reference ones ("cb=FILE[+FILE]"):
+// raw table pairs (CODEC-SPEC section 12), one per width.
+struct ArmCodebooks {
+  std::vector<RawCodebook> pairs;
+  const RawCodebook* of(uint32_t bits) const {
+    for (const RawCodebook& r : pairs)
+      if (r.bits == bits) return &r;
+    return nullptr;
+  }
+  // The K table of the bits_k pair and the V table of the bits_v pair; a width with no file
+  // keeps the reference table (null).
+  TrellisCodebooks tables(uint32_t bits_k, uint32_t bits_v) const {
+    TrellisCodebooks t;
+    if (const RawCodebook* k = of(bits_k)) t.k = k->k.data();
+    if (const RawCodebook* v = of(bits_v)) t.v = v->v.data();
+    return t;
+  }
+};
+
 class SjLayer final : public InspectableKv, private RowSource {
  public:
-  SjLayer(const LayerShape& s, const CodecConfig& cfg, bool tier_edge, std::shared_ptr<EdgeRegistry> reg)
-      : s_(s), cfg_(cfg), tier_edge_(tier_edge), reg_(std::move(reg)) {
+  SjLayer(const LayerShape& s, const CodecConfig& cfg, bool tier_edge, std::shared_ptr<EdgeRegistry> reg,
+          std::shared_ptr<const ArmCodebooks> cb)
+      : s_(s), cfg_(cfg), tier_edge_(tier_edge), reg_(std::move(reg)), cb_(std::move(cb)) {
     check_shape(s);
     cfg_.head_dim = s.head_dim;
     if (s.n_ctx == 0) throw std::invalid_argument("layer " + std::to_string(s.layer) + ": SJ arms need n_ctx > 0");
@@ -312,7 +334,9 @@ class SjLayer final : public InspectableKv, private RowSource {
       sh.n_head_kv = s_.n_head_kv;
       sh.n_ctx = s_.n_ctx;
       sh.n_ubatch = std::max(s_.n_ubatch, 1u);
-      cache_ = std::make_unique<SequenceCache>(cfg_, sh);
+      SealOptions so;
+      if (cb_ && cfg_.body == Body::trellis) so.codebooks = cb_->tables(cfg_.bits_k, cfg_.bits_v);
+      cache_ = std::make_unique<SequenceCache>(cfg_, sh, so);
       if (!cache_->status().ok()) throw std::invalid_argument(cfg_.name() + ": " + cache_->status().message());
       attach_seal_device(*cache_);
       const RecordLayout l = cfg_.layout();
@@ -490,6 +514,7 @@ class SjLayer final : public InspectableKv, private RowSource {
   CodecConfig cfg_;
   bool tier_edge_;
   std::shared_ptr<EdgeRegistry> reg_;
+  std::shared_ptr<const ArmCodebooks> cb_;
   std::unique_ptr<SequenceCache> cache_;
   CodeBits kbits_, vbits_;  // scalar bodies only
   mutable CacheView view_;
@@ -562,14 +587,14 @@ class RowArm final : public KvArm {
 
 class SjArm final : public KvArm {
  public:
-  SjArm(const std::string& spec, const CodecConfig& cfg, bool tier_edge)
-      : cfg_(cfg), tier_edge_(tier_edge), reg_(std::make_shared<EdgeRegistry>()) {
+  SjArm(const std::string& spec, const CodecConfig& cfg, bool tier_edge, std::shared_ptr<const ArmCodebooks> cb)
+      : cfg_(cfg), tier_edge_(tier_edge), reg_(std::make_shared<EdgeRegistry>()), cb_(std::move(cb)) {
     spec_ = spec;
   }
   std::unique_ptr<LayerKv> make_layer(const LayerShape& s) const override {
     if (!s.full_attention) return std::make_unique<RowLayer>(s, RowFormat::f16, Rotation{}, Rotation{}, "f16");
     reg_->add(s.layer);
-    return std::make_unique<SjLayer>(s, cfg_, tier_edge_, reg_);
+    return std::make_unique<SjLayer>(s, cfg_, tier_edge_, reg_, cb_);
   }
   bool plain_f16_sliding() const override { return true; }
 
@@ -577,6 +602,7 @@ class SjArm final : public KvArm {
   CodecConfig cfg_;
   bool tier_edge_;
   std::shared_ptr<EdgeRegistry> reg_;
+  std::shared_ptr<const ArmCodebooks> cb_;
 };
 
 // "K/V" or "K/Vt" -> bits and body.
@@ -621,6 +647,7 @@ std::unique_ptr<KvArm> parse(const std::string& spec) {
     parse_widths(spec, parts[1], sj, c);
     uint32_t kvarn_tail = 0;
     bool tier_edge = false;
+    std::shared_ptr<const ArmCodebooks> cb;
     bool seen_axis = false;
     for (size_t i = 2; i < parts.size(); ++i) {
       const auto eq = parts[i].find('=');
@@ -659,9 +686,29 @@ std::unique_ptr<KvArm> parse(const std::string& spec) {
       } else if (key == "tier") {
         if (val != "edge") bad(spec, "tier must be edge");
         tier_edge = true;
+      } else if (key == "cb") {
+        auto books = std::make_shared<ArmCodebooks>();
+        for (const std::string& f : split(val, '+')) {
+          if (f.empty()) bad(spec, "cb=FILE[+FILE]: an empty file name");
+          try {
+            books->pairs.push_back(read_raw_codebook(f));
+          } catch (const FileError& e) {
+            bad(spec, e.what());
+          }
+          for (size_t i = 0; i + 1 < books->pairs.size(); ++i)
+            if (books->pairs[i].bits == books->pairs.back().bits)
+              bad(spec, "cb= names two " + std::to_string(books->pairs.back().bits) + "-bit tables");
+        }
+        cb = books;
       } else {
         bad(spec, "unknown option '" + key + "'");
       }
+    }
+    if (cb) {
+      if (c.body != Body::trellis) bad(spec, "cb= applies to trellis bodies (e.g. sj:3/2t:cb=FILE)");
+      if (c.trellis_axis == TrellisAxis::channel) bad(spec, "cb= tables are token-axis tables; axis=channel keeps its own");
+      if (!cb->of(c.bits_k) && !cb->of(c.bits_v))
+        bad(spec, "cb= holds no " + std::to_string(c.bits_k) + "-bit or " + std::to_string(c.bits_v) + "-bit table");
     }
     if (seen_axis && c.body != Body::trellis && c.trellis_axis == TrellisAxis::channel)
       bad(spec, "axis=channel needs a trellis body (e.g. sj:3/2t:axis=channel)");
@@ -674,7 +721,7 @@ std::unique_ptr<KvArm> parse(const std::string& spec) {
     probe.head_dim = 128;
     const Unsupported why = can_implement(probe);
     if (why != Unsupported::none) bad(spec, describe(why));
-    return std::make_unique<SjArm>(spec, c, tier_edge);
+    return std::make_unique<SjArm>(spec, c, tier_edge, cb);
   }
   bad(spec, "unknown arm '" + head + "' (known: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl [:rot], turbo3 turbo4 tq5_0 tq6_0, kvarn:K/V, sj:K/V[t])");
 }

@@ -19,6 +19,7 @@
 #include "../../replay/src/kv_arms_formats.h"
 #include "sjkv/cache_view.h"
 #include "sjkv/hadamard.h"
+#include "sjkv/io/codebook_file.h"
 #include "sjkv/replay/arms.h"
 #include "sjkv/replay/kv.h"
 #include "sjkv/testgen.h"
@@ -618,6 +619,44 @@ TEST(ArmAttention, CodecArmRowsEqualResolveRow) {
       EXPECT_EQ(std::memcmp(kr.data(), &K[50 * 128], 128 * sizeof(float)), 0);
     }
   }
+}
+
+// cb=: the arm seals with the named tables (here the Gemma 3 270M ones data/codebooks ships),
+// its rows are the codec's rows decoded with those tables, and they differ from the reference
+// tables' rows.
+TEST(ArmAttention, CodebookFilesSealAndDecodeWithTheirTables) {
+  const std::string dir = std::string(SJKV_SOURCE_DIR) + "/data/codebooks/";
+  const std::string cb3 = dir + "gemma3-270m-3bit.bin", cb2 = dir + "gemma3-270m-2bit.bin";
+  const uint32_t N = 700;
+  const Data d = make_data(N, 128, 4, 1, 41);
+  const RawCodebook t3 = read_raw_codebook(cb3), t2 = read_raw_codebook(cb2);
+  for (const auto& [spec, ref_spec] : {std::pair<std::string, std::string>{"sj:3/2t:tail=128:cb=" + cb3 + "+" + cb2, "sj:3/2t:tail=128"},
+                                       {"sj:3/3t:tail=128:cb=" + cb3, "sj:3/3t:tail=128"}}) {
+    SCOPED_TRACE(spec);
+    const RunResult r = run_arm(spec, d, N, 64, {}), ref = run_arm(ref_spec, d, N, 64, {});
+    const InspectableKv* kv = dynamic_cast<const InspectableKv*>(r.layer.get());
+    const InspectableKv* rk = dynamic_cast<const InspectableKv*>(ref.layer.get());
+    const CacheView view = kv->codec_cache()->view(0);
+    ASSERT_GT(view.B, view.sink);
+    ASSERT_NE(view.codebooks.k, nullptr);
+    EXPECT_EQ(0, std::memcmp(view.codebooks.k, t3.k.data(), t3.k.size() * 2));
+    const RawCodebook& tv = spec.find("3/2t") != std::string::npos ? t2 : t3;
+    EXPECT_EQ(0, std::memcmp(view.codebooks.v, tv.v.data(), tv.v.size() * 2));
+    std::vector<float> K(static_cast<size_t>(N) * 128), V(K.size()), K0(K.size()), V0(K.size()), kr(128), vr(128);
+    kv->stored_rows(0, 0, N, K.data(), V.data());
+    rk->stored_rows(0, 0, N, K0.data(), V0.data());
+    for (uint32_t p = 0; p < N; p += 7) {
+      resolve_row(view, p, 0, kr.data(), vr.data());
+      ASSERT_EQ(std::memcmp(kr.data(), &K[static_cast<size_t>(p) * 128], 128 * sizeof(float)), 0) << p;
+      ASSERT_EQ(std::memcmp(vr.data(), &V[static_cast<size_t>(p) * 128], 128 * sizeof(float)), 0) << p;
+    }
+    const size_t body = static_cast<size_t>(view.B) * 128;
+    EXPECT_NE(std::memcmp(K.data() + 128 * 128, K0.data() + 128 * 128, (body - 128 * 128) * sizeof(float)), 0);
+    EXPECT_NE(std::memcmp(V.data() + 128 * 128, V0.data() + 128 * 128, (body - 128 * 128) * sizeof(float)), 0);
+  }
+  for (const std::string& bad : {"sj:4/4:cb=" + cb3, "sj:3/3t:cb=" + cb2, "sj:3/3t:cb=" + cb3 + "+" + cb3,
+                                 "sj:3/3t:cb=" + dir + "missing.bin", "sj:3/3t:axis=channel:cb=" + cb3, std::string("sj:3/3t:cb=")})
+    EXPECT_THROW(make_arm(bad), std::invalid_argument) << bad;
 }
 
 TEST(ArmAttention, SlidingWindowIsHonoured) {

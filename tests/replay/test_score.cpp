@@ -17,6 +17,8 @@
 #include "tiny_model.h"
 #include "sjkv/fp16.h"
 #include "sjkv/io/capture_file.h"
+#include "sjkv/io/file_error.h"
+#include "sjkv/replay/compare.h"
 #include "sjkv/replay/results.h"
 #include "sjkv/replay/run.h"
 #include "sjkv/replay/score.h"
@@ -343,6 +345,135 @@ TEST(Results, FolderHasEveryFile) {
 
   res.baseline = "q4_0";
   EXPECT_THROW(summarize(res), std::invalid_argument);
+}
+
+namespace {
+
+Results two_arm_results(uint32_t trajectories) {
+  TinyModel m(4096);
+  const PlainArm f32(false), f16(true);
+  Results res;
+  res.model_file = "tiny.gguf";
+  res.model_sha256 = std::string(64, '0');
+  res.baseline = "f16";
+  res.bootstrap.replicates = 200;
+  res.arms = {{"f32", {}, {}}, {"f16", {}, {}}};
+  for (uint32_t i = 0; i < trajectories; ++i) {
+    RecordInput in = tiny_input(10);
+    in.prompt[0] = static_cast<int32_t>(i + 1);
+    const Trajectory t = record_trajectory(m, f32, in);
+    res.settings = t.settings;
+    res.trajectories.push_back({"h,\"" + std::to_string(i) + "\".h5", t.prompt_tokens, t.generated()});
+    res.arms[0].rows.push_back(score_trajectory(m, f32, t, 4));
+    res.arms[1].rows.push_back(score_trajectory(m, f16, t, 4));
+  }
+  return res;
+}
+
+std::string write_text(const std::string& name, const std::string& text) {
+  const std::string p = temp_path(name);
+  std::ofstream(p, std::ios::binary) << text;
+  return p;
+}
+
+}  // namespace
+
+// positions.csv reads back to the rows it was written from, bit for bit (KL at 17 digits),
+// quoted names included.
+TEST(Results, PositionsCsvReadsBack) {
+  const Results res = two_arm_results(2);
+  const std::string p = write_text("positions.csv", positions_csv(res));
+  const std::vector<PositionRow> rows = read_positions_csv(p);
+  ASSERT_EQ(rows.size(), 2u * 2u * 10u);
+  size_t i = 0;
+  for (size_t t = 0; t < 2; ++t)
+    for (const ArmRows& a : res.arms)
+      for (size_t j = 0; j < a.rows[t].size(); ++j, ++i) {
+        EXPECT_EQ(rows[i].trajectory, res.trajectories[t].name);
+        EXPECT_EQ(rows[i].arm, a.arm);
+        EXPECT_EQ(rows[i].position, res.trajectories[t].prompt_tokens + j);
+        EXPECT_EQ(0, std::memcmp(&rows[i].row.kl, &a.rows[t][j].kl, sizeof(double)));
+        EXPECT_EQ(rows[i].row.same_top, a.rows[t][j].same_top);
+      }
+  std::remove(p.c_str());
+}
+
+TEST(Results, PositionsCsvDefectsNameTheLine) {
+  const std::string head = "trajectory,position,arm,kl,same_top,bits_occupied,bits_allocated\n";
+  const std::pair<const char*, const char*> bad[] = {
+      {"x,y\n", "not a positions.csv"},
+      {"a.h5,3,f16,0.1,1,16\n", "line 2: not seven"},
+      {"a.h5,-3,f16,0.1,1,16,16\n", "line 2: position '-3'"},
+      {"a.h5,3.5,f16,0.1,1,16,16\n", "line 2: position '3.5'"},
+      {"a.h5,3,f16,nan,1,16,16\n", "line 2: KL 'nan'"},
+      {"a.h5,3,f16,-1e-3,1,16,16\n", "line 2: KL '-1e-3'"},
+      {"a.h5,3,f16,0.1,2,16,16\n", "same_top"},
+      {"a.h5,3,f16,0.1,1,16,inf\n", "bits"},
+      {"\"a.h5,3,f16,0.1,1,16,16\n", "line 2: not seven"},
+      {",3,f16,0.1,1,16,16\n", "empty trajectory"},
+  };
+  for (const auto& [body, needle] : bad) {
+    const std::string p = write_text("bad.csv", std::string(body).rfind("x,y", 0) == 0 ? body : head + body);
+    try {
+      read_positions_csv(p);
+      ADD_FAILURE() << "accepted: " << body;
+    } catch (const FileError& e) {
+      EXPECT_EQ(e.path(), p);
+      EXPECT_NE(e.defect().find(needle), std::string::npos) << e.defect();
+    }
+    std::remove(p.c_str());
+  }
+  EXPECT_THROW(read_positions_csv(temp_path("missing.csv")), FileError);
+}
+
+// The study table: per-history and overall statistics equal arm_stats', the pair equals
+// compare_arms over the same rows, and the bytes do not depend on the order of the inputs.
+TEST(StudyTable, MatchesTheScoreStatisticsInAnyInputOrder) {
+  const Results res = two_arm_results(3);
+  const std::string p = write_text("study-positions.csv", positions_csv(res));
+  std::vector<PositionRow> rows = read_positions_csv(p);
+  std::remove(p.c_str());
+  BootstrapOptions opt;
+  opt.replicates = 300;
+  const std::string csv = study_csv(rows, {{"f16", "f32"}}, opt);
+  std::vector<PositionRow> rev(rows.rbegin(), rows.rend());
+  EXPECT_EQ(csv, study_csv(rev, {{"f16", "f32"}}, opt));
+  EXPECT_EQ(csv.rfind("history,arm,baseline,statistic,value\n", 0), 0u);
+
+  const ArmStats all = arm_stats("f16", res.arms[1].rows);
+  char want[128];
+  std::snprintf(want, sizeof want, "all,f16,,mean_kl,%.9g\n", all.mean_kl);
+  EXPECT_NE(csv.find(want), std::string::npos) << want;
+  const ArmStats one = arm_stats("f32", {res.arms[0].rows[1]});
+  std::snprintf(want, sizeof want, "\"h,\"\"1\"\".h5\",f32,,p90_kl,%.9g\n", one.p90_kl);
+  EXPECT_NE(csv.find(want), std::string::npos) << want;
+  std::vector<std::vector<double>> a, b;
+  for (size_t t = 0; t < 3; ++t) {
+    a.emplace_back();
+    b.emplace_back();
+    for (const ScoreRow& r : res.arms[1].rows[t]) a.back().push_back(r.kl);
+    for (const ScoreRow& r : res.arms[0].rows[t]) b.back().push_back(r.kl);
+  }
+  const Comparison c = compare_arms("f16", "f32", a, b, opt);
+  std::snprintf(want, sizeof want, "all,f16,f32,ci_low_histories,%.9g\n", c.ci_low_traj);
+  EXPECT_NE(csv.find(want), std::string::npos) << want;
+  EXPECT_NE(csv.find("all,f16,f32,histories,3\n"), std::string::npos);
+
+  EXPECT_THROW(study_csv(rows, {{"q4_0", "f32"}}, opt), std::invalid_argument);
+  rows.push_back(rows[0]);
+  EXPECT_THROW(study_csv(rows, {}, opt), std::invalid_argument);  // a position twice
+}
+
+TEST(StudyTable, PairsFile) {
+  const std::string p = write_text("pairs.txt", "# comment\n\nsj:4/4  kvarn:4/4:tail=0 # why\nq8_0\tf16\n");
+  const auto pairs = read_pairs(p);
+  ASSERT_EQ(pairs.size(), 2u);
+  EXPECT_EQ(pairs[0].arm, "sj:4/4");
+  EXPECT_EQ(pairs[0].baseline, "kvarn:4/4:tail=0");
+  EXPECT_EQ(pairs[1].baseline, "f16");
+  std::ofstream(p) << "a b c\n";
+  EXPECT_THROW(read_pairs(p), FileError);
+  std::remove(p.c_str());
 }
 
 // score_trajectory says whether a codec arm's body was exercised: a context shorter than

@@ -1,0 +1,191 @@
+"""docs/RESULTS.md and its plots from study/results.csv (scripts/study calls write()).
+
+Everything here is generated: the tables and plots from the CSV, the prose from the
+comparison sections of study/arms.toml, whose {ratio:ARM|BASELINE}-style placeholders are
+filled from the CSV. Nothing is tuned or edited by hand.
+"""
+import csv
+import html
+import math
+import os
+import re
+
+PLACEHOLDER = re.compile(r"\{(ratio|ci|won|kl|bits|lower)\:([^|{}]+)(?:\|([^{}]+))?\}")
+
+
+def load(csv_path):
+    """(set, history, arm, baseline, statistic) -> value"""
+    t = {}
+    with open(csv_path, newline="") as f:
+        for r in csv.DictReader(f):
+            v = r["value"]
+            t[(r["set"], r["history"], r["arm"], r["baseline"], r["statistic"])] = float(v) if v not in ("nan", "") else math.nan
+    return t
+
+
+def g(x, digits=3):
+    if x is None or x != x:
+        return "-"
+    if x == 0:
+        return "0"
+    if abs(x) >= 1e4 or abs(x) < 1e-3:
+        return f"{x:.{digits}g}".replace("e-0", "e-").replace("e+0", "e+")
+    return f"{x:.{digits}g}"
+
+
+def pct(x):
+    return "-" if x != x else f"{100 * x:.1f}%"
+
+
+class Table:
+    def __init__(self, t, s):
+        self.t, self.s = t, s
+
+    def stat(self, arm, stat, history="all"):
+        return self.t.get((self.s, history, arm, "", stat), math.nan)
+
+    def pair(self, arm, base, stat, history="all"):
+        return self.t.get((self.s, history, arm, base, stat), math.nan)
+
+    def arms(self):
+        seen = []
+        for (s, h, a, b, st) in self.t:
+            if s == self.s and b == "" and h == "all" and a not in seen:
+                seen.append(a)
+        return seen
+
+    def has_pair(self, arm, base):
+        return (self.s, "all", arm, base, "ratio") in self.t
+
+
+def fill(text, tab):
+    def rep(m):
+        kind, a, b = m.group(1), m.group(2), m.group(3)
+        if kind == "ratio":
+            return g(tab.pair(a, b, "ratio"))
+        if kind == "lower":  # "lower by": 1 - ratio, as the note writes it
+            r = tab.pair(a, b, "ratio")
+            return "-" if r != r else f"{100 * (1 - r):.1f}%"
+        if kind == "ci":
+            return f"{g(tab.pair(a, b, 'ci_low_positions'))}-{g(tab.pair(a, b, 'ci_high_positions'))}"
+        if kind == "won":
+            return f"{int(tab.pair(a, b, 'histories_won'))} of {int(tab.pair(a, b, 'histories'))}" if tab.has_pair(a, b) else "-"
+        if kind == "kl":
+            return g(tab.stat(a, "mean_kl"))
+        if kind == "bits":
+            return f"{tab.stat(a, 'bits_allocated'):.2f}"
+        return m.group(0)
+    return PLACEHOLDER.sub(rep, text)
+
+
+def svg_scatter(tab, arms, path, title):
+    """Mean KL (log) against bits per value allocated, one labelled point per arm."""
+    pts = [(tab.stat(a, "bits_allocated"), tab.stat(a, "mean_kl"), a) for a in arms]
+    pts = [p for p in pts if p[0] == p[0] and p[1] == p[1] and p[1] > 0]
+    W, H, L, R, T, B = 860, 520, 70, 250, 40, 50
+    if not pts:
+        return False
+    xs, ys = [p[0] for p in pts], [math.log10(p[1]) for p in pts]
+    x0, x1 = math.floor(min(xs)), math.ceil(max(xs))
+    y0, y1 = math.floor(min(ys)), math.ceil(max(ys))
+    if x1 == x0:
+        x1 += 1
+    if y1 == y0:
+        y1 += 1
+    X = lambda x: L + (x - x0) / (x1 - x0) * (W - L - R)
+    Y = lambda y: T + (y1 - y) / (y1 - y0) * (H - T - B)
+    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
+         f'<rect width="{W}" height="{H}" fill="white"/>',
+         f'<text x="{L}" y="20" font-size="14">{html.escape(title)}</text>']
+    for xv in range(x0, x1 + 1):
+        o.append(f'<line x1="{X(xv):.1f}" y1="{T}" x2="{X(xv):.1f}" y2="{H - B}" stroke="#ddd"/>')
+        o.append(f'<text x="{X(xv):.1f}" y="{H - B + 15}" text-anchor="middle">{xv}</text>')
+    for yv in range(y0, y1 + 1):
+        o.append(f'<line x1="{L}" y1="{Y(yv):.1f}" x2="{W - R}" y2="{Y(yv):.1f}" stroke="#ddd"/>')
+        o.append(f'<text x="{L - 5}" y="{Y(yv) + 4:.1f}" text-anchor="end">1e{yv}</text>')
+    o.append(f'<text x="{(L + W - R) / 2}" y="{H - 12}" text-anchor="middle">bits per value allocated (compressed layers)</text>')
+    o.append(f'<text x="16" y="{(T + H - B) / 2}" transform="rotate(-90 16 {(T + H - B) / 2})" text-anchor="middle">mean KL (nats)</text>')
+    for i, (x, y, a) in enumerate(sorted(pts, key=lambda p: p[1])):
+        color = "#c0392b" if a.startswith("sj:") else "#2c3e50" if a.startswith("kvarn:") else "#7f8c8d"
+        cx, cy = X(x), Y(math.log10(y))
+        o.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="3.5" fill="{color}"/>')
+        o.append(f'<text x="{cx + 6:.1f}" y="{cy + 4:.1f}" fill="{color}">{html.escape(a)}</text>')
+    o.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(o) + "\n")
+    return True
+
+
+def write(csv_path, histories, arms_cfg, sets, report_dir, cmd, manifest):
+    t = load(csv_path)
+    plots = os.path.join(report_dir, "results")
+    os.makedirs(plots, exist_ok=True)
+    rel_csv = os.path.relpath(csv_path, report_dir)
+    o = ["# SJ-KVaRN study: what each cache format costs Gemma 3 270M, per bit", "",
+         f"Generated by `{cmd}` from `study/manifest.toml` and `study/arms.toml`; every number comes from "
+         f"[`{os.path.basename(csv_path)}`]({rel_csv}) (one row per set x history x arm x statistic). Do not edit: "
+         "rerun the command.", ""]
+    intro = arms_cfg.get("report", {}).get("intro")
+    if intro:
+        o += [intro.strip(), ""]
+    o += ["## Histories", "", "| history | kind | sets | prompt tokens | scored positions |", "|---|---|---|--:|--:|"]
+    for h in histories:
+        o.append(f"| `{h['name']}` | {h['kind']} | {', '.join(h['sets'])} | {h['tokens']:,} | {h['generate']} |")
+    o += ["", "Files the histories quote, each checked by SHA-256 before the study starts:", ""]
+    used = set()
+    for h in histories:
+        used |= set(re.findall(r"^\{\{file ([a-z0-9-]+)", open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "study", h["template"]), encoding="utf-8").read(), re.M))
+    for f in manifest.get("file", []):
+        if f["id"] in used:
+            o.append(f"- `{f['path']}` ({f.get('package', '?')}), SHA-256 `{f['sha256']}`")
+    o.append("")
+    for s in sets:
+        tab = Table(t, s)
+        arms = tab.arms()
+        if not arms:
+            continue
+        desc = arms_cfg["sets"][s].get("description", "")
+        o += [f"## Set `{s}`", ""]
+        if desc:
+            o += [desc.strip(), ""]
+        o += ["| arm | bits occupied | bits allocated | mean KL | median | p90 | p99 | same top |",
+              "|---|--:|--:|--:|--:|--:|--:|--:|"]
+        for a in sorted(arms, key=lambda a: -tab.stat(a, "bits_allocated")):
+            o.append(f"| `{a}` | {tab.stat(a, 'bits_occupied'):.3f} | {tab.stat(a, 'bits_allocated'):.3f} | "
+                     f"{g(tab.stat(a, 'mean_kl'))} | {g(tab.stat(a, 'median_kl'))} | {g(tab.stat(a, 'p90_kl'))} | "
+                     f"{g(tab.stat(a, 'p99_kl'))} | {pct(tab.stat(a, 'same_top'))} |")
+        svg = f"kl-vs-bits-{s}.svg"
+        if svg_scatter(tab, arms, os.path.join(plots, svg), f"set {s}: mean KL against bits per value allocated"):
+            o += ["", f"![mean KL against bits, set {s}](results/{svg})"]
+        o.append("")
+        for c in arms_cfg.get("comparison", []):
+            if s not in c.get("sets", []):
+                continue
+            pairs = [(a, b) for a, b in c.get("pairs", []) if tab.has_pair(a, b)]
+            if not pairs:
+                continue
+            o += [f"### {c['title']} (set `{s}`)", ""]
+            if c.get("text"):
+                o += [fill(c["text"].strip(), tab), ""]
+            o += ["| arm | baseline | bits (arm / baseline) | KL ratio | 95% CI positions | 95% CI histories | lower at | histories won |",
+                  "|---|---|--:|--:|--:|--:|--:|--:|"]
+            for a, b in pairs:
+                o.append(f"| `{a}` | `{b}` | {tab.stat(a, 'bits_allocated'):.2f} / {tab.stat(b, 'bits_allocated'):.2f} | "
+                         f"{g(tab.pair(a, b, 'ratio'))} | {g(tab.pair(a, b, 'ci_low_positions'))}-{g(tab.pair(a, b, 'ci_high_positions'))} | "
+                         f"{g(tab.pair(a, b, 'ci_low_histories'))}-{g(tab.pair(a, b, 'ci_high_histories'))} | "
+                         f"{int(tab.pair(a, b, 'lower_at'))} of {int(tab.pair(a, b, 'of'))} | "
+                         f"{int(tab.pair(a, b, 'histories_won'))} of {int(tab.pair(a, b, 'histories'))} |")
+            o.append("")
+    o += ["## How to read this", "",
+          "- KL(reference || arm) in nats at each generated position, the reference being the f32 cache the history "
+          "was recorded with; each arm replays the same tokens (teacher forcing).",
+          "- Bits per value over the compressed (full-attention) layers: occupied = bytes holding the stored "
+          "positions, allocated = bytes reserved for the whole context, both over 2 x head size values per position "
+          "and KV head (the note's rules, section 8.4), averaged over the scored positions.",
+          "- Ratio = mean KL of the arm / mean KL of the baseline over the same positions. CIs are paired bootstrap 95% "
+          "intervals: over positions (circular blocks of ceil(sqrt(n)) within each history) and over whole histories. "
+          "'Lower at' counts positions where the arm's KL is the smaller; 'histories won' counts histories whose mean "
+          "KL is the smaller.", ""]
+    with open(os.path.join(report_dir, "RESULTS.md") + ".tmp", "w") as f:
+        f.write("\n".join(o))
+    os.replace(os.path.join(report_dir, "RESULTS.md") + ".tmp", os.path.join(report_dir, "RESULTS.md"))
