@@ -18,6 +18,7 @@
 #include "seal_device.h"
 #include "sjkv/cache.h"
 #include "sjkv/config.h"
+#include "sjkv/fp16.h"
 #include "sjkv/hadamard.h"
 #include "sjkv/replay/arms.h"
 #include "sjkv/replay/kv.h"
@@ -301,11 +302,26 @@ struct ArmCodebooks {
   }
 };
 
+// Arm options beyond the codec configuration (docs/REPLAY.md "Arms"): the note's tiering, trained
+// tables, and the study's attribution and extension switches (never the format's defaults).
+struct SjOptions {
+  bool tier_edge = false;                   // tier=edge
+  std::shared_ptr<const ArmCodebooks> cb;   // cb=FILE[+FILE]
+  bool kmean = false;                       // kmean=sink: one K mean per head, subtracted from every key
+  char exact = 0;                           // exact=k|v: that side served as f16 rows (attribution)
+  std::vector<uint32_t> layers;             // layers=A+B: only these layers compressed (attribution)
+  std::string suffix() const {
+    std::string o;
+    if (kmean) o += ":kmean=sink";
+    if (exact) o += std::string(":exact=") + exact;
+    return o;
+  }
+};
+
 class SjLayer final : public InspectableKv, private RowSource {
  public:
-  SjLayer(const LayerShape& s, const CodecConfig& cfg, bool tier_edge, std::shared_ptr<EdgeRegistry> reg,
-          std::shared_ptr<const ArmCodebooks> cb)
-      : s_(s), cfg_(cfg), tier_edge_(tier_edge), reg_(std::move(reg)), cb_(std::move(cb)) {
+  SjLayer(const LayerShape& s, const CodecConfig& cfg, const SjOptions& opt, std::shared_ptr<EdgeRegistry> reg)
+      : s_(s), cfg_(cfg), tier_edge_(opt.tier_edge), reg_(std::move(reg)), cb_(opt.cb), opt_(opt) {
     check_shape(s);
     cfg_.head_dim = s.head_dim;
     if (s.n_ctx == 0) throw std::invalid_argument("layer " + std::to_string(s.layer) + ": SJ arms need n_ctx > 0");
@@ -359,12 +375,35 @@ class SjLayer final : public InspectableKv, private RowSource {
 
   void store(uint32_t pos0, uint32_t n, const float* k, const float* v) override {
     if (!cache_) throw std::runtime_error("store before begin_ubatch");
-    const uint32_t D = s_.head_dim, rot = cfg_.rotation();
-    const size_t values = static_cast<size_t>(n) * s_.n_head_kv * D;
+    const uint32_t D = s_.head_dim, rot = cfg_.rotation(), Hkv = s_.n_head_kv;
+    const size_t values = static_cast<size_t>(n) * Hkv * D;
     std::vector<float> kr(k, k + values), vr(v, v + values);
+    if (opt_.kmean) {
+      // The mean of the first ubatch's first `sink` keys (all of them when it is shorter), per
+      // head, rounded to f16 (what an engine would store): a constant shift of every key, which
+      // softmax does not see.
+      if (kmean_.empty()) {
+        if (pos0 != 0) throw std::logic_error("kmean: the first store is not at position 0");
+        const uint32_t m = std::max(1u, std::min(n, cfg_.sink));
+        kmean_.assign(static_cast<size_t>(Hkv) * D, 0.0f);
+        for (uint32_t h = 0; h < Hkv; ++h)
+          for (uint32_t d = 0; d < D; ++d) {
+            double acc = 0;
+            for (uint32_t i = 0; i < m; ++i) acc += k[(static_cast<size_t>(i) * Hkv + h) * D + d];
+            kmean_[static_cast<size_t>(h) * D + d] = f16_to_f32(f32_to_f16(static_cast<float>(acc / m)));
+          }
+      }
+      for (size_t r = 0; r < static_cast<size_t>(n) * Hkv; ++r)
+        for (uint32_t d = 0; d < D; ++d) kr[r * D + d] -= kmean_[(r % Hkv) * D + d];
+    }
     for (size_t o = 0; o < values; o += D) {
       hadamard_blocks(kr.data() + o, D, rot);
       hadamard_blocks(vr.data() + o, D, rot);
+    }
+    if (opt_.exact) {
+      if (static_cast<size_t>(pos0) * Hkv * D != exact_.size()) throw std::logic_error("exact: positions out of order");
+      const std::vector<float>& side = opt_.exact == 'k' ? kr : vr;
+      for (float x : side) exact_.push_back(f32_to_f16(x));
     }
     const Status st = cache_->store_ubatch(pos0, n, kr.data(), vr.data());
     if (!st.ok()) throw std::runtime_error(cfg_.name() + ": store refused: " + st.message());
@@ -382,6 +421,10 @@ class SjLayer final : public InspectableKv, private RowSource {
     const uint32_t B = cache_->policy().B, N = cache_->n_stored();
     b.occupied = occupied_bits(cfg_, B, N).total_bits();
     b.allocated = allocated_bits(cfg_, s_.n_ctx, cache_->layer(0).cap(), B, N).total_bits();
+    if (opt_.kmean) {  // D fp16 values per head over the 2 D values of each of N positions
+      b.occupied += 8.0 / N;
+      b.allocated += 8.0 / N;
+    }
     return b;
   }
 
@@ -390,9 +433,12 @@ class SjLayer final : public InspectableKv, private RowSource {
     const CacheView saved = view_;
     view_ = cache_->view(0);
     stored_row(h, p, k, v);
+    patch_exact(h, p, p + 1, k, v);
     view_ = saved;
     hadamard_blocks(k, s_.head_dim, cfg_.rotation());
     hadamard_blocks(v, s_.head_dim, cfg_.rotation());
+    if (opt_.kmean)
+      for (uint32_t d = 0; d < s_.head_dim; ++d) k[d] += kmean_[static_cast<size_t>(h) * s_.head_dim + d];
   }
   void stored_rows(uint32_t h, uint32_t p0, uint32_t p1, float* k, float* v) const override {
     const CacheView saved = view_;
@@ -403,13 +449,29 @@ class SjLayer final : public InspectableKv, private RowSource {
   uint32_t k_rotation() const override { return cfg_.rotation(); }
   uint32_t v_rotation() const override { return cfg_.rotation(); }
   const SequenceCache* codec_cache() const override { return cache_.get(); }
-  std::string storage_name() const override { return cfg_.name(); }
+  std::string storage_name() const override { return cfg_.name() + opt_.suffix(); }
 
  private:
   void rotate_query(float* x) const override { hadamard_blocks(x, s_.head_dim, cfg_.rotation()); }
   void unrotate_output(float* x) const override { hadamard_blocks(x, s_.head_dim, cfg_.rotation()); }
 
+  // exact=k|v: rows [p0, p1) of that side replaced by their f16 copies.
+  void patch_exact(uint32_t h, uint32_t p0, uint32_t p1, float* k, float* v) const {
+    if (!opt_.exact) return;
+    const uint32_t D = s_.head_dim;
+    float* side = opt_.exact == 'k' ? k : v;
+    for (uint32_t p = p0; p < p1; ++p) {
+      const uint16_t* src = exact_.data() + (static_cast<size_t>(p) * s_.n_head_kv + h) * D;
+      for (uint32_t d = 0; d < D; ++d) side[static_cast<size_t>(p - p0) * D + d] = f16_to_f32(src[d]);
+    }
+  }
+
   void decode_rows(uint32_t h, uint32_t p0, uint32_t p1, uint32_t D, float* k, float* v) const override {
+    decode_codec_rows(h, p0, p1, D, k, v);
+    patch_exact(h, p0, p1, k, v);
+  }
+
+  void decode_codec_rows(uint32_t h, uint32_t p0, uint32_t p1, uint32_t D, float* k, float* v) const {
     const CacheView& cv = view_;
     uint32_t p = p0;
     while (p < p1) {
@@ -515,6 +577,9 @@ class SjLayer final : public InspectableKv, private RowSource {
   bool tier_edge_;
   std::shared_ptr<EdgeRegistry> reg_;
   std::shared_ptr<const ArmCodebooks> cb_;
+  SjOptions opt_;
+  std::vector<float> kmean_;     // kmean=sink: [head][D], f16 values
+  std::vector<uint16_t> exact_;  // exact=k|v: that side's rotated rows as f16, [position][head][D]
   std::unique_ptr<SequenceCache> cache_;
   CodeBits kbits_, vbits_;  // scalar bodies only
   mutable CacheView view_;
@@ -587,22 +652,23 @@ class RowArm final : public KvArm {
 
 class SjArm final : public KvArm {
  public:
-  SjArm(const std::string& spec, const CodecConfig& cfg, bool tier_edge, std::shared_ptr<const ArmCodebooks> cb)
-      : cfg_(cfg), tier_edge_(tier_edge), reg_(std::make_shared<EdgeRegistry>()), cb_(std::move(cb)) {
+  SjArm(const std::string& spec, const CodecConfig& cfg, SjOptions opt)
+      : cfg_(cfg), opt_(std::move(opt)), reg_(std::make_shared<EdgeRegistry>()) {
     spec_ = spec;
   }
   std::unique_ptr<LayerKv> make_layer(const LayerShape& s) const override {
     if (!s.full_attention) return std::make_unique<RowLayer>(s, RowFormat::f16, Rotation{}, Rotation{}, "f16");
     reg_->add(s.layer);
-    return std::make_unique<SjLayer>(s, cfg_, tier_edge_, reg_, cb_);
+    if (!opt_.layers.empty() && std::find(opt_.layers.begin(), opt_.layers.end(), s.layer) == opt_.layers.end())
+      return std::make_unique<RowLayer>(s, RowFormat::f16, Rotation{}, Rotation{}, "f16");
+    return std::make_unique<SjLayer>(s, cfg_, opt_, reg_);
   }
   bool plain_f16_sliding() const override { return true; }
 
  private:
   CodecConfig cfg_;
-  bool tier_edge_;
+  SjOptions opt_;
   std::shared_ptr<EdgeRegistry> reg_;
-  std::shared_ptr<const ArmCodebooks> cb_;
 };
 
 // "K/V" or "K/Vt" -> bits and body.
@@ -646,7 +712,7 @@ std::unique_ptr<KvArm> parse(const std::string& spec) {
     CodecConfig c;
     parse_widths(spec, parts[1], sj, c);
     uint32_t kvarn_tail = 0;
-    bool tier_edge = false;
+    SjOptions opt;
     std::shared_ptr<const ArmCodebooks> cb;
     bool seen_axis = false;
     for (size_t i = 2; i < parts.size(); ++i) {
@@ -685,7 +751,19 @@ std::unique_ptr<KvArm> parse(const std::string& spec) {
         c.flush_chunk = parse_u32(spec, key, val);
       } else if (key == "tier") {
         if (val != "edge") bad(spec, "tier must be edge");
-        tier_edge = true;
+        opt.tier_edge = true;
+      } else if (key == "kmean") {
+        if (val != "sink") bad(spec, "kmean must be sink (one K mean per head, from the first sink keys)");
+        opt.kmean = true;
+      } else if (key == "exact") {
+        if (val != "k" && val != "v") bad(spec, "exact must be k or v");
+        opt.exact = val[0];
+      } else if (key == "layers") {
+        for (const std::string& l : split(val, '+')) {
+          const uint32_t id = parse_u32(spec, key, l);
+          if (std::find(opt.layers.begin(), opt.layers.end(), id) != opt.layers.end()) bad(spec, "layers= lists a layer twice");
+          opt.layers.push_back(id);
+        }
       } else if (key == "cb") {
         auto books = std::make_shared<ArmCodebooks>();
         for (const std::string& f : split(val, '+')) {
@@ -721,7 +799,8 @@ std::unique_ptr<KvArm> parse(const std::string& spec) {
     probe.head_dim = 128;
     const Unsupported why = can_implement(probe);
     if (why != Unsupported::none) bad(spec, describe(why));
-    return std::make_unique<SjArm>(spec, c, tier_edge, cb);
+    opt.cb = cb;
+    return std::make_unique<SjArm>(spec, c, opt);
   }
   bad(spec, "unknown arm '" + head + "' (known: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl [:rot], turbo3 turbo4 tq5_0 tq6_0, kvarn:K/V, sj:K/V[t])");
 }
@@ -737,7 +816,7 @@ std::vector<std::string> arm_examples() {
           "kvarn:4/4:tail=0",       "kvarn:4/4:tail=1024",         "sj:4/4",            "sj:3/3t",
           "sj:3/2t",  "sj:2/2t",    "sj:4/2",     "sj:3/2t:axis=channel",
           "sj:3/3t:staging=q8_0:tail=512/1024",   "sj:4/4:sink=256:iters=8",          "sj:4/4:tier=edge",
-          "sj:3/3t:tier=edge"};
+          "sj:3/3t:tier=edge", "sj:4/4:kmean=sink", "sj:4/4:layers=5+11"};
 }
 
 }  // namespace replay

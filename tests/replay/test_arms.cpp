@@ -18,6 +18,7 @@
 #include "../../replay/src/attend_tile.h"
 #include "../../replay/src/kv_arms_formats.h"
 #include "sjkv/cache_view.h"
+#include "sjkv/fp16.h"
 #include "sjkv/hadamard.h"
 #include "sjkv/io/codebook_file.h"
 #include "sjkv/replay/arms.h"
@@ -656,6 +657,75 @@ TEST(ArmAttention, CodebookFilesSealAndDecodeWithTheirTables) {
   }
   for (const std::string& bad : {"sj:4/4:cb=" + cb3, "sj:3/3t:cb=" + cb2, "sj:3/3t:cb=" + cb3 + "+" + cb3,
                                  "sj:3/3t:cb=" + dir + "missing.bin", "sj:3/3t:axis=channel:cb=" + cb3, std::string("sj:3/3t:cb=")})
+    EXPECT_THROW(make_arm(bad), std::invalid_argument) << bad;
+}
+
+// kmean=sink: keys stored less their per-head mean (from the first sink keys, f16), which
+// attention does not see: the fused output still matches attention over the decoded rows
+// (mean added back) and over the codec's own rows. On keys that sit mostly along one mean
+// vector (as Gemma 3's do), the stored rows lose several times less of K than without it.
+TEST(ArmExtensions, KMeanSubtractionIsInvisibleToAttentionAndCutsTheKeyError) {
+  const uint32_t N = 700;
+  Data d = make_data(N, 128, 4, 2, 53);
+  std::vector<float> mean(2 * 128);
+  XorShift64 rng(7);
+  for (float& m : mean) m = static_cast<float>(static_cast<int32_t>(rng.next() % 41u) - 20);  // |mean| >> the rows' spread
+  for (uint32_t p = 0; p < N; ++p)
+    for (uint32_t i = 0; i < 2 * 128; ++i) d.k[static_cast<size_t>(p) * 256 + i] += mean[i];
+  double err[2] = {0, 0};
+  for (int with = 0; with < 2; ++with) {
+    const std::string spec = with ? "sj:4/4:tail=128:kmean=sink" : "sj:4/4:tail=128";
+    SCOPED_TRACE(spec);
+    const RunResult r = run_arm(spec, d, N, 64, {2, 10});
+    EXPECT_LE(r.max_err, 2e-5 * r.vmax + 1e-6);
+    EXPECT_LE(r.max_err_codec, 2e-5 * r.vmax + 1e-6);
+    const InspectableKv* kv = dynamic_cast<const InspectableKv*>(r.layer.get());
+    std::vector<float> k(128), v(128);
+    for (uint32_t h = 0; h < 2; ++h)
+      for (uint32_t p = 0; p < N; ++p) {
+        kv->decode_row(h, p, k.data(), v.data());
+        for (uint32_t c = 0; c < 128; ++c) {
+          const double e = k[c] - d.k[(static_cast<size_t>(p) * 2 + h) * 128 + c];
+          err[with] += e * e;
+        }
+      }
+    EXPECT_EQ(kv->storage_name().find(":kmean=sink") != std::string::npos, with == 1);
+    EXPECT_GT(kv->bits().occupied, 0.0);
+  }
+  EXPECT_LT(err[1] * 3.0, err[0]) << "K squared error without " << err[0] << ", with kmean " << err[1];
+}
+
+// exact=k|v serves that side as f16 rows (the other from the codec, bit for bit the plain
+// arm's); layers=A+B compresses only those layers.
+TEST(ArmExtensions, ExactSideAndLayerSelection) {
+  const uint32_t N = 700;
+  const Data d = make_data(N, 128, 4, 2, 61);
+  const RunResult plain = run_arm("sj:3/2t:tail=128", d, N, 64, {});
+  const auto* pk = dynamic_cast<const InspectableKv*>(plain.layer.get());
+  std::vector<float> K0(static_cast<size_t>(N) * 128), V0(K0.size()), K(K0.size()), V(K0.size());
+  pk->stored_rows(1, 0, N, K0.data(), V0.data());
+  for (const char side : {'k', 'v'}) {
+    const std::string spec = std::string("sj:3/2t:tail=128:exact=") + side;
+    SCOPED_TRACE(spec);
+    const RunResult r = run_arm(spec, d, N, 64, {3, 10});
+    EXPECT_LE(r.max_err, 2e-5 * r.vmax + 1e-6);
+    const auto* kv = dynamic_cast<const InspectableKv*>(r.layer.get());
+    kv->stored_rows(1, 0, N, K.data(), V.data());
+    const std::vector<float>& codec = side == 'k' ? V : K;
+    const std::vector<float>& codec0 = side == 'k' ? V0 : K0;
+    EXPECT_EQ(0, std::memcmp(codec.data(), codec0.data(), codec.size() * sizeof(float)));
+    const std::vector<float>& ex = side == 'k' ? K : V;
+    const std::vector<float>& src = side == 'k' ? d.k : d.v;
+    for (uint32_t p = 0; p < N; p += 13) {
+      std::vector<float> row(src.begin() + (static_cast<size_t>(p) * 2 + 1) * 128, src.begin() + (static_cast<size_t>(p) * 2 + 2) * 128);
+      hadamard_blocks(row.data(), 128, kv->k_rotation());
+      for (uint32_t c = 0; c < 128; ++c) ASSERT_EQ(ex[static_cast<size_t>(p) * 128 + c], f16_to_f32(f32_to_f16(row[c]))) << p;
+    }
+  }
+  const auto arm = make_arm("sj:4/4:layers=5+17");
+  EXPECT_EQ(inspect(arm->make_layer(shape(128, 4, 2, 512, 0, 11)))->storage_name(), "f16");
+  EXPECT_NE(inspect(arm->make_layer(shape(128, 4, 2, 512, 0, 17)))->storage_name(), "f16");
+  for (const char* bad : {"sj:4/4:exact=x", "sj:4/4:kmean=mean", "sj:4/4:layers=5+5", "kvarn:4/4:kmean=sink", "sj:4/4:layers=a"})
     EXPECT_THROW(make_arm(bad), std::invalid_argument) << bad;
 }
 
