@@ -52,6 +52,7 @@ struct RecordArgs {
   uint32_t top_k = 0;
   std::string reference = "f32";
   std::string encoding = "hidden";
+  bool special = false;
 };
 
 struct ScoreArgs {
@@ -225,7 +226,7 @@ Trajectory do_record(const ModelArgs& ma, const RecordArgs& ra, Loaded& l, const
   const std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(l.model->gguf());
 
   RecordInput in;
-  in.prompt = tok->encode(text, true);
+  in.prompt = ra.special ? tok->encode_special(text, true) : tok->encode(text, true);
   const std::string prompt_name = ra.prompt_file.empty() || ra.prompt_file == "-" ? "<stdin>" : ra.prompt_file;
   if (in.prompt.empty()) throw FileError(prompt_name, "the prompt is empty");
   const uint64_t n_ctx = in.prompt.size() + static_cast<uint64_t>(ra.generate);
@@ -434,6 +435,9 @@ void add_model_options(CLI::App* c, ModelArgs& m) {
 
 void add_record_options(CLI::App* c, RecordArgs& r) {
   c->add_option("--prompt-file", r.prompt_file, "Prompt text (default or '-': standard input)");
+  c->add_flag("--special", r.special,
+              "Control tokens written in the prompt (<start_of_turn>, ...) are tokens, as llama.cpp parses a chat "
+              "template (parse_special); without it they are plain text");
   c->add_option("--generate", r.generate, "Tokens to generate (fewer when the model ends its turn)")
       ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
   c->add_flag("--sample", r.sample, "Sample instead of greedy decoding");
@@ -481,9 +485,11 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> tok_files;
   std::string tok_model;
+  bool tok_special = false;
   auto* tk = app.add_subcommand("tokens", "Count the prompt tokens of text files (as record tokenizes them) without running the model");
   tk->add_option("files", tok_files, "Text files ('-': standard input)")->required();
   tk->add_option("--model", tok_model, "GGUF model (default: $SJKV_MODEL, else the model scripts/setup installs)");
+  tk->add_flag("--special", tok_special, "Control tokens written in the text are tokens (as record --special)");
 
   std::vector<std::string> cmp_dirs;
   std::string cmp_pairs, cmp_out;
@@ -559,7 +565,8 @@ int main(int argc, char** argv) {
       const GgufFile f = GgufFile::open(path);
       const std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(f);
       for (const std::string& file : tok_files) {
-        const std::vector<int32_t> ids = tok->encode(read_prompt(file), true);
+        const std::string text = read_prompt(file);
+        const std::vector<int32_t> ids = tok_special ? tok->encode_special(text, true) : tok->encode(text, true);
         std::printf("%zu\t%s\n", ids.size(), file == "-" ? "<stdin>" : file.c_str());
       }
       return cli::kOk;

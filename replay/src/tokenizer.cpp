@@ -63,6 +63,7 @@ struct Vocab {
   int32_t bos = -1, eos = -1, unk = -1;
   bool add_bos = false, add_eos = false;
   std::vector<int32_t> user_defined;  // matched in text before tokenizing; longest first
+  std::vector<int32_t> special;       // parse_special: user-defined and control tokens with a text; longest first
   std::unordered_set<int32_t> eog;
 
   int32_t find(const std::string& s) const {
@@ -222,6 +223,12 @@ void load_common(const GgufFile& f, Vocab& v) {
   }
   std::stable_sort(v.user_defined.begin(), v.user_defined.end(),
                    [&](int32_t a, int32_t b) { return v.text[size_t(a)].size() > v.text[size_t(b)].size(); });
+  for (uint32_t i = 0; i < n; ++i) {
+    const bool ctrl = v.type[i] == kControl || v.control[i];
+    if ((v.type[i] == kUserDefined || ctrl) && !v.text[i].empty() && v.type[i] != kUnknown) v.special.push_back(int32_t(i));
+  }
+  std::stable_sort(v.special.begin(), v.special.end(),
+                   [&](int32_t a, int32_t b) { return v.text[size_t(a)].size() > v.text[size_t(b)].size(); });
 }
 
 // ---- Shared behaviour ------------------------------------------------------------------------
@@ -231,11 +238,10 @@ class VocabTokenizer : public Tokenizer {
   explicit VocabTokenizer(Vocab v) : v_(std::move(v)) {}
 
   std::vector<int32_t> encode(std::string_view text, bool add_special) const override {
-    std::vector<int32_t> out;
-    if (add_special && v_.add_bos) out.push_back(v_.bos);
-    encode_text(text, out);
-    if (add_special && v_.add_eos) out.push_back(v_.eos);
-    return out;
+    return encode_with(text, add_special, v_.user_defined);
+  }
+  std::vector<int32_t> encode_special(std::string_view text, bool add_special) const override {
+    return encode_with(text, add_special, v_.special);
   }
   uint32_t n_vocab() const override { return uint32_t(v_.text.size()); }
   int32_t bos() const override { return v_.bos; }
@@ -251,15 +257,16 @@ class VocabTokenizer : public Tokenizer {
     int32_t token;  // -1: text
     size_t offset, length;
   };
-  virtual void encode_text(std::string_view text, std::vector<int32_t>& out) const = 0;
+  virtual void encode_text(std::string_view text, const std::vector<int32_t>& matched, std::vector<int32_t>& out) const = 0;
 
-  // The text cut at every occurrence of a user-defined token, longest tokens first.
-  std::vector<Fragment> fragments(std::string_view text) const {
+  // The text cut at every occurrence of a matched token (user-defined ones, and control ones
+  // under encode_special), longest tokens first.
+  std::vector<Fragment> fragments(std::string_view text, const std::vector<int32_t>& matched) const {
     std::vector<Fragment> frags;
     if (text.empty()) return frags;
     frags.push_back({-1, 0, text.size()});
     std::vector<Fragment> next;
-    for (int32_t id : v_.user_defined) {
+    for (int32_t id : matched) {
       const std::string& tok = v_.text[size_t(id)];
       next.clear();
       for (const Fragment& fr : frags) {
@@ -282,6 +289,14 @@ class VocabTokenizer : public Tokenizer {
       frags.swap(next);
     }
     return frags;
+  }
+
+  std::vector<int32_t> encode_with(std::string_view text, bool add_special, const std::vector<int32_t>& matched) const {
+    std::vector<int32_t> out;
+    if (add_special && v_.add_bos) out.push_back(v_.bos);
+    encode_text(text, matched, out);
+    if (add_special && v_.add_eos) out.push_back(v_.eos);
+    return out;
   }
 
   // The piece of a token that is not a normal one (true), as llama.cpp's token_to_piece
@@ -343,9 +358,9 @@ class SpmTokenizer final : public VocabTokenizer {
   bool strips_space_prefix() const override { return add_space_prefix_; }
 
  private:
-  void encode_text(std::string_view text, std::vector<int32_t>& out) const override {
+  void encode_text(std::string_view text, const std::vector<int32_t>& matched, std::vector<int32_t>& out) const override {
     bool after_special = true;  // the first fragment counts as following a special token
-    for (const Fragment& fr : fragments(text)) {
+    for (const Fragment& fr : fragments(text, matched)) {
       if (fr.token >= 0) {
         out.push_back(fr.token);
         after_special = true;
@@ -446,8 +461,8 @@ class BpeTokenizer final : public VocabTokenizer {
   }
 
  private:
-  void encode_text(std::string_view text, std::vector<int32_t>& out) const override {
-    for (const Fragment& fr : fragments(text)) {
+  void encode_text(std::string_view text, const std::vector<int32_t>& matched, std::vector<int32_t>& out) const override {
+    for (const Fragment& fr : fragments(text, matched)) {
       if (fr.token >= 0) {
         out.push_back(fr.token);
         continue;

@@ -221,6 +221,16 @@ TEST(TokenizerSpm, UserDefinedTokensAreCutOutControlTokensAreNot) {
   EXPECT_EQ(tok->piece(kSpA), " a");
 }
 
+// encode_special matches control tokens written in the text as well (llama.cpp's
+// parse_special), and only then; text between them tokenizes as before.
+TEST(TokenizerSpm, ParseSpecialCutsOutControlTokens) {
+  const auto tok = Tokenizer::from_gguf(spm_vocab().parse());
+  EXPECT_EQ(tok->encode_special("a<end_of_turn>b", false), (Ids{kSpA, kEot, kSp, kB}));
+  EXPECT_EQ(tok->encode_special("a<tag>b", false), tok->encode("a<tag>b", false));
+  EXPECT_EQ(tok->encode_special("ab c", true), tok->encode("ab c", true));
+  EXPECT_NE(tok->encode("a<end_of_turn>b", false), tok->encode_special("a<end_of_turn>b", false));
+}
+
 TEST(TokenizerSpm, SpecialIds) {
   const auto tok = Tokenizer::from_gguf(spm_vocab().parse());
   EXPECT_EQ(tok->n_vocab(), 3u + 256u + kSpmWords.size());
@@ -500,6 +510,14 @@ TEST(TokenizerRealModel, Gemma3MatchesLlamaCpp) {
   EXPECT_TRUE(tok->is_eog(1));
   EXPECT_TRUE(tok->is_eog(106));  // <end_of_turn>
   EXPECT_EQ(tok->piece(106), "");
+  // Gemma's chat markers as llama.cpp's parse_special tokenizes them: <start_of_turn> 105.
+  const Ids chat = tok->encode_special("<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n", true);
+  ASSERT_EQ(chat.size(), 10u);
+  EXPECT_EQ(chat[0], 2);
+  EXPECT_EQ(chat[1], 105);
+  EXPECT_EQ(chat[5], 106);
+  EXPECT_EQ(chat[7], 105);
+  EXPECT_EQ(tok->encode("<start_of_turn>", false).size() > 1, true);
 }
 
 TEST(TokenizerRealModel, SmolLM2MatchesLlamaCpp) {

@@ -22,6 +22,12 @@ class Tokenizer {
 
   // Text to ids; with add_special the BOS the model expects (tokenizer.ggml.add_bos_token).
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special) const = 0;
+  // encode() that also matches control tokens written in the text ("<start_of_turn>", ...)
+  // and emits them as themselves, as llama.cpp's tokenizer does with parse_special (a chat
+  // template's markers). Tokenizers without control tokens encode as encode() does.
+  virtual std::vector<int32_t> encode_special(std::string_view text, bool add_special) const {
+    return encode(text, add_special);
+  }
   // The bytes one token stands for (control tokens give "").
   virtual std::string piece(int32_t id) const = 0;
   std::string decode(const std::vector<int32_t>& ids) const;
