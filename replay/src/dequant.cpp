@@ -305,49 +305,6 @@ __attribute__((target("avx2,fma,f16c"))) void dot_rows_avx2(const uint16_t* w, s
   }
 }
 
-// AVX2 tiles of NR rows x NT tokens: every output keeps dot_rows_avx2's two 8-lane
-// accumulators (lanes 0-7 and 8-15 of each 16-value k block), updated by the same fused
-// multiply-adds in the same order, so the bits are the same; the two halves run as separate
-// passes over k, so that the NR x NT accumulators of one pass stay in registers and each
-// weight and token load serves several multiply-adds.
-template <size_t NR, size_t NT>
-__attribute__((target("avx2,fma,f16c"))) void dot_tile_avx2(const uint16_t* w, size_t k, const float* const* x,
-                                                            float (*out)[4]) {
-  const size_t k16 = k / 16 * 16;
-  float lanes[NR][NT][16];
-  for (size_t half = 0; half < 2; ++half) {
-    __m256 acc[NR][NT];
-    for (size_t r = 0; r < NR; ++r)
-      for (size_t t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
-    for (size_t i = 8 * half; i < k16; i += 16) {
-      __m256 wv[NR];
-      for (size_t r = 0; r < NR; ++r)
-        wv[r] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + r * k + i)));
-      for (size_t t = 0; t < NT; ++t) {
-        const __m256 xv = _mm256_loadu_ps(x[t] + i);
-        for (size_t r = 0; r < NR; ++r) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
-      }
-    }
-    for (size_t r = 0; r < NR; ++r)
-      for (size_t t = 0; t < NT; ++t) _mm256_storeu_ps(lanes[r][t] + 8 * half, acc[r][t]);
-  }
-  for (size_t r = 0; r < NR; ++r)
-    for (size_t t = 0; t < NT; ++t) {
-      float s = reduce16(lanes[r][t]);
-      for (size_t i = k16; i < k; ++i) s = s + f16_to_f32(w[r * k + i]) * x[t][i];
-      out[r][t] = s;
-    }
-}
-
-template <size_t NR>
-void dot_tile_avx2_nt(size_t nt, const uint16_t* w, size_t k, const float* const* x, float (*out)[4]) {
-  switch (nt) {
-    case 4: return dot_tile_avx2<NR, 4>(w, k, x, out);
-    case 3: return dot_tile_avx2<NR, 3>(w, k, x, out);
-    default: return dot_tile_avx2<NR, 2>(w, k, x, out);
-  }
-}
-
 // AVX-512: one 16-lane accumulator per output holds exactly the lanes of the AVX2 pair (k % 16
 // in 0..7 and 8..15), each updated by the same fused multiply-adds in the same order, so the
 // results equal the AVX2 path's bit for bit; tiles of NR rows x NT tokens reuse every load.
@@ -520,22 +477,6 @@ void matmul_f16_with(MatmulIsa isa, const uint16_t* w, size_t rows, size_t k, co
                             case 3: dot_tile_avx512_nt<3>(nt_, wr, k, xs, o); break;
                             case 2: dot_tile_avx512_nt<2>(nt_, wr, k, xs, o); break;
                             default: dot_tile_avx512_nt<1>(nt_, wr, k, xs, o); break;
-                          }
-                        });
-    return;
-  }
-  if (isa == MatmulIsa::avx2) {
-    // Tiles of 2 rows x 2-4 tokens; one token (decode) goes row by row, as the tiles' test
-    // reference (the same bits either way).
-    matmul_row_tiles<2>(rows, k, x, n, y, ldy, n_threads,
-                        [&](size_t r, size_t nr, size_t nt_, const float* const* xs, float (*o)[kTokTile]) {
-                          const uint16_t* wr = w + r * k;
-                          if (nt_ == 1) {
-                            for (size_t i = 0; i < nr; ++i) dot_rows_avx2<1>(wr + i * k, k, xs, &o[i][0]);
-                          } else if (nr == 2) {
-                            dot_tile_avx2_nt<2>(nt_, wr, k, xs, o);
-                          } else {
-                            dot_tile_avx2_nt<1>(nt_, wr, k, xs, o);
                           }
                         });
     return;
