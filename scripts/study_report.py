@@ -134,7 +134,8 @@ def write(csv_path, histories, arms_cfg, sets, report_dir, cmd, manifest):
     o += ["", "Files the histories quote, each checked by SHA-256 before the study starts:", ""]
     used = set()
     for h in histories:
-        used |= set(re.findall(r"^\{\{file ([a-z0-9-]+)", open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "study", h["template"]), encoding="utf-8").read(), re.M))
+        with open(h["template_path"], encoding="utf-8") as f:
+            used |= set(re.findall(r"^\{\{file ([a-z0-9-]+)", f.read(), re.M))
     for f in manifest.get("file", []):
         if f["id"] in used:
             o.append(f"- `{f['path']}` ({f.get('package', '?')}), SHA-256 `{f['sha256']}`")

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# scripts/study --quick end to end on the real default model (skipped, exit 77, without it):
+# the report and the table hold every arm and comparison, a second run recomputes nothing and
+# gives the same bytes, and a manifest whose file hash differs is refused by name before any
+# work. Usage: test_study_quick.sh SOURCE_DIR BUILD_DIR SCRATCH
+set -euo pipefail
+src=$1 build=$2 scratch=$3
+model=${SJKV_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/sjkv/models/default.gguf}
+[ -e "$model" ] || { echo "no model at $model (scripts/setup)"; exit 77; }
+py=${SJKV_PYTHON:-python3}
+rm -rf "$scratch" && mkdir -p "$scratch"
+fail() { echo "FAIL: $*"; exit 1; }
+
+study() { "$py" "$src/scripts/study" --quick --build "$build" --work "$scratch/work" --out "$scratch/out" "$@"; }
+
+study 2> "$scratch/first.log" || { cat "$scratch/first.log"; fail "study --quick"; }
+csv=$scratch/out/results.csv md=$scratch/out/RESULTS.md
+[ -s "$csv" ] && [ -s "$md" ] || fail "no results.csv or RESULTS.md"
+[ "$(head -1 "$csv")" = "set,history,arm,baseline,statistic,value" ] || fail "results.csv header"
+for arm in f16 kvarn:4/4:tail=0 sj:4/4:tail=128 sj:4/4:tail=128:staging=q8_0; do
+  for h in quick-retr-cc0-1 quick-code-shells-1 all; do
+    grep -q "^quick,$h,$arm,,mean_kl," "$csv" || fail "no mean_kl row for $h x $arm"
+  done
+  grep -q "| \`$arm\` |" "$md" || fail "RESULTS.md has no row for $arm"
+done
+grep -q '^quick,all,sj:4/4:tail=128,kvarn:4/4:tail=0,ci_low_histories,' "$csv" || fail "no comparison row"
+grep -q '^quick,all,sj:4/4:tail=128,kvarn:4/4:tail=0,histories,2$' "$csv" || fail "the comparison does not span 2 histories"
+[ -s "$scratch/out/results/kl-vs-bits-quick.svg" ] || fail "no plot"
+# f16 against the f32 recording: tiny but not zero; every KL finite.
+"$py" - "$csv" <<'PY' || fail "implausible numbers"
+import csv, math, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+mean = {(r["history"], r["arm"]): float(r["value"]) for r in rows if r["statistic"] == "mean_kl" and not r["baseline"]}
+assert all(math.isfinite(v) and v >= 0 for v in mean.values()), mean
+assert 0 < mean[("all", "f16")] < 1e-5, mean[("all", "f16")]
+assert mean[("all", "sj:4/4:tail=128")] > 10 * mean[("all", "f16")]
+PY
+
+cp "$csv" "$scratch/first.csv"
+study 2> "$scratch/second.log" || { cat "$scratch/second.log"; fail "second run"; }
+grep -q " 0 replays to run" "$scratch/second.log" || { cat "$scratch/second.log"; fail "the second run recomputed"; }
+cmp -s "$csv" "$scratch/first.csv" || fail "the second run's table differs"
+
+# A manifest entry whose hash differs is refused by name, exit 2, before any work.
+cp -r "$src/study" "$scratch/study-bad"
+"$py" - "$scratch/study-bad/manifest.toml" <<'PY'
+import re, sys
+p = sys.argv[1]
+s = open(p).read()
+s = re.sub(r'(id = "cc0"\npath = "[^"]*"\nsha256 = ")[0-9a-f]', r'\g<1>X', s, count=1)
+open(p, "w").write(s)
+PY
+set +e
+"$py" "$src/scripts/study" --quick --build "$build" --work "$scratch/work-bad" --out "$scratch/out-bad" \
+  --study-dir "$scratch/study-bad" 2> "$scratch/bad.log"
+rc=$?
+set -e
+[ $rc -eq 2 ] || { cat "$scratch/bad.log"; fail "a bad hash gave exit $rc, not 2"; }
+grep -q "file 'cc0' (/usr/share/common-licenses/CC0-1.0) has SHA-256" "$scratch/bad.log" || { cat "$scratch/bad.log"; fail "message"; }
+[ ! -e "$scratch/work-bad/histories" ] || fail "work started despite the bad manifest"
+echo "study --quick: ok"
