@@ -182,6 +182,32 @@ TEST(Lloyd, SameCodebookForAnyThreadCount) {
   EXPECT_EQ(a.history.back().train_mse, b.history.back().train_mse);
 }
 
+// The stop is the relative-gain rule, not the cap: with the default options training runs
+// until an iteration gains less than tol, says so, and its last accepted step gained less than
+// tol while every earlier one gained at least tol; a cap that comes first is named as such.
+TEST(Lloyd, StopsOnTheRelativeGainRule) {
+  const TrainingSet set = make_set(2);
+  std::vector<uint16_t> id(256);
+  identity_codebook(2, id.data());
+  LloydOptions o;
+  o.tol = 1e-2;  // a loose tol keeps the test short; the rule is the same at the default
+  o.threads = 2;
+  const LloydResult r = lloyd_train(set.train_k, set.heldout_k, 2, id.data(), o);
+  EXPECT_EQ(r.stop, "converged");
+  ASSERT_GE(r.history.size(), 3u);
+  EXPECT_LT(r.iterations, o.max_iters);
+  auto gain = [&](size_t i) { return (r.history[i - 1].train_mse - r.history[i].train_mse) / r.history[i - 1].train_mse; };
+  EXPECT_LT(gain(r.history.size() - 1), o.tol);
+  for (size_t i = 1; i + 1 < r.history.size(); ++i) EXPECT_GE(gain(i), o.tol) << i;
+  o.max_iters = 2;
+  const LloydResult c = lloyd_train(set.train_k, set.heldout_k, 2, id.data(), o);
+  EXPECT_EQ(c.stop, "cap");
+  EXPECT_EQ(c.iterations, 2u);
+  o.max_iters = 0;
+  EXPECT_EQ(lloyd_train(set.train_k, set.heldout_k, 2, id.data(), o).stop, "empty");
+  EXPECT_GT(LloydOptions{}.max_iters, 100u);  // the cap is a safety net, not the stop
+}
+
 TEST(Lloyd, ReferenceCodebookBeatsIdentity) {
   const TrainingSet set = make_set(3);
   std::vector<float> cbf(512);

@@ -40,8 +40,8 @@ struct TrainArgs {
   std::string prefix;
   uint32_t bits = 3;
   uint64_t seed = 1;
-  double tol = 1e-4;
-  uint32_t max_iters = 20;
+  double tol = LloydOptions{}.tol;
+  uint32_t max_iters = LloydOptions{}.max_iters;
   double heldout = 0.2;
   int threads = 0;
   bool quiet = false, json = false, assume_rotated = false;
@@ -118,7 +118,7 @@ int run_train(const TrainArgs& a) {
   // All outputs are created (and checked) before the work, and committed together at the end.
   const bool token_axis = a.axis != "channel";
   std::vector<std::string> ins = a.inputs;
-  if (!a.init.empty()) ins.push_back(a.init);
+  if (!a.init.empty() && a.init != "identity" && a.init != "reference") ins.push_back(a.init);
   const std::vector<std::string> out_names = token_axis
       ? std::vector<std::string>{a.prefix + ".sjcb", a.prefix + ".bin", a.prefix + ".h"}
       : std::vector<std::string>{a.prefix + ".sjcb", a.prefix + ".bin"};
@@ -131,9 +131,16 @@ int run_train(const TrainArgs& a) {
   // starting tables
   std::vector<uint16_t> init_k(ne), init_v(ne);
   std::string init_name = "identity";
-  if (a.init.empty()) {
+  if (a.init.empty() || a.init == "identity") {
     identity_codebook(a.bits, init_k.data());
     identity_codebook(a.bits, init_v.data());
+  } else if (a.init == "reference") {
+    // The format's built-in tables (the reference codec's; at 4 bits the identity table).
+    const uint16_t* rk = codebook_table(TrellisCodebooks{}, Side::k, a.bits);
+    const uint16_t* rv = codebook_table(TrellisCodebooks{}, Side::v, a.bits);
+    init_k.assign(rk, rk + ne);
+    init_v.assign(rv, rv + ne);
+    init_name = a.bits == 4 ? "reference (the format's 4-bit table, the identity)" : "reference (the format's built-in tables)";
   } else {
     const CodebookContainer c = read_codebook_any(a.init);
     if (c.table.bits != a.bits)
@@ -269,6 +276,8 @@ int run_train(const TrainArgs& a) {
   prov.extra = {{"init", init_name},
                 {"iterations_k", std::to_string(res[0].iterations)},
                 {"iterations_v", std::to_string(res[1].iterations)},
+                {"stop_k", res[0].stop},
+                {"stop_v", res[1].stop},
                 {"tol", num(a.tol)},
                 {"max_iters", std::to_string(a.max_iters)},
                 {"heldout_fraction", num(a.heldout)},
@@ -312,7 +321,8 @@ int run_train(const TrainArgs& a) {
       }
       o << "]";
     }
-    o << "},\n  \"train_mse\": {\"k\": " << num(res[0].train_mse_f16) << ", \"v\": " << num(res[1].train_mse_f16)
+    o << "},\n  \"stop\": {\"k\": " << json_string(res[0].stop) << ", \"v\": " << json_string(res[1].stop)
+      << "},\n  \"init\": " << json_string(init_name) << ",\n  \"train_mse\": {\"k\": " << num(res[0].train_mse_f16) << ", \"v\": " << num(res[1].train_mse_f16)
       << "},\n  \"heldout_mse\": {";
     for (int s = 0; s < 2; ++s)
       o << (s ? ", " : "") << "\"" << (s == 0 ? "k" : "v") << "\": {\"scalar\": " << num(row[s].scalar)
@@ -328,6 +338,8 @@ int run_train(const TrainArgs& a) {
     std::printf("codebook %u-bit %s axis, id %s, raw sha256 %s\n", a.bits, a.axis.c_str(), hex_id(cid).c_str(), rsha.c_str());
     std::printf("wrote %s.sjcb, %s.bin%s\n", a.prefix.c_str(), a.prefix.c_str(),
                 token_axis ? (", " + a.prefix + ".h").c_str() : " (no C header for a channel-axis table)");
+    std::printf("from %s: K %u iterations (%s), V %u iterations (%s)\n", init_name.c_str(), res[0].iterations,
+                res[0].stop.c_str(), res[1].iterations, res[1].stop.c_str());
     std::printf("held-out MSE of the trellis targets y (units of the row step), %" PRIu64 " tiles:\n",
                 set.heldout_records);
     std::printf("  side  %10s %10s %10s %10s\n", "scalar", "identity", "reference", "trained");
@@ -445,10 +457,14 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", a.prefix, "Output prefix: PREFIX.sjcb, PREFIX.bin, PREFIX.h")->required();
   app.add_option("--bits", a.bits, "Trellis width: 2, 3 or 4")->check(CLI::IsMember({2u, 3u, 4u}))->capture_default_str();
   app.add_option("--seed", a.seed, "Seed of the train / held-out split")->check(cli::non_negative())->capture_default_str();
-  app.add_option("--tol", a.tol, "Stop when the relative train MSE gain of an iteration is below this")->capture_default_str();
-  app.add_option("--max-iters", a.max_iters, "Most Lloyd iterations")->check(CLI::Range(0u, 10000u))->capture_default_str();
+  app.add_option("--tol", a.tol, "Converged: stop when an iteration lowers the train MSE by less than this fraction")
+      ->capture_default_str();
+  app.add_option("--max-iters", a.max_iters, "Safety cap on Lloyd iterations (the stop is --tol)")
+      ->check(CLI::Range(0u, 10000u))->capture_default_str();
   app.add_option("--heldout", a.heldout, "Fraction of tiles held out")->capture_default_str();
-  app.add_option("--init", a.init, "Starting codebook file (.sjcb, .bin or .h); default: identity (scalar levels)");
+  app.add_option("--init", a.init,
+                 "Starting tables: identity (scalar levels, the default), reference (the format's built-in tables) or a "
+                 "codebook file (.sjcb, .bin or .h)");
   app.add_option("--threads", a.threads, "Threads (0 = all cores); the codebook does not depend on it")
       ->check(CLI::Range(0, 1024))->capture_default_str();
   app.add_option("--axis", a.axis, "Trellis axis: token (the format's) or channel (sjkv extension; no C header)")

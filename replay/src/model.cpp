@@ -529,15 +529,6 @@ void GgufModel::project(const float* hidden, uint32_t rows, float* logits) const
 
 }  // namespace
 
-void Model::eval_prefix(const int32_t*, uint32_t, uint32_t, uint32_t, uint32_t, std::vector<std::unique_ptr<LayerKv>>&,
-                        float*) {
-  throw std::logic_error("Model::eval_prefix: this model does not split its forward pass");
-}
-void Model::eval_suffix(const float*, uint32_t, uint32_t, uint32_t, uint32_t, std::vector<std::unique_ptr<LayerKv>>&,
-                        float*, float*, bool) {
-  throw std::logic_error("Model::eval_suffix: this model does not split its forward pass");
-}
-
 std::unique_ptr<Model> Model::load(const std::string& gguf_path, const LoadOptions& opt) {
   return std::make_unique<GgufModel>(gguf_path, opt);
 }

@@ -199,6 +199,20 @@ for args in "--sink 100" "--tail 100" "--tail 0 --tail-max 64" "--bits 4/3 --bod
   check "encode $args: not blamed on the input" bash -c "! grep -qF 'in.kvd:' '$ERR'"
 done
 says "encode --bits 4/3 --body trellis" "--bits"
+# --init reference starts from the format's built-in tables: its iteration 0 is the reference
+# column of the held-out table (the identity start is the scalar column); --json names the
+# start and why training stopped.
+expect "train --init reference" 0 "$TRAIN" in.kvd --bits 3 --init reference --max-iters 2 -o cbref -q --json
+"$PY" - "$OUT" <<'PY' && ok "train --init reference: starts at the reference tables" || bad "train --init reference: iteration 0 is not the reference"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["init"].startswith("reference"), j["init"]
+assert j["stop"]["k"] in ("converged", "cap", "no gain"), j["stop"]
+for s in ("k", "v"):
+    it0 = j["iterations"][s][0]["heldout_mse"]
+    ref = j["heldout_mse"][s]["reference"]
+    assert abs(it0 - ref) <= 1e-9 * max(1.0, ref), (s, it0, ref)
+PY
 expect "train --sink 100" 1 "$TRAIN" in.kvd --bits 2 --sink 100 -o cbs -q
 says "train --sink 100" "--sink"
 expect "record --temperature inf" 1 "$REPLAY" record --prompt-file prompt.txt --sample --temperature inf --generate 4 -o t.h5 -q

@@ -393,6 +393,7 @@ LloydResult lloyd_train(const Targets& train, const Targets& heldout, uint32_t b
   LloydIteration it0{0, prev, mse(heldout, res.table.data()), used(), real(res.table)};
   res.history.push_back(it0);
   if (opt.on_iteration) opt.on_iteration(it0);
+  if (opt.max_iters > 0) res.stop = "cap";
   for (uint32_t i = 1; i <= opt.max_iters; ++i) {
     std::vector<float> next = res.table;
     for (uint32_t w = 0; w < ne; ++w)
@@ -400,7 +401,10 @@ LloydResult lloyd_train(const Targets& train, const Targets& heldout, uint32_t b
     std::vector<double> nsum;
     std::vector<uint64_t> ncnt;
     const double cur = pass(train, next.data(), &nsum, &ncnt);
-    if (!(cur <= prev)) break;  // not taken: keep the previous table
+    if (!(cur <= prev)) {  // not taken: keep the previous table
+      res.stop = "no gain";
+      break;
+    }
     res.table = std::move(next);
     sum = std::move(nsum);
     cnt = std::move(ncnt);
@@ -410,7 +414,10 @@ LloydResult lloyd_train(const Targets& train, const Targets& heldout, uint32_t b
     if (opt.on_iteration) opt.on_iteration(li);
     const double gain = prev > 0 ? (prev - cur) / prev : 0.0;
     prev = cur;
-    if (gain < opt.tol) break;
+    if (gain < opt.tol) {
+      res.stop = "converged";
+      break;
+    }
   }
   res.table_f16.resize(ne);
   std::vector<float> rounded(ne);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -57,10 +58,14 @@ class Model {
   // tokens, pos0, n_ubatch and caches, the two give eval_hidden's bits (the same ubatches, the
   // same work per layer). A model without them says so: splits() is false.
   virtual bool splits() const { return false; }
-  virtual void eval_prefix(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch, uint32_t layers,
-                           std::vector<std::unique_ptr<LayerKv>>& kv, float* x);
-  virtual void eval_suffix(const float* x, uint32_t n, uint32_t pos0, uint32_t n_ubatch, uint32_t layers,
-                           std::vector<std::unique_ptr<LayerKv>>& kv, float* hidden, float* logits, bool all_logits);
+  virtual void eval_prefix(const int32_t*, uint32_t, uint32_t, uint32_t, uint32_t, std::vector<std::unique_ptr<LayerKv>>&,
+                           float*) {
+    throw std::logic_error("Model::eval_prefix: this model does not split its forward pass");
+  }
+  virtual void eval_suffix(const float*, uint32_t, uint32_t, uint32_t, uint32_t, std::vector<std::unique_ptr<LayerKv>>&,
+                           float*, float*, bool) {
+    throw std::logic_error("Model::eval_suffix: this model does not split its forward pass");
+  }
 };
 
 // The model the tools use without --model: $SJKV_MODEL, else the file scripts/setup links

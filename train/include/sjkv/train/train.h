@@ -91,8 +91,10 @@ struct LloydIteration {
 };
 
 struct LloydOptions {
-  uint32_t max_iters = 20;
-  double tol = 1e-4;  // stop when (prev - cur) / prev < tol
+  // Stops when an iteration's relative train-MSE gain (prev - cur) / prev falls below tol
+  // (converged); max_iters is a safety cap, not the rule.
+  uint32_t max_iters = 300;
+  double tol = 1e-3;
   int threads = 0;
   std::function<void(const LloydIteration&)> on_iteration;
   // Optional: MSE on real values of this iteration's table rounded to fp16 (heldout_real_mse).
@@ -110,6 +112,9 @@ struct LloydResult {
   std::vector<uint16_t> table_f16;  // rounded to fp16
   std::vector<LloydIteration> history;
   uint32_t iterations = 0;          // updates accepted
+  // Why it stopped: "converged" (gain below tol), "cap" (max_iters), "no gain" (an update
+  // would have raised the train MSE; not taken) or "empty" (max_iters 0).
+  std::string stop = "empty";
   double train_mse_f16 = 0, heldout_mse_f16 = 0;  // with the fp16 table
 };
 
