@@ -225,7 +225,7 @@ TEST(Config, CanImplementGivesTypedReasons) {
   EXPECT_EQ(can_implement_record(128, 128, 5, 4, Body::scalar), Unsupported::bits_out_of_range);
   EXPECT_EQ(can_implement_record(128, 128, 4, 1, Body::scalar), Unsupported::bits_out_of_range);
   EXPECT_EQ(can_implement_record(128, 128, 4, 4, static_cast<Body>(7)), Unsupported::body_invalid);
-  EXPECT_EQ(can_implement_record(128, 128, 4, 3, Body::trellis), Unsupported::trellis_bits);
+  EXPECT_EQ(can_implement_record(128, 128, 3, 4, Body::trellis), Unsupported::trellis_bits);
   EXPECT_EQ(can_implement_record(128, 128, 2, 3, Body::trellis), Unsupported::trellis_bits);
   EXPECT_EQ(can_implement_record(128, 64, 3, 3, Body::trellis), Unsupported::trellis_group);
   EXPECT_EQ(can_implement_record(64, 128, 3, 3, Body::trellis), Unsupported::trellis_head_dim);

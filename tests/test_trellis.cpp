@@ -602,11 +602,11 @@ TEST(Trellis, ConfigurationsAreSupported) {
       EXPECT_EQ(can_implement(c), Unsupported::none);
       EXPECT_NE(c.name().find("t:D="), std::string::npos) << c.name();
     }
-  // 4/4 trellis (sjkv extension) only when asked for; AUTO keeps 4/4 scalar; 4/3, 4/2 no.
+  // A 4-bit K trellis (sjkv extension: 4/4t, 4/3t, 4/2t) only when asked for; AUTO keeps them scalar.
   EXPECT_EQ(can_implement_record(128, 128, 4, 4, Body::trellis), Unsupported::none);
   EXPECT_EQ(resolve_body(Body::automatic, 4, 4), Body::scalar);
-  EXPECT_EQ(can_implement_record(128, 128, 4, 3, Body::trellis), Unsupported::trellis_bits);
-  EXPECT_EQ(can_implement_record(128, 128, 4, 2, Body::trellis), Unsupported::trellis_bits);
+  EXPECT_EQ(can_implement_record(128, 128, 3, 4, Body::trellis), Unsupported::trellis_bits);
+  EXPECT_EQ(can_implement_record(128, 128, 2, 4, Body::trellis), Unsupported::trellis_bits);
   EXPECT_EQ(can_implement_record(128, 128, 2, 3, Body::trellis), Unsupported::trellis_bits);
   EXPECT_EQ(can_implement_record(128, 256, 3, 3, Body::trellis), Unsupported::trellis_group);
   EXPECT_EQ(can_implement_record(64, 128, 2, 2, Body::trellis), Unsupported::trellis_head_dim);
@@ -834,6 +834,38 @@ TEST(TrellisExt, FourBitTrellisDecodes) {
         EXPECT_GT(wrong.k, er.k);  // decoding needs the table the record was sealed with
         EXPECT_LT(er.v, 3.0 * es.v);
       }
+}
+
+// 4/3t and 4/2t (sjkv extension): a 4-bit K trellis beside the format's 3- and 2-bit V
+// trellis, in records the size of scalar 4/3 and 4/2; the V side is coded exactly as in 3/3t
+// and 2/2t (same table, same bits), the K side as in 4/4t.
+TEST(TrellisExt, FourBitKeysWithThreeAndTwoBitValues) {
+  for (uint32_t bv : {3u, 2u}) {
+    CodecConfig c;
+    c.bits_k = 4;
+    c.bits_v = bv;
+    c.body = Body::trellis;
+    EXPECT_EQ(can_implement(c), Unsupported::none);
+    EXPECT_NE(c.name().find("sj:4/" + std::to_string(bv) + "t:"), std::string::npos) << c.name();
+    c.body = Body::automatic;
+    EXPECT_EQ(c.layout().body, Body::scalar);  // only when asked for
+    const Tile t = make_tile(256, 90 + bv, 3);
+    const RecordLayout mixed = make_layout(256, 128, 4, bv, Body::trellis);
+    EXPECT_EQ(mixed.bytes, make_layout(256, 128, 4, bv, Body::scalar).bytes);
+    const RecordLayout same_v = make_layout(256, 128, bv, bv, Body::trellis);
+    const RecordLayout four = make_layout(256, 128, 4, 4, Body::trellis);
+    const auto rm = seal_layout(t, mixed, SealPath::fast), rv = seal_layout(t, same_v, SealPath::fast),
+               rk = seal_layout(t, four, SealPath::fast);
+    EXPECT_EQ(0, std::memcmp(&rm[mixed.v_payload], &rv[same_v.v_payload], mixed.k_scale - mixed.v_payload));
+    EXPECT_EQ(0, std::memcmp(&rm[mixed.k_payload], &rk[four.k_payload], mixed.v_payload - mixed.k_payload));
+    const auto rr = seal_layout(t, mixed, SealPath::reference);
+    EXPECT_EQ(rm, rr) << "fast and reference seals differ at 4/" << bv << "t";
+    const Nmse e = decode_nmse(t, mixed, rm), es = decode_nmse(t, make_layout(256, 128, 4, bv, Body::scalar),
+                                                                seal_layout(t, make_layout(256, 128, 4, bv, Body::scalar), SealPath::fast));
+    EXPECT_LT(e.k, 1.15 * es.k);
+    EXPECT_LT(e.v, es.v);  // the V trellis beats V scalar at the same width
+  }
+  EXPECT_EQ(can_implement_record(128, 128, 3, 4, Body::trellis, TrellisAxis::token), Unsupported::trellis_bits);
 }
 
 // Row resolution (§8.2) decodes body rows by the layout, so it follows the axis and width.

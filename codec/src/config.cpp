@@ -58,7 +58,7 @@ const char* describe(Unsupported u) {
     case Unsupported::bits_out_of_range: return "bits_k and bits_v must be 2, 3 or 4";
     case Unsupported::body_invalid: return "body must be scalar, trellis or auto";
     case Unsupported::trellis_bits:
-      return "trellis bodies need bits in {2,3} with bits_v <= bits_k, or 4/4 with body=trellis";
+      return "trellis bodies need bits in {2,3} with bits_v <= bits_k, or bits_k 4 with body=trellis";
     case Unsupported::trellis_group: return "trellis bodies need group 128";
     case Unsupported::trellis_head_dim: return "trellis bodies need head_dim a multiple of 128";
     case Unsupported::trellis_not_built:  // no longer returned; kept so stored values keep their meaning
@@ -85,10 +85,10 @@ Unsupported can_implement_record(uint32_t d, uint32_t g, uint32_t bits_k, uint32
   if (axis != TrellisAxis::token && axis != TrellisAxis::channel) return Unsupported::trellis_axis;
   if (axis == TrellisAxis::channel && b != Body::trellis) return Unsupported::trellis_axis;
   if (b == Body::trellis) {
-    // {2,3} with bits_v <= bits_k (the format's 3/3, 3/2, 2/2), or the 4-bit trellis 4/4
-    // (L = 10, sjkv extension) only when asked for: AUTO keeps 4/4 scalar; 4/3 and 4/2
-    // stay unsupported.
-    const bool four = bits_k == 4 && bits_v == 4 && body == Body::trellis;
+    // {2,3} with bits_v <= bits_k (the format's 3/3, 3/2, 2/2), or a 4-bit K trellis (L = 10,
+    // sjkv extension) with V at 4, 3 or 2 bits, only when asked for: AUTO keeps 4/4, 4/3 and
+    // 4/2 scalar. The record sizes are the scalar ones of the same widths.
+    const bool four = bits_k == 4 && bits_v <= 4 && body == Body::trellis;
     if (!four && (bits_k == 4 || bits_v == 4 || bits_v > bits_k)) return Unsupported::trellis_bits;
     // Both axes: G = 128 (the format's trellis group) and D a multiple of 128, so a
     // channel-axis sequence (one token row's D channels) is at least 128 codes long, as

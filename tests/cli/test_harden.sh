@@ -193,12 +193,12 @@ mkdir -p promptdir
 expect "record --prompt-file FOLDER" 2 "$REPLAY" record --prompt-file promptdir --generate 4 -o t.h5 -q
 one_line "record --prompt-file FOLDER"
 says "record --prompt-file FOLDER" "is a folder"
-for args in "--sink 100" "--tail 100" "--tail 0 --tail-max 64" "--bits 4/3 --body trellis"; do
+for args in "--sink 100" "--tail 100" "--tail 0 --tail-max 64" "--bits 3/4 --body trellis"; do
   # shellcheck disable=SC2086
   expect "encode $args" 1 "$ENC" encode in.kvd -o bad.h5 -q $args
   check "encode $args: not blamed on the input" bash -c "! grep -qF 'in.kvd:' '$ERR'"
 done
-says "encode --bits 4/3 --body trellis" "--bits"
+says "encode --bits 3/4 --body trellis" "--bits"
 # --init reference starts from the format's built-in tables: its iteration 0 is the reference
 # column of the held-out table (the identity start is the scalar column); --json names the
 # start and why training stopped.
