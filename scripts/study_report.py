@@ -177,6 +177,29 @@ def write(csv_path, histories, arms_cfg, sets, report_dir, cmd, manifest):
                          f"{int(tab.pair(a, b, 'lower_at'))} of {int(tab.pair(a, b, 'of'))} | "
                          f"{int(tab.pair(a, b, 'histories_won'))} of {int(tab.pair(a, b, 'histories'))} |")
             o.append("")
+    train_csv = os.path.join(os.path.dirname(csv_path), "train.csv")
+    if not os.path.exists(train_csv):
+        train_csv = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "study", "train.csv")
+    if os.path.exists(train_csv):
+        with open(train_csv, newline="") as f:
+            tr = list(csv.DictReader(f))
+        if tr:
+            o += ["## Codebooks trained here", "",
+                  f"`scripts/study --train` captured K/V of the training texts and trained each width from the identity "
+                  f"table (scalar levels) and from the format's reference tables (4 bits has none: its built-in table is "
+                  f"the identity); per width the start with the lower held-out MSE is published in `study/codebooks/` "
+                  f"(chosen on the training texts, never on the histories). Held-out MSE of the trellis targets, in units "
+                  f"of the row step, on {int(tr[0]['heldout_tiles']):,} held-out tiles ({int(tr[0]['train_tiles']) * 256:,} "
+                  f"training sequences per side); 'real' is the MSE of sealed and decoded rows.", "",
+                  "| bits | start | side | iterations | stop | scalar RTN | identity table | reference tables | trained | real: reference | real: trained | published |",
+                  "|--:|---|---|--:|---|--:|--:|--:|--:|--:|--:|---|"]
+            for r in tr:
+                o.append(f"| {r['bits']} | {r['init']} | {r['side'].upper()} | {r['iterations']} | {r['stop']} | "
+                         f"{g(float(r['heldout_mse_scalar']), 4)} | {g(float(r['heldout_mse_identity']), 4)} | "
+                         f"{g(float(r['heldout_mse_reference']), 4)} | {g(float(r['heldout_mse_trained']), 4)} | "
+                         f"{g(float(r['heldout_real_mse_reference']), 4)} | {g(float(r['heldout_real_mse_trained']), 4)} | "
+                         f"{'yes' if r['chosen'] == '1' else ''} |")
+            o.append("")
     o += ["## How to read this", "",
           "- KL(reference || arm) in nats at each generated position, the reference being the f32 cache the history "
           "was recorded with; each arm replays the same tokens (teacher forcing).",
