@@ -10,7 +10,9 @@ import math
 import os
 import re
 
-PLACEHOLDER = re.compile(r"\{(ratio|ci|won|kl|bits|lower)\:([^|{}]+)(?:\|([^{}]+))?\}")
+# {stat:ARM|BASELINE} or {stat@SET:ARM|BASELINE}: ratio, lower (1 - ratio), ci (positions),
+# cih (histories), won; {kl:ARM}, {bits:ARM}, {median:ARM}.
+PLACEHOLDER = re.compile(r"\{(ratio|ci|cih|won|kl|median|bits|lower)(?:@([a-z0-9-]+))?\:([^|{}]+)(?:\|([^{}]+))?\}")
 
 
 def load(csv_path):
@@ -60,22 +62,34 @@ class Table:
 
 def fill(text, tab):
     def rep(m):
-        kind, a, b = m.group(1), m.group(2), m.group(3)
-        if kind == "ratio":
-            return g(tab.pair(a, b, "ratio"))
-        if kind == "lower":  # "lower by": 1 - ratio, as the note writes it
-            r = tab.pair(a, b, "ratio")
-            return "-" if r != r else f"{100 * (1 - r):.1f}%"
-        if kind == "ci":
-            return f"{g(tab.pair(a, b, 'ci_low_positions'))}-{g(tab.pair(a, b, 'ci_high_positions'))}"
-        if kind == "won":
-            return f"{int(tab.pair(a, b, 'histories_won'))} of {int(tab.pair(a, b, 'histories'))}" if tab.has_pair(a, b) else "-"
-        if kind == "kl":
-            return g(tab.stat(a, "mean_kl"))
-        if kind == "bits":
-            return f"{tab.stat(a, 'bits_allocated'):.2f}"
-        return m.group(0)
+        kind, a, b = m.group(1), m.group(3), m.group(4)
+        if m.group(2):
+            tab_ = Table(tab.t, m.group(2))
+        else:
+            tab_ = tab
+        return value(kind, a, b, tab_, m.group(0))
     return PLACEHOLDER.sub(rep, text)
+
+
+def value(kind, a, b, tab, whole):
+    if kind == "ratio":
+        return g(tab.pair(a, b, "ratio"))
+    if kind == "lower":  # "lower by": 1 - ratio, as the note writes it
+        r = tab.pair(a, b, "ratio")
+        return "-" if r != r else f"{100 * (1 - r):.1f}%"
+    if kind == "ci":
+        return f"{g(tab.pair(a, b, 'ci_low_positions'))}-{g(tab.pair(a, b, 'ci_high_positions'))}"
+    if kind == "cih":
+        return f"{g(tab.pair(a, b, 'ci_low_histories'))}-{g(tab.pair(a, b, 'ci_high_histories'))}"
+    if kind == "median":
+        return g(tab.stat(a, "median_kl"))
+    if kind == "won":
+        return f"{int(tab.pair(a, b, 'histories_won'))} of {int(tab.pair(a, b, 'histories'))}" if tab.has_pair(a, b) else "-"
+    if kind == "kl":
+        return g(tab.stat(a, "mean_kl"))
+    if kind == "bits":
+        return f"{tab.stat(a, 'bits_allocated'):.2f}"
+    return whole
 
 
 def svg_scatter(tab, arms, path, title):
@@ -116,6 +130,45 @@ def svg_scatter(tab, arms, path, title):
     return True
 
 
+def svg_forest(tab, pairs, path, title):
+    """Each pair's KL ratio (log scale) with its 95% CI over positions (thick) and histories (thin)."""
+    rows = []
+    for a, b in pairs:
+        r = tab.pair(a, b, "ratio")
+        if r == r and r > 0:
+            rows.append((a, b, r, tab.pair(a, b, "ci_low_positions"), tab.pair(a, b, "ci_high_positions"),
+                         tab.pair(a, b, "ci_low_histories"), tab.pair(a, b, "ci_high_histories")))
+    if not rows:
+        return False
+    vals = [v for r in rows for v in r[2:] if v == v and v > 0]
+    lo, hi = math.floor(math.log10(min(vals + [0.5]))), math.ceil(math.log10(max(vals + [2.0])))
+    W, L, R, T, rowh = 900, 430, 30, 40, 22
+    H = T + rowh * len(rows) + 40
+    X = lambda v: L + (math.log10(v) - lo) / (hi - lo) * (W - L - R)
+    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
+         f'<rect width="{W}" height="{H}" fill="white"/>', f'<text x="10" y="20" font-size="14">{html.escape(title)}</text>']
+    for e in range(lo, hi + 1):
+        for m in (1, 2, 5):
+            v = m * 10.0 ** e
+            if 10.0 ** lo <= v <= 10.0 ** hi:
+                o.append(f'<line x1="{X(v):.1f}" y1="{T - 5}" x2="{X(v):.1f}" y2="{H - 30}" stroke="{"#999" if v == 1 else "#eee"}"/>')
+                o.append(f'<text x="{X(v):.1f}" y="{H - 15}" text-anchor="middle">{g(v, 2)}</text>')
+    for i, (a, b, r, pl, ph, hl, hh) in enumerate(rows):
+        y = T + rowh * i + rowh / 2
+        o.append(f'<text x="{L - 8}" y="{y + 4:.1f}" text-anchor="end">{html.escape(a)} vs {html.escape(b)}</text>')
+        if hl == hl and hh == hh and hl > 0:
+            o.append(f'<line x1="{X(hl):.1f}" y1="{y:.1f}" x2="{X(hh):.1f}" y2="{y:.1f}" stroke="#7f8c8d" stroke-width="1"/>')
+        if pl == pl and ph == ph and pl > 0:
+            o.append(f'<line x1="{X(pl):.1f}" y1="{y:.1f}" x2="{X(ph):.1f}" y2="{y:.1f}" stroke="#c0392b" stroke-width="4"/>')
+        o.append(f'<circle cx="{X(r):.1f}" cy="{y:.1f}" r="4" fill="#2c3e50"/>')
+    o.append(f'<text x="10" y="{H - 2}" fill="#555">KL ratio (arm / baseline); thick: 95% CI over positions, thin: over histories; '
+             f'left of 1: the arm is better</text>')
+    o.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(o) + "\n")
+    return True
+
+
 def write(csv_path, histories, arms_cfg, sets, report_dir, cmd, manifest, study_dir):
     t = load(csv_path)
     plots = os.path.join(report_dir, "results")
@@ -137,6 +190,9 @@ def write(csv_path, histories, arms_cfg, sets, report_dir, cmd, manifest, study_
     intro = arms_cfg.get("report", {}).get("intro")
     if intro:
         o += [intro.strip(), ""]
+    findings = arms_cfg.get("report", {}).get("findings")
+    if findings and not partial:
+        o += ["## What the study finds", "", fill(findings.strip(), Table(t, sets[0])), ""]
     o += ["## Histories", "", "| history | kind | model | sets | prompt tokens | scored positions |", "|---|---|---|---|--:|--:|"]
     for h in histories:
         model = "Gemma 3 270M" if h.get("model", "default") == "default" else h["model"]
@@ -178,6 +234,10 @@ def write(csv_path, histories, arms_cfg, sets, report_dir, cmd, manifest, study_
             o += [f"### {c['title']} (set `{s}`)", ""]
             if c.get("text"):
                 o += [fill(c["text"].strip(), tab), ""]
+            slug = re.sub(r"[^a-z0-9]+", "-", c["title"].lower()).strip("-")[:40]
+            fsvg = f"ratios-{s}-{slug}.svg"
+            if svg_forest(tab, pairs, os.path.join(plots, fsvg), c["title"]):
+                o += [f"![{c['title'].replace(']', '')}](results/{fsvg})", ""]
             o += ["| arm | baseline | bits (arm / baseline) | KL ratio | 95% CI positions | 95% CI histories | lower at | histories won |",
                   "|---|---|--:|--:|--:|--:|--:|--:|"]
             for a, b in pairs:
