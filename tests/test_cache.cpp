@@ -706,8 +706,8 @@ TEST(CacheConfig, UnsupportedConfigAndUbatchPastTheEnd) {
     bad = make_cfg(128, 4, 4, StagingType::tq6_0, SinkType::f16);
     bad.sink = 100;  // sink % 64 != 0
     EXPECT_EQ(SequenceCache(bad, make_shape(1024)).status().code, ErrorCode::unsupported);
-    bad = make_cfg(128, 4, 3, StagingType::tq6_0, SinkType::f16);
-    bad.body = Body::trellis;  // trellis needs bits in {2,3}
+    bad = make_cfg(128, 3, 4, StagingType::tq6_0, SinkType::f16);
+    bad.body = Body::trellis;  // a trellis V side may not be wider than K
     EXPECT_EQ(SequenceCache(bad, make_shape(1024)).status().code, ErrorCode::unsupported);
   }
   {

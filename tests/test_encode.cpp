@@ -199,9 +199,9 @@ TEST(Encode, RejectsBadValuesAndConfigs) {
     EXPECT_NE(std::string(e.what()).find("200"), std::string::npos) << e.what();  // names the position
   }
   Capture ok = make_capture(1, 1, 128, 10, 6);
-  o.config.bits_k = 4;
-  o.config.bits_v = 3;
-  o.config.body = Body::trellis;  // trellis needs bits in {2,3}
+  o.config.bits_k = 3;
+  o.config.bits_v = 4;
+  o.config.body = Body::trellis;  // a trellis V side may not be wider than K
   EXPECT_THROW(encode_capture(ok, o), std::invalid_argument);
 }
 

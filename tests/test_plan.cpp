@@ -325,7 +325,8 @@ TEST(Plan, Applicability) {
   EXPECT_NE(sjkv::check(CacheGeometry{}, layout(4, 4)), "");
   // Trellis is planned (the record size is the scalar one) even where this build cannot seal it.
   EXPECT_EQ(sjkv::check(sjkv::qwen38_27b_geometry(), layout(2, 2)), "");
-  EXPECT_NE(sjkv::check(sjkv::qwen38_27b_geometry(), CacheOption::sjkv(4, 3, Body::trellis)), "");
+  EXPECT_EQ(sjkv::check(sjkv::qwen38_27b_geometry(), CacheOption::sjkv(4, 3, Body::trellis)), "");  // sjkv's 4/3t
+  EXPECT_NE(sjkv::check(sjkv::qwen38_27b_geometry(), CacheOption::sjkv(3, 4, Body::trellis)), "");
 }
 
 TEST(Plan, LayoutCounts) {
