@@ -75,6 +75,9 @@ class GgufModel final : public Model {
     float* x_out = nullptr;
   };
   void check_eval(const int32_t* tokens, uint32_t n, uint32_t n_ubatch, const std::vector<std::unique_ptr<LayerKv>>& kv) const;
+  void run_ubatches(const int32_t* tokens, const float* x_in, uint32_t n, uint32_t pos0, uint32_t n_ubatch, uint32_t l0,
+                    uint32_t l1, std::vector<std::unique_ptr<LayerKv>>& kv, float* x_out, float* hidden, float* logits,
+                    bool all_logits);
   [[noreturn]] void fail(const std::string& what) const { throw FileError(f_.path(), what); }
   const GgufTensorInfo& need(const std::string& name, std::vector<uint64_t> dims) const;
   const GgufTensorInfo* optional(const std::string& name, std::vector<uint64_t> dims) const;
@@ -362,50 +365,44 @@ void GgufModel::check_eval(const int32_t* tokens, uint32_t n, uint32_t n_ubatch,
                                   std::to_string(info_.n_vocab));
 }
 
-void GgufModel::eval_hidden(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
-                            std::vector<std::unique_ptr<LayerKv>>& kv, float* hidden, float* logits, bool all_logits) {
+// The ubatch loop of the three entry points: tokens (or x rows) in ubatches of n_ubatch through
+// layers [l0, l1); the residual stream to x_out, the last rows' hidden state and logits (every
+// row's with all_logits) when l1 is the last layer.
+void GgufModel::run_ubatches(const int32_t* tokens, const float* x_in, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
+                             uint32_t l0, uint32_t l1, std::vector<std::unique_ptr<LayerKv>>& kv, float* x_out,
+                             float* hidden, float* logits, bool all_logits) {
   check_eval(tokens, n, n_ubatch, kv);
+  if (l1 > info_.n_layer) throw std::invalid_argument("Model::eval: more layers than the model has");
+  const size_t E = info_.n_embd;
   for (uint32_t s = 0; s < n; s += n_ubatch) {
     const uint32_t m = std::min(n_ubatch, n - s);
     const bool last = s + m == n;
-    float* dst = all_logits ? logits + static_cast<size_t>(s) * info_.n_vocab : (last ? logits : nullptr);
-    float* hdst = !hidden ? nullptr : all_logits ? hidden + static_cast<size_t>(s) * info_.n_embd : (last ? hidden : nullptr);
+    float* dst = !logits ? nullptr : all_logits ? logits + static_cast<size_t>(s) * info_.n_vocab : (last ? logits : nullptr);
+    float* hdst = !hidden ? nullptr : all_logits ? hidden + s * E : (last ? hidden : nullptr);
     Span sp;
-    sp.tokens = tokens + s;
-    sp.l1 = info_.n_layer;
+    sp.tokens = tokens ? tokens + s : nullptr;
+    sp.x_in = x_in ? x_in + s * E : nullptr;
+    sp.l0 = l0;
+    sp.l1 = l1;
+    sp.x_out = x_out ? x_out + s * E : nullptr;
     ubatch(sp, m, pos0 + s, kv, hdst, dst, all_logits);
   }
+}
+
+void GgufModel::eval_hidden(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
+                            std::vector<std::unique_ptr<LayerKv>>& kv, float* hidden, float* logits, bool all_logits) {
+  run_ubatches(tokens, nullptr, n, pos0, n_ubatch, 0, info_.n_layer, kv, nullptr, hidden, logits, all_logits);
 }
 
 void GgufModel::eval_prefix(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch, uint32_t layers,
                             std::vector<std::unique_ptr<LayerKv>>& kv, float* x) {
-  check_eval(tokens, n, n_ubatch, kv);
-  if (layers > info_.n_layer) throw std::invalid_argument("Model::eval_prefix: more layers than the model has");
-  for (uint32_t s = 0; s < n; s += n_ubatch) {
-    const uint32_t m = std::min(n_ubatch, n - s);
-    Span sp;
-    sp.tokens = tokens + s;
-    sp.l1 = layers;
-    sp.x_out = x + static_cast<size_t>(s) * info_.n_embd;
-    ubatch(sp, m, pos0 + s, kv, nullptr, nullptr, false);
-  }
+  run_ubatches(tokens, nullptr, n, pos0, n_ubatch, 0, layers, kv, x, nullptr, nullptr, false);
 }
 
 void GgufModel::eval_suffix(const float* x, uint32_t n, uint32_t pos0, uint32_t n_ubatch, uint32_t layers,
                             std::vector<std::unique_ptr<LayerKv>>& kv, float* hidden, float* logits, bool all_logits) {
-  check_eval(nullptr, n, n_ubatch, kv);
-  if (layers > info_.n_layer) throw std::invalid_argument("Model::eval_suffix: more layers than the model has");
-  for (uint32_t s = 0; s < n; s += n_ubatch) {
-    const uint32_t m = std::min(n_ubatch, n - s);
-    const bool last = s + m == n;
-    float* dst = all_logits ? logits + static_cast<size_t>(s) * info_.n_vocab : (last ? logits : nullptr);
-    float* hdst = !hidden ? nullptr : all_logits ? hidden + static_cast<size_t>(s) * info_.n_embd : (last ? hidden : nullptr);
-    Span sp;
-    sp.x_in = x + static_cast<size_t>(s) * info_.n_embd;
-    sp.l0 = layers;
-    sp.l1 = info_.n_layer;
-    ubatch(sp, m, pos0 + s, kv, hdst, dst, all_logits);
-  }
+  if (layers > info_.n_layer) throw std::invalid_argument("Model::eval: more layers than the model has");
+  run_ubatches(nullptr, x, n, pos0, n_ubatch, layers, info_.n_layer, kv, nullptr, hidden, logits, all_logits);
 }
 
 void GgufModel::ubatch(const Span& sp, uint32_t m, uint32_t pos, std::vector<std::unique_ptr<LayerKv>>& kv,

@@ -295,24 +295,41 @@ TEST(Results, CoincidentPointsAreLabelledAndTheDrawingEnds) {
   for (const char* n : names) EXPECT_NE(svg.find(n), std::string::npos) << n;
 }
 
-TEST(Results, FolderHasEveryFile) {
+namespace {
+
+// Trajectories of the tiny model recorded with f16 or f32, each scored by both arms: names
+// `name(i)`, generate positions each, first prompt token i + 1.
+Results two_arm_results(uint32_t trajectories, uint32_t generate, bool record_f16, std::string (*name)(uint32_t),
+                        const char* baseline) {
   TinyModel m(4096);
   const PlainArm f32(false), f16(true);
   Results res;
   res.model_file = "tiny.gguf";
   res.model_sha256 = std::string(64, '0');
-  res.baseline = "f32";
+  res.baseline = baseline;
   res.bootstrap.replicates = 200;
   res.arms = {{"f32", {}, {}}, {"f16", {}, {}}};
-  for (uint64_t seed : {1, 2}) {
-    RecordInput in = tiny_input(12);
-    in.prompt[0] = static_cast<int32_t>(seed);
-    const Trajectory t = record_trajectory(m, f16, in);
+  for (uint32_t i = 0; i < trajectories; ++i) {
+    RecordInput in = tiny_input(generate);
+    in.prompt[0] = static_cast<int32_t>(i + 1);
+    const Trajectory t = record_trajectory(m, record_f16 ? static_cast<const KvArm&>(f16) : f32, in);
     res.settings = t.settings;
-    res.trajectories.push_back({"t" + std::to_string(seed) + ".h5", t.prompt_tokens, t.generated()});
+    res.trajectories.push_back({name(i), t.prompt_tokens, t.generated()});
     res.arms[0].rows.push_back(score_trajectory(m, f32, t, 4));
     res.arms[1].rows.push_back(score_trajectory(m, f16, t, 4));
   }
+  return res;
+}
+
+// Study-style trajectory names with a comma and quotes (CSV quoting).
+Results two_arm_results(uint32_t trajectories) {
+  return two_arm_results(trajectories, 10, false, [](uint32_t i) { return "h,\"" + std::to_string(i) + "\".h5"; }, "f16");
+}
+
+}  // namespace
+
+TEST(Results, FolderHasEveryFile) {
+  Results res = two_arm_results(2, 12, true, [](uint32_t i) { return "t" + std::to_string(i + 1) + ".h5"; }, "f32");
   const Report rep = summarize(res);
   ASSERT_EQ(rep.arms.size(), 2u);
   EXPECT_EQ(rep.arms[1].mean_kl, 0.0);  // f16 replay of an f16 trajectory
@@ -348,27 +365,6 @@ TEST(Results, FolderHasEveryFile) {
 }
 
 namespace {
-
-Results two_arm_results(uint32_t trajectories) {
-  TinyModel m(4096);
-  const PlainArm f32(false), f16(true);
-  Results res;
-  res.model_file = "tiny.gguf";
-  res.model_sha256 = std::string(64, '0');
-  res.baseline = "f16";
-  res.bootstrap.replicates = 200;
-  res.arms = {{"f32", {}, {}}, {"f16", {}, {}}};
-  for (uint32_t i = 0; i < trajectories; ++i) {
-    RecordInput in = tiny_input(10);
-    in.prompt[0] = static_cast<int32_t>(i + 1);
-    const Trajectory t = record_trajectory(m, f32, in);
-    res.settings = t.settings;
-    res.trajectories.push_back({"h,\"" + std::to_string(i) + "\".h5", t.prompt_tokens, t.generated()});
-    res.arms[0].rows.push_back(score_trajectory(m, f32, t, 4));
-    res.arms[1].rows.push_back(score_trajectory(m, f16, t, 4));
-  }
-  return res;
-}
 
 std::string write_text(const std::string& name, const std::string& text) {
   const std::string p = temp_path(name);
