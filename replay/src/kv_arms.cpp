@@ -321,12 +321,12 @@ struct SjOptions {
 class SjLayer final : public InspectableKv, private RowSource {
  public:
   SjLayer(const LayerShape& s, const CodecConfig& cfg, const SjOptions& opt, std::shared_ptr<EdgeRegistry> reg)
-      : s_(s), cfg_(cfg), tier_edge_(opt.tier_edge), reg_(std::move(reg)), cb_(opt.cb), opt_(opt) {
+      : s_(s), cfg_(cfg), reg_(std::move(reg)), opt_(opt) {
     check_shape(s);
     cfg_.head_dim = s.head_dim;
     if (s.n_ctx == 0) throw std::invalid_argument("layer " + std::to_string(s.layer) + ": SJ arms need n_ctx > 0");
     validate(cfg_);
-    if (tier_edge_) validate(edge_config(cfg_));
+    if (opt_.tier_edge) validate(edge_config(cfg_));
   }
 
   static CodecConfig edge_config(CodecConfig c) {  // the note's tiering: edge layers at 4/4 scalar
@@ -344,14 +344,14 @@ class SjLayer final : public InspectableKv, private RowSource {
 
   void begin_ubatch(uint32_t pos0, uint32_t n) override {
     if (!cache_) {
-      if (tier_edge_ && reg_->is_edge(s_.layer)) cfg_ = edge_config(cfg_);
+      if (opt_.tier_edge && reg_->is_edge(s_.layer)) cfg_ = edge_config(cfg_);
       CacheShape sh;
       sh.n_layers = 1;
       sh.n_head_kv = s_.n_head_kv;
       sh.n_ctx = s_.n_ctx;
       sh.n_ubatch = std::max(s_.n_ubatch, 1u);
       SealOptions so;
-      if (cb_ && cfg_.body == Body::trellis) so.codebooks = cb_->tables(cfg_.bits_k, cfg_.bits_v);
+      if (opt_.cb && cfg_.body == Body::trellis) so.codebooks = opt_.cb->tables(cfg_.bits_k, cfg_.bits_v);
       cache_ = std::make_unique<SequenceCache>(cfg_, sh, so);
       if (!cache_->status().ok()) throw std::invalid_argument(cfg_.name() + ": " + cache_->status().message());
       attach_seal_device(*cache_);
@@ -574,9 +574,7 @@ class SjLayer final : public InspectableKv, private RowSource {
 
   LayerShape s_;
   CodecConfig cfg_;
-  bool tier_edge_;
   std::shared_ptr<EdgeRegistry> reg_;
-  std::shared_ptr<const ArmCodebooks> cb_;
   SjOptions opt_;
   std::vector<float> kmean_;     // kmean=sink: [head][D], f16 values
   std::vector<uint16_t> exact_;  // exact=k|v: that side's rotated rows as f16, [position][head][D]
