@@ -152,7 +152,7 @@ def svg_forest(tab, pairs, path, title):
             v = m * 10.0 ** e
             if 10.0 ** lo <= v <= 10.0 ** hi:
                 o.append(f'<line x1="{X(v):.1f}" y1="{T - 5}" x2="{X(v):.1f}" y2="{H - 30}" stroke="{"#999" if v == 1 else "#eee"}"/>')
-                o.append(f'<text x="{X(v):.1f}" y="{H - 15}" text-anchor="middle">{g(v, 2)}</text>')
+                o.append(f'<text x="{X(v):.1f}" y="{H - 15}" text-anchor="middle">{v:g}</text>')
     for i, (a, b, r, pl, ph, hl, hh) in enumerate(rows):
         y = T + rowh * i + rowh / 2
         o.append(f'<text x="{L - 8}" y="{y + 4:.1f}" text-anchor="end">{html.escape(a)} vs {html.escape(b)}</text>')
