@@ -4,12 +4,8 @@
 # gives the same bytes, and a manifest whose file hash differs is refused by name before any
 # work. Usage: test_study_quick.sh SOURCE_DIR BUILD_DIR SCRATCH
 set -euo pipefail
-src=$1 build=$2 scratch=$3
-model=${SJKV_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/sjkv/models/default.gguf}
-[ -e "$model" ] || { echo "no model at $model (scripts/setup)"; exit 77; }
-py=${SJKV_PYTHON:-python3}
-rm -rf "$scratch" && mkdir -p "$scratch"
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=study_common.sh
+. "$(dirname "$0")/study_common.sh"
 
 study() { "$py" "$src/scripts/study" --quick --build "$build" --work "$scratch/work" --out "$scratch/out" "$@"; }
 

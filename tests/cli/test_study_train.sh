@@ -6,12 +6,8 @@
 # file is refused before any work, and the report carries the training table.
 # Usage: test_study_train.sh SOURCE_DIR BUILD_DIR SCRATCH
 set -euo pipefail
-src=$1 build=$2 scratch=$3
-model=${SJKV_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/sjkv/models/default.gguf}
-[ -e "$model" ] || { echo "no model at $model (scripts/setup)"; exit 77; }
-py=${SJKV_PYTHON:-python3}
-rm -rf "$scratch" && mkdir -p "$scratch"
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=study_common.sh
+. "$(dirname "$0")/study_common.sh"
 
 cp -r "$src/study" "$scratch/study"
 rm -rf "$scratch/study/codebooks" "$scratch/study/train.csv"
