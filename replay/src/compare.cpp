@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "sjkv/io/file_error.h"
+#include "sjkv/io/text.h"
 
 namespace sjkv {
 namespace replay {
@@ -25,16 +26,9 @@ std::string num(double x) {
   return b;
 }
 
-std::string field(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string o = "\"";
-  for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return o + "\"";
-}
-
 void line(std::string& o, const std::string& h, const std::string& arm, const std::string& base, const char* stat,
           double v) {
-  o += field(h) + "," + field(arm) + "," + field(base) + "," + stat + "," + num(v) + "\n";
+  o += csv_field(h) + "," + csv_field(arm) + "," + csv_field(base) + "," + stat + "," + num(v) + "\n";
 }
 
 void stats_lines(std::string& o, const std::string& h, const std::string& arm,

@@ -31,14 +31,6 @@ std::string num(double x, const char* f = "%.9g") {
 
 std::string quoted(const std::string& s) { return json_string(s); }
 
-// A CSV field: quoted when it holds a comma, quote or line break.
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string o = "\"";
-  for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return o + "\"";
-}
-
 std::string text_or_dash(double x, const char* f) { return std::isfinite(x) ? num(x, f) : std::string("-"); }
 
 }  // namespace

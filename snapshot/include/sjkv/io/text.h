@@ -82,4 +82,13 @@ inline std::string json_string(const std::string& s) {
   return o + "\"";
 }
 
+// A CSV field (RFC 4180): quoted, with quotes doubled, when it holds a comma, quote or line
+// break; as it is otherwise. read_positions_csv splits what this writes.
+inline std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string o = "\"";
+  for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return o + "\"";
+}
+
 }  // namespace sjkv
