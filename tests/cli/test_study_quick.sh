@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # scripts/study --quick end to end on the real default model (skipped, exit 77, without it):
 # the report and the table hold every arm and comparison, a second run recomputes nothing and
-# gives the same bytes, and a manifest whose file hash differs is refused by name before any
+# gives the same bytes, a fresh work folder resumes from the store of scores (a history whose
+# prompt changed is dropped from it), and a manifest whose file hash differs is refused by name before any
 # work. Usage: test_study_quick.sh SOURCE_DIR BUILD_DIR SCRATCH
 set -euo pipefail
 # shellcheck source=study_common.sh
 . "$(dirname "$0")/study_common.sh"
 
-study() { "$py" "$src/scripts/study" --quick --build "$build" --work "$scratch/work" --out "$scratch/out" "$@"; }
+study() { "$py" "$src/scripts/study" --quick --build "$build" --work "$scratch/work" --out "$scratch/out" --store "$scratch/store" "$@"; }
 
 study 2> "$scratch/first.log" || { cat "$scratch/first.log"; fail "study --quick"; }
 csv=$scratch/out/results.csv md=$scratch/out/RESULTS.md
@@ -36,6 +37,26 @@ cp "$csv" "$scratch/first.csv"
 study 2> "$scratch/second.log" || { cat "$scratch/second.log"; fail "second run"; }
 grep -q " 0 replays to run" "$scratch/second.log" || { cat "$scratch/second.log"; fail "the second run recomputed"; }
 cmp -s "$csv" "$scratch/first.csv" || fail "the second run's table differs"
+
+# The store has every history x arm; a fresh work folder (a clean clone) scores nothing.
+for h in quick-retr-cc0-1 quick-code-shells-1; do
+  [ -s "$scratch/store/$h/key.txt" ] || fail "no store key for $h"
+  [ "$(ls "$scratch/store/$h" | grep -vc '^key.txt$')" -eq 4 ] || fail "the store does not hold 4 arms of $h"
+  [ -s "$scratch/store/$h/sj:4_4:tail=128/positions.csv" ] || fail "no stored positions.csv for $h"
+done
+study --work "$scratch/work-fresh" 2> "$scratch/fresh.log" || { cat "$scratch/fresh.log"; fail "fresh work folder"; }
+grep -q " 0 replays to run" "$scratch/fresh.log" || { cat "$scratch/fresh.log"; fail "the fresh work folder recomputed"; }
+cmp -s "$csv" "$scratch/first.csv" || fail "the table from the store differs"
+
+# A history whose prompt changed is dropped from the store, the other kept.
+cp -r "$src/study" "$scratch/study-edit"
+tpl=$("$py" -c 'import re,sys; print(re.search(r'"'"'name = "quick-code-shells-1"[^[]*?template = "([^"]+)"'"'"', open(sys.argv[1]).read()).group(1))' "$scratch/study-edit/manifest.toml")
+echo "One more line." >> "$scratch/study-edit/$tpl"
+study --work "$scratch/work-edit" --study-dir "$scratch/study-edit" --report-only 2> "$scratch/edit.log" ||
+  { cat "$scratch/edit.log"; fail "report after an edit"; }
+grep -q "quick-code-shells-1: scored for another prompt; dropping it" "$scratch/edit.log" || { cat "$scratch/edit.log"; fail "no drop message"; }
+[ ! -e "$scratch/store/quick-code-shells-1" ] || fail "the changed history was kept in the store"
+[ -s "$scratch/store/quick-retr-cc0-1/key.txt" ] || fail "the unchanged history was dropped"
 
 # A manifest entry whose hash differs is refused by name, exit 2, before any work.
 cp -r "$src/study" "$scratch/study-bad"
