@@ -2,7 +2,8 @@
 # scripts/study --train end to end on a copy of study/ whose training manifest keeps two texts
 # (skipped, exit 77, without the default model): the texts are captured, every run of
 # TRAIN_RUNS trains (one Lloyd iteration: a check of the pipeline, not of convergence), the
-# tables land in the copy's codebooks/ with train.csv, a training text that is also a study
+# tables land in the copy's codebooks/ with train.csv, a fresh work folder takes the runs from
+# the store without capturing, a training text that is also a study
 # file is refused before any work, and the report carries the training table.
 # Usage: test_study_train.sh SOURCE_DIR BUILD_DIR SCRATCH
 set -euo pipefail
@@ -21,7 +22,7 @@ assert len(texts) >= 2 and files
 open(p, "w").write("\n".join(files) + "\n" + "".join(f'[[text]]\nname = "{n}"\ntemplate = "{t}"\n\n' for n, t in texts[:2]))
 PY
 "$py" "$src/scripts/study" --quick --train --report-only --train-max-iters 1 --build "$build" --study-dir "$scratch/study" \
-  --work "$scratch/work" --out "$scratch/out" 2> "$scratch/train.log" || { tail -5 "$scratch/train.log"; fail "study --train"; }
+  --work "$scratch/work" --out "$scratch/out" --store "$scratch/store" 2> "$scratch/train.log" || { tail -5 "$scratch/train.log"; fail "study --train"; }
 for b in 2 3 4; do
   for ext in sjcb bin; do [ -s "$scratch/study/codebooks/gemma3-270m-${b}bit.$ext" ] || fail "no ${b}-bit .$ext"; done
 done
@@ -41,6 +42,21 @@ for r in rows:
         assert float(r["heldout_mse_trained"]) < 1.5 * float(r["heldout_mse_reference"]), r
 PY
 grep -q "## Codebooks trained here" "$scratch/out/RESULTS.md" || fail "the report has no training table"
+
+# The finished runs are in the store: a fresh work folder captures and trains nothing and
+# publishes the same tables and train.csv.
+for r in b3-reference b2-reference b3-identity b4-identity; do
+  for ext in sjcb bin json; do [ -s "$scratch/store/_train/$r.$ext" ] || fail "no stored $r.$ext"; done
+done
+cp "$scratch/study/train.csv" "$scratch/train-first.csv"
+cp "$scratch/study/codebooks/gemma3-270m-3bit.bin" "$scratch/cb3-first.bin"
+rm -rf "$scratch/study/codebooks" "$scratch/study/train.csv"
+"$py" "$src/scripts/study" --quick --train --report-only --train-max-iters 1 --build "$build" --study-dir "$scratch/study" \
+  --work "$scratch/work-fresh" --out "$scratch/out" --store "$scratch/store" 2> "$scratch/fresh.log" ||
+  { tail -5 "$scratch/fresh.log"; fail "study --train from the store"; }
+grep -q "0 to capture, 0 of 4 runs to train" "$scratch/fresh.log" || { cat "$scratch/fresh.log"; fail "the fresh run captured or trained"; }
+cmp -s "$scratch/study/train.csv" "$scratch/train-first.csv" || fail "train.csv from the store differs"
+cmp -s "$scratch/study/codebooks/gemma3-270m-3bit.bin" "$scratch/cb3-first.bin" || fail "the 3-bit table from the store differs"
 
 # A training text that quotes a study file is refused by name, exit 2, before any capture.
 cp -r "$scratch/study" "$scratch/study-bad"
