@@ -193,8 +193,23 @@ def write(csv_path, histories, arms_cfg, sets, report_dir, cmd, manifest, study_
     if intro:
         o += [intro.strip(), ""]
     findings = arms_cfg.get("report", {}).get("findings")
-    if findings and not partial:
-        o += ["## What the study finds", "", fill(findings.strip(), Table(t, sets[0])), ""]
+    if findings:
+        # Items are written against the final numbers: while the study runs, an item is shown
+        # only when each number it quotes is scored on every history of its set.
+        items = re.split(r"\n(?=\d+\. )", findings.strip())
+
+        def scored(m):
+            tab = Table(t, m.group(2) or sets[0])
+            if m.group(4):
+                return tab.has_pair(m.group(3), m.group(4))
+            return (tab.s, "all", m.group(3), "", "mean_kl") in t
+
+        shown = [fill(x, Table(t, sets[0])) for x in items if all(scored(m) for m in PLACEHOLDER.finditer(x))]
+        if shown:
+            o += ["## What the study finds", ""]
+            if len(shown) < len(items):
+                o += [f"({len(shown)} of {len(items)} findings: the others wait for sets still being scored.)", ""]
+            o += ["\n".join(shown), ""]
     o += ["## Histories", "", "| history | kind | model | sets | prompt tokens | scored positions |", "|---|---|---|---|--:|--:|"]
     for h in histories:
         model = "Gemma 3 270M" if h.get("model", "default") == "default" else h["model"]
