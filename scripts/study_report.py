@@ -169,7 +169,7 @@ def svg_forest(tab, pairs, path, title):
     return True
 
 
-def write(csv_path, histories, arms_cfg, sets, report_dir, cmd, manifest, study_dir, expected):
+def write(csv_path, histories, arms_cfg, sets, report_dir, cmd, manifest, study_dir, expected, left_out=()):
     t = load(csv_path)
     plots = os.path.join(report_dir, "results")
     os.makedirs(plots, exist_ok=True)
@@ -186,6 +186,9 @@ def write(csv_path, histories, arms_cfg, sets, report_dir, cmd, manifest, study_
         done = sum(1 for n in planned for x in expected[st] if (n, x) in cells)
         if done < len(planned) * len(expected[st]):
             partial.append(f"set `{st}`: {done} of {len(planned) * len(expected[st])} history x arm replays scored")
+    if left_out:
+        partial.append(f"{len(left_out)} arms left out: the tables they name are not trained yet, "
+                       f"`scripts/study --train` makes them")
     if partial:
         o += ["**Partial: the study has not finished** (" + "; ".join(partial) + "). Tables cover what is scored "
               "so far; rerun the command to continue.", ""]
