@@ -3,7 +3,7 @@
 # (skipped, exit 77, without the default model): the texts are captured, every run of
 # TRAIN_RUNS trains (one Lloyd iteration: a check of the pipeline, not of convergence), the
 # tables land in the copy's codebooks/ with train.csv, a fresh work folder takes the runs from
-# the store without capturing, a training text that is also a study
+# the store without capturing, --no-train says which arms it left out, a training text that is also a study
 # file is refused before any work, and the report carries the training table.
 # Usage: test_study_train.sh SOURCE_DIR BUILD_DIR SCRATCH
 set -euo pipefail
@@ -12,6 +12,7 @@ set -euo pipefail
 
 cp -r "$src/study" "$scratch/study"
 rm -rf "$scratch/study/codebooks" "$scratch/study/train.csv"
+cp -r "$scratch/study" "$scratch/study-notrain"
 "$py" - "$scratch/study/train-manifest.toml" <<'PY'
 import re, sys
 p = sys.argv[1]
@@ -42,6 +43,15 @@ for r in rows:
         assert float(r["heldout_mse_trained"]) < 1.5 * float(r["heldout_mse_reference"]), r
 PY
 grep -q "## Codebooks trained here" "$scratch/out/RESULTS.md" || fail "the report has no training table"
+
+# Without the tables, --no-train reports the detail set from the committed scores and says which
+# arms it left out instead of calling the set complete.
+"$py" "$src/scripts/study" --sets detail --no-train --report-only --build "$build" --study-dir "$scratch/study-notrain" \
+  --work "$scratch/work-notrain" --out "$scratch/out-notrain" 2> "$scratch/notrain.log" ||
+  { tail -5 "$scratch/notrain.log"; fail "study --no-train --report-only"; }
+grep -q "6 arms left out: the tables they name are not trained yet" "$scratch/out-notrain/RESULTS.md" ||
+  fail "the report does not say the trained-table arms were left out"
+grep -q '^detail,all,sj:4/4:exact=k,sj:4/4,ratio,' "$scratch/out-notrain/results.csv" || fail "no detail comparison from the store"
 
 # The finished runs are in the store: a fresh work folder captures and trains nothing and
 # publishes the same tables and train.csv.
