@@ -58,6 +58,8 @@ grep -q '^detail,all,sj:4/4:exact=k,sj:4/4,ratio,' "$scratch/out-notrain/results
 for r in b3-reference b2-reference b3-identity b4-identity; do
   for ext in sjcb bin json; do [ -s "$scratch/store/_train/$r.$ext" ] || fail "no stored $r.$ext"; done
 done
+# What is committed names no folder of the machine that trained it: outputs and inputs are bare names.
+if grep -l -F "$scratch" "$scratch"/store/_train/* "$scratch"/study/codebooks/*; then fail "a stored run names a machine path"; fi
 cp "$scratch/study/train.csv" "$scratch/train-first.csv"
 cp "$scratch/study/codebooks/gemma3-270m-3bit.bin" "$scratch/cb3-first.bin"
 rm -rf "$scratch/study/codebooks" "$scratch/study/train.csv"
