@@ -7,6 +7,8 @@
 #include "sjkv/io/encode.h"
 #include "sjkv/layout.h"
 #include "sjkv/testgen.h"
+#include "sjkv/io/file_error.h"
+#include "sjkv/train/codebook_io.h"
 #include "sjkv/train/train.h"
 #include "sjkv/trellis.h"
 
@@ -206,6 +208,109 @@ TEST(Lloyd, StopsOnTheRelativeGainRule) {
   o.max_iters = 0;
   EXPECT_EQ(lloyd_train(set.train_k, set.heldout_k, 2, id.data(), o).stop, "empty");
   EXPECT_GT(LloydOptions{}.max_iters, 100u);  // the cap is a safety net, not the stop
+}
+
+// A run stopped after any update and resumed from its saved state (through the checkpoint
+// file) ends with the same table, history and stop as the run never stopped; a state from
+// other data is refused.
+TEST(Lloyd, ResumedRunGivesTheSameBits) {
+  const TrainingSet set = make_set(2);
+  std::vector<uint16_t> id(256);
+  identity_codebook(2, id.data());
+  LloydOptions o;
+  o.tol = 1e-2;
+  o.threads = 2;
+  std::vector<LloydState> states;
+  o.on_state = [&](const LloydState& st) { states.push_back(st); };
+  const LloydResult full = lloyd_train(set.train_k, set.heldout_k, 2, id.data(), o);
+  ASSERT_EQ(full.stop, "converged");
+  ASSERT_EQ(states.size(), full.iterations);  // one per update; the last update's carries the stop
+  EXPECT_EQ(states.back().stop, "converged");
+  EXPECT_EQ(states.back().table, full.table);
+  const std::string path = ::testing::TempDir() + "lloyd-resume.k.ckpt";
+  for (size_t cut : {size_t(0), states.size() / 2, states.size() - 1}) {
+    SCOPED_TRACE(cut);
+    LloydCheckpoint ck;
+    ck.bits = 2;
+    ck.run_key[0] = 7;
+    ck.state = states[cut];
+    write_lloyd_checkpoint(path, ck);
+    const LloydCheckpoint back = read_lloyd_checkpoint(path);
+    EXPECT_EQ(back.run_key, ck.run_key);
+    ASSERT_EQ(back.state.table, ck.state.table);
+    LloydOptions r = o;
+    r.on_state = nullptr;
+    r.resume = &back.state;
+    const LloydResult res = lloyd_train(set.train_k, set.heldout_k, 2, id.data(), r);
+    EXPECT_EQ(res.table, full.table);
+    EXPECT_EQ(res.table_f16, full.table_f16);
+    EXPECT_EQ(res.stop, full.stop);
+    EXPECT_EQ(res.iterations, full.iterations);
+    ASSERT_EQ(res.history.size(), full.history.size());
+    for (size_t i = 0; i < res.history.size(); ++i) {
+      EXPECT_EQ(res.history[i].train_mse, full.history[i].train_mse) << i;
+      EXPECT_EQ(res.history[i].heldout_mse, full.history[i].heldout_mse) << i;
+    }
+    EXPECT_EQ(res.heldout_mse_f16, full.heldout_mse_f16);
+  }
+  LloydOptions other = o;
+  other.on_state = nullptr;
+  other.resume = &states[1];
+  EXPECT_THROW(lloyd_train(set.train_v, set.heldout_v, 2, id.data(), other), std::invalid_argument);
+  std::remove(path.c_str());
+}
+
+// The checkpoint reader refuses each defect with the file's name.
+TEST(LloydCheckpointFile, RejectsDamage) {
+  LloydCheckpoint ck;
+  ck.bits = 3;
+  ck.side = 1;
+  ck.state.table.assign(512, 0.25f);
+  ck.state.history.push_back({0, 0.05, 0.06, 512, 0.1});
+  ck.state.history.push_back({1, 0.04, 0.05, 511, 0.09});
+  const std::vector<uint8_t> good = lloyd_checkpoint_bytes(ck);
+  const LloydCheckpoint back = parse_lloyd_checkpoint("x.ckpt", good);
+  EXPECT_EQ(back.side, 1u);
+  EXPECT_EQ(back.state.history[1].entries_used, 511u);
+  EXPECT_EQ(back.state.stop, "");
+  auto refused = [](std::vector<uint8_t> b, const char* what) {
+    try {
+      parse_lloyd_checkpoint("x.ckpt", b);
+    } catch (const FileError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("x.ckpt"), std::string::npos) << m;
+      EXPECT_NE(m.find(what), std::string::npos) << m;
+      return;
+    }
+    ADD_FAILURE() << "accepted: " << what;
+  };
+  std::vector<uint8_t> b = good;
+  b[0] = 'X';
+  refused(b, "magic");
+  refused(std::vector<uint8_t>(good.begin(), good.end() - 1), "truncated");
+  b = good;
+  b.push_back(0);
+  refused(b, "trailing");
+  b = good;
+  b[100] ^= 1;
+  refused(b, "checksum");
+  b = good;
+  b[8] = 2;
+  refused(b, "version");
+  b = good;
+  b[12] = 5;
+  refused(b, "bits");
+  b = good;
+  b[24] = 0;
+  refused(b, "iteration count");
+  b = good;
+  b[28] = 9;
+  refused(b, "stop code");
+  ck.state.table[3] = NAN;
+  refused(lloyd_checkpoint_bytes(ck), "NaN");
+  ck.state.table[3] = 0.f;
+  ck.state.history[1].iter = 4;
+  refused(lloyd_checkpoint_bytes(ck), "numbered");
 }
 
 TEST(Lloyd, ReferenceCodebookBeatsIdentity) {

@@ -44,7 +44,7 @@ struct TrainArgs {
   uint32_t max_iters = LloydOptions{}.max_iters;
   double heldout = 0.2;
   int threads = 0;
-  bool quiet = false, json = false, assume_rotated = false;
+  bool quiet = false, json = false, assume_rotated = false, checkpoint = false;
   std::string init;  // codebook file, or empty: identity
   std::string staging = "tq6_0";
   std::string axis = "token";
@@ -192,6 +192,20 @@ int run_train(const TrainArgs& a) {
                  kTool, set.train_records, set.heldout_records, set.train_k.sequences(), set.heldout_k.sequences(),
                  SplitDrawer::rng_name());
 
+  // --checkpoint: each side's Lloyd state goes to PREFIX.{k,v}.ckpt after every update; a run
+  // with the same inputs and options goes on from there and gives the same bytes.
+  std::string run_text = std::string(kVersion) + "\n";
+  for (const CodebookInput& in : prov.inputs) run_text += "input " + in.sha256 + "\n";
+  run_text += "bits " + std::to_string(a.bits) + " axis " + a.axis + " seed " + std::to_string(a.seed) + " heldout " +
+              num(a.heldout) + " tol " + num(a.tol) + " max_iters " + std::to_string(a.max_iters) + " init " + init_name +
+              " staging " + a.staging + " sink " + std::to_string(a.sink) + " iters " + std::to_string(a.iters) +
+              (a.assume_rotated ? " assume_rotated" : "") + " head_dim " + std::to_string(a.io.head_dim) + " kv_sections " +
+              std::to_string(a.io.kv_sections) + " layers";
+  for (auto l : a.io.layers) run_text += " " + std::to_string(l);
+  run_text += " layer_ids";
+  for (auto l : a.io.layer_ids) run_text += " " + std::to_string(l);
+  const std::string ckpt_path[2] = {a.prefix + ".k.ckpt", a.prefix + ".v.ckpt"};
+
   LloydOptions lo;
   lo.max_iters = a.max_iters;
   lo.tol = a.tol;
@@ -235,6 +249,34 @@ int run_train(const TrainArgs& a) {
                      it.entries_used, ne);
       }
     };
+    LloydCheckpoint ck;
+    lo.resume = nullptr;
+    lo.on_state = nullptr;
+    if (a.checkpoint) {
+      const std::string key_text = run_text + " side " + sn;
+      const auto key = sha256(key_text.data(), key_text.size());
+      struct stat st;
+      if (::stat(ckpt_path[s].c_str(), &st) == 0) {
+        ck = read_lloyd_checkpoint(ckpt_path[s]);
+        if (ck.run_key == key && ck.bits == a.bits && ck.side == static_cast<uint32_t>(s)) {
+          lo.resume = &ck.state;
+          if (!a.quiet)
+            std::fprintf(stderr, "%s: %s goes on from %s (iteration %u%s%s)\n", kTool, sn, ckpt_path[s].c_str(),
+                         ck.state.history.back().iter, ck.state.stop.empty() ? "" : ", stopped: ", ck.state.stop.c_str());
+        } else if (!a.quiet) {
+          std::fprintf(stderr, "%s: %s is from another run (other inputs or options); starting %s over\n", kTool,
+                       ckpt_path[s].c_str(), sn);
+        }
+      }
+      lo.on_state = [&, s, key](const LloydState& state) {
+        LloydCheckpoint c;
+        c.bits = a.bits;
+        c.side = static_cast<uint32_t>(s);
+        c.run_key = key;
+        c.state = state;
+        write_lloyd_checkpoint(ckpt_path[s], c);
+      };
+    }
     res[s] = lloyd_train(s == 0 ? set.train_k : set.train_v, s == 0 ? set.heldout_k : set.heldout_v, a.bits,
                          s == 0 ? init_k.data() : init_v.data(), lo);
   }
@@ -300,6 +342,8 @@ int run_train(const TrainArgs& a) {
     for (auto& o : outs) all.push_back(o.get());
     commit_all(all);
   }
+  if (a.checkpoint)
+    for (const std::string& p : ckpt_path) std::remove(p.c_str());
   const uint64_t cid = raw_codebook_id(c.table);
   const std::string rsha = raw_codebook_sha256(c.table);
 
@@ -481,6 +525,10 @@ int main(int argc, char** argv) {
   app.add_option("--device", a.device,
                  "Where the Lloyd passes run: auto (a GPU when present), cpu or cuda; the codebook does not depend on it")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
+  app.add_flag("--checkpoint", a.checkpoint,
+               "Save each side's training state to PREFIX.k.ckpt / PREFIX.v.ckpt after every iteration and go on from "
+               "them when run again with the same inputs and options (same result as an uninterrupted run); removed at "
+               "the end");
   app.add_flag("--json", a.json, "Print a JSON summary on stdout");
   app.add_flag("-q,--quiet", a.quiet, "No progress or per-iteration lines on stderr");
   try {

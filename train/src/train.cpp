@@ -370,7 +370,16 @@ LloydResult lloyd_train(const Targets& train, const Targets& heldout, uint32_t b
   const uint32_t ne = trellis_entries(bits);
   LloydResult res;
   res.table.resize(ne);
-  for (uint32_t w = 0; w < ne; ++w) res.table[w] = f16_to_f32(init[w]);
+  if (opt.resume) {
+    const LloydState& st = *opt.resume;
+    if (st.table.size() != ne || st.history.empty() || st.history.back().iter + 1 != st.history.size())
+      throw std::invalid_argument("resume state does not fit a " + std::to_string(bits) + "-bit table");
+    res.table = st.table;
+    res.history = st.history;
+    res.iterations = st.history.back().iter;
+  } else {
+    for (uint32_t w = 0; w < ne; ++w) res.table[w] = f16_to_f32(init[w]);
+  }
   std::vector<double> sum;
   std::vector<uint64_t> cnt;
   auto pass = [&](const Targets& t, const float* cbf, std::vector<double>* s, std::vector<uint64_t>* c) {
@@ -390,11 +399,27 @@ LloydResult lloyd_train(const Targets& train, const Targets& heldout, uint32_t b
     for (size_t w = 0; w < table.size(); ++w) h[w] = f32_to_f16(table[w]);
     return opt.real_mse(h);
   };
-  LloydIteration it0{0, prev, mse(heldout, res.table.data()), used(), real(res.table)};
-  res.history.push_back(it0);
-  if (opt.on_iteration) opt.on_iteration(it0);
-  if (opt.max_iters > 0) res.stop = "cap";
-  for (uint32_t i = 1; i <= opt.max_iters; ++i) {
+  auto state = [&](const std::string& stop) {
+    if (opt.on_state) opt.on_state(LloydState{res.table, res.history, stop});
+  };
+  bool stopped = false;
+  if (opt.resume) {
+    // Bit for bit the pass the interrupted run made: anything else is other data.
+    if (prev != res.history.back().train_mse)
+      throw std::invalid_argument("resume state was made on other training data (train MSE " +
+                                  std::to_string(res.history.back().train_mse) + ", the data gives " +
+                                  std::to_string(prev) + ")");
+    if (!opt.resume->stop.empty()) {
+      res.stop = opt.resume->stop;
+      stopped = true;
+    }
+  } else {
+    LloydIteration it0{0, prev, mse(heldout, res.table.data()), used(), real(res.table)};
+    res.history.push_back(it0);
+    if (opt.on_iteration) opt.on_iteration(it0);
+  }
+  if (!stopped && opt.max_iters > 0) res.stop = "cap";
+  for (uint32_t i = res.iterations + 1; !stopped && i <= opt.max_iters; ++i) {
     std::vector<float> next = res.table;
     for (uint32_t w = 0; w < ne; ++w)
       if (cnt[w]) next[w] = static_cast<float>(sum[w] / static_cast<double>(cnt[w]));
@@ -418,7 +443,9 @@ LloydResult lloyd_train(const Targets& train, const Targets& heldout, uint32_t b
       res.stop = "converged";
       break;
     }
+    state("");
   }
+  if (!stopped) state(res.stop);
   res.table_f16.resize(ne);
   std::vector<float> rounded(ne);
   for (uint32_t w = 0; w < ne; ++w) {

@@ -4,12 +4,14 @@
 // and throw FileError(path, defect), checking every hash the file carries.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "sjkv/io/codebook_file.h"
+#include "sjkv/train/train.h"
 
 namespace sjkv::train {
 
@@ -69,5 +71,19 @@ enum class CodebookFileKind { container, raw, header };
 CodebookFileKind sniff_codebook_file(const std::string& path);
 // Any of the three forms, as a container (raw and header forms have no provenance).
 CodebookContainer read_codebook_any(const std::string& path, CodebookFileKind* kind = nullptr);
+
+// Training checkpoint (docs/FORMAT.md section 11): one side's Lloyd state, written by
+// `sjkv-train --checkpoint` after every update so a stopped run can go on where it was.
+// `run_key` (32 bytes) identifies the run: inputs, options and side.
+struct LloydCheckpoint {
+  uint32_t bits = 0;
+  uint32_t side = 0;  // 0 K, 1 V
+  std::array<uint8_t, 32> run_key{};
+  LloydState state;
+};
+std::vector<uint8_t> lloyd_checkpoint_bytes(const LloydCheckpoint& c);
+void write_lloyd_checkpoint(const std::string& path, const LloydCheckpoint& c);
+LloydCheckpoint read_lloyd_checkpoint(const std::string& path);
+LloydCheckpoint parse_lloyd_checkpoint(const std::string& path, const std::vector<uint8_t>& bytes);
 
 }  // namespace sjkv::train

@@ -90,6 +90,16 @@ struct LloydIteration {
   double heldout_real_mse = std::numeric_limits<double>::quiet_NaN();  // LloydOptions::real_mse of the fp16 table
 };
 
+// What lloyd_train needs to go on where it stopped: the accepted table (binary32) after
+// history.back().iter updates, and why it stopped ("" while still running). Resuming from a
+// state gives the same bits as a run never interrupted (each iteration depends only on the
+// table and the data).
+struct LloydState {
+  std::vector<float> table;
+  std::vector<LloydIteration> history;
+  std::string stop;
+};
+
 struct LloydOptions {
   // Stops when an iteration's relative train-MSE gain (prev - cur) / prev falls below tol
   // (converged); max_iters is a safety cap, not the rule.
@@ -105,6 +115,12 @@ struct LloydOptions {
   std::function<double(const Targets& t, uint32_t bits, const float* cbf, std::vector<double>* sum,
                        std::vector<uint64_t>* cnt)>
       pass;
+  // Optional: start from this state instead of `init` (its iterations are not reported
+  // again through on_iteration). Its last train MSE must be the data's with its table.
+  const LloydState* resume = nullptr;
+  // Optional: called with the state after every accepted update and once more when training
+  // stops (stop set), for a checkpoint.
+  std::function<void(const LloydState&)> on_state;
 };
 
 struct LloydResult {
