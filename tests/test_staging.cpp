@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "sjkv/config.h"
 #include "sjkv/hadamard.h"
 #include "sjkv/hash.h"
 #include "sjkv/staging.h"
@@ -80,6 +81,18 @@ std::vector<float> gauss_rows(uint32_t rows, uint32_t n, uint64_t seed) {
 }
 
 // ---- §10.3 / §10.4 golden line and Appendix A ------------------------------------------
+
+// One parser for staging names, the inverse of staging_name; the tools and the arm grammar use it.
+TEST(StagingNames, ParseIsTheInverseOfTheName) {
+  for (const char* n : sjkv::kStagingNames) {
+    sjkv::StagingType t = sjkv::StagingType::tq6_0;
+    ASSERT_TRUE(sjkv::parse_staging(n, &t)) << n;
+    EXPECT_STREQ(sjkv::staging_name(t), n);
+  }
+  sjkv::StagingType t = sjkv::StagingType::f16;
+  for (const char* bad : {"", "TQ6_0", "q8", "f32", "tq6_0 "}) EXPECT_FALSE(sjkv::parse_staging(bad, &t)) << bad;
+  EXPECT_EQ(t, sjkv::StagingType::f16);  // untouched on failure
+}
 
 TEST(StagingTq6, GoldenVectorHashes) {
   const std::vector<float> x = fill_rows_64x256();

@@ -60,7 +60,7 @@ CodecConfig config_from(const EncodeArgs& a) {
     c.iters = a.iters;
     c.body = a.body == "scalar" ? Body::scalar : a.body == "trellis" ? Body::trellis : Body::automatic;
     c.trellis_axis = a.axis == "channel" ? TrellisAxis::channel : TrellisAxis::token;
-    c.staging = a.staging == "f16" ? StagingType::f16 : a.staging == "q8_0" ? StagingType::q8_0 : StagingType::tq6_0;
+    if (!parse_staging(a.staging, &c.staging)) throw cli::UsageError("--staging must be tq6_0, q8_0 or f16");
   }
   c.sink = a.sink;
   c.sink_type = a.sink_type == "inherit" ? SinkType::inherit : SinkType::f16;
@@ -418,7 +418,7 @@ int main(int argc, char** argv) {
   enc->add_option("--axis", ea.axis, "Trellis sequence axis: token (the format's) or channel (sjkv extension)")
       ->check(CLI::IsMember({"token", "channel"}))->capture_default_str();
   enc->add_option("--staging", ea.staging, "Staging rows: tq6_0, q8_0 or f16")
-      ->check(CLI::IsMember({"tq6_0", "q8_0", "f16"}))->capture_default_str();
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(kStagingNames), std::end(kStagingNames))))->capture_default_str();
   enc->add_option("--sink", ea.sink, "Sink positions kept exact")->capture_default_str();
   enc->add_option("--sink-type", ea.sink_type, "Sink storage: f16 or inherit (staging rows)")
       ->check(CLI::IsMember({"f16", "inherit"}))->capture_default_str();

@@ -154,7 +154,7 @@ int run_train(const TrainArgs& a) {
   to.config.bits_k = to.config.bits_v = a.bits;
   to.config.sink = a.sink;
   to.config.iters = a.iters;
-  to.config.staging = a.staging == "f16" ? StagingType::f16 : a.staging == "q8_0" ? StagingType::q8_0 : StagingType::tq6_0;
+  if (!parse_staging(a.staging, &to.config.staging)) throw cli::UsageError("--staging must be tq6_0, q8_0 or f16");
   to.config.trellis_axis = a.axis == "channel" ? TrellisAxis::channel : TrellisAxis::token;
   to.assume_rotated = a.assume_rotated;
   to.threads = a.threads;
@@ -514,7 +514,7 @@ int main(int argc, char** argv) {
   app.add_option("--axis", a.axis, "Trellis axis: token (the format's) or channel (sjkv extension; no C header)")
       ->check(CLI::IsMember({"token", "channel"}))->capture_default_str();
   app.add_option("--staging", a.staging, "Staging rows the seal reads: tq6_0, q8_0 or f16")
-      ->check(CLI::IsMember({"tq6_0", "q8_0", "f16"}))->capture_default_str();
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(kStagingNames), std::end(kStagingNames))))->capture_default_str();
   app.add_option("--sink", a.sink, "Sink positions (not sealed)")->capture_default_str();
   app.add_option("--iters", a.iters, "Balancing iterations")->check(CLI::Range(0u, 64u))->capture_default_str();
   app.add_flag("--assume-rotated", a.assume_rotated, "The inputs are already in the rotated basis");

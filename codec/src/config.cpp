@@ -17,6 +17,15 @@ const char* staging_name(StagingType t) {
   return "?";
 }
 
+bool parse_staging(const std::string& name, StagingType* t) {
+  for (StagingType s : {StagingType::tq6_0, StagingType::q8_0, StagingType::f16})
+    if (name == staging_name(s)) {
+      *t = s;
+      return true;
+    }
+  return false;
+}
+
 std::string CodecConfig::name() const {
   const bool kvarn = balance == BalanceMode::best_of;
   std::string s = kvarn ? "kvarn:" : "sj:";

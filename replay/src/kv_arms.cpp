@@ -728,10 +728,7 @@ std::unique_ptr<KvArm> parse(const std::string& spec) {
         else bad(spec, "axis must be token or channel");
         seen_axis = true;
       } else if (key == "staging") {
-        if (val == "tq6_0") c.staging = StagingType::tq6_0;
-        else if (val == "q8_0") c.staging = StagingType::q8_0;
-        else if (val == "f16") c.staging = StagingType::f16;
-        else bad(spec, "staging must be tq6_0, q8_0 or f16");
+        if (!parse_staging(val, &c.staging)) bad(spec, "staging must be tq6_0, q8_0 or f16");
       } else if (key == "tail") {
         const auto tt = split(val, '/');
         if (tt.size() > 2) bad(spec, "tail is N or N/MAX");

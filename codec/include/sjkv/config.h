@@ -75,5 +75,9 @@ Unsupported can_implement_record(uint32_t head_dim, uint32_t group, uint32_t bit
 Unsupported can_implement(const CodecConfig& c);
 
 const char* staging_name(StagingType t);
+// The inverse of staging_name ("tq6_0", "q8_0", "f16"): false for any other name.
+bool parse_staging(const std::string& name, StagingType* t);
+// The names parse_staging accepts, in the order above.
+inline constexpr const char* kStagingNames[] = {"tq6_0", "q8_0", "f16"};
 
 }  // namespace sjkv
