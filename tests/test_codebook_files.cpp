@@ -10,7 +10,7 @@
 
 #include "sjkv/io/file_error.h"
 #include "sjkv/train/codebook_io.h"
-#include "sjkv/train/sha256.h"
+#include "sjkv/io/sha256.h"
 #include "sjkv/trellis.h"
 
 using namespace sjkv;

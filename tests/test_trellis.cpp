@@ -21,7 +21,7 @@
 #include "sjkv/seal.h"
 #include "sjkv/testgen.h"
 #include "sjkv/trellis.h"
-#include "sjkv/train/sha256.h"
+#include "sjkv/io/sha256.h"
 
 using namespace sjkv;
 
@@ -38,7 +38,7 @@ std::string hex64(uint64_t h) {
   return b;
 }
 
-std::string sha256_hex(const std::vector<uint8_t>& msg) { return train::sha256_hex(msg.data(), msg.size()); }
+std::string sha256_hex(const std::vector<uint8_t>& msg) { return sjkv::sha256_hex(msg.data(), msg.size()); }
 
 std::vector<uint8_t> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

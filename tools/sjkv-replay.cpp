@@ -25,7 +25,7 @@
 #include "sjkv/replay/tokenizer.h"
 #include "sjkv/replay/compare.h"
 #include "sjkv/replay/trajectory.h"
-#include "sjkv/train/sha256.h"
+#include "sjkv/io/sha256.h"
 
 using namespace sjkv;
 using namespace sjkv::replay;
@@ -83,7 +83,7 @@ Loaded load_model(const ModelArgs& a) {
   const std::string dev = set_seal_device(a.device == "cuda"  ? SealDevice::cuda
                                            : a.device == "cpu" ? SealDevice::cpu
                                                                : SealDevice::automatic);
-  l.sha256 = train::sha256_file_hex(l.path);
+  l.sha256 = sha256_file_hex(l.path);
   LoadOptions opt;
   opt.n_threads = a.threads;
   l.model = Model::load(l.path, opt);

@@ -18,7 +18,7 @@
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/load.h"
 #include "sjkv/train/codebook_io.h"
-#include "sjkv/train/sha256.h"
+#include "sjkv/io/sha256.h"
 #include "sjkv/train/train.h"
 #include "sjkv/trellis.h"
 

@@ -13,7 +13,7 @@
 
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/file_error.h"
-#include "sjkv/train/sha256.h"
+#include "sjkv/io/sha256.h"
 #include "sjkv/trellis.h"
 
 namespace sjkv::train {

@@ -1,4 +1,4 @@
-// SHA-256 (FIPS 180-4), for the hashes of codebook files. No dependency.
+// SHA-256 (FIPS 180-4): hashes of codebook files, models and inputs. No dependency.
 #pragma once
 
 #include <array>
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-namespace sjkv::train {
+namespace sjkv {
 
 class Sha256 {
  public:
@@ -28,4 +28,4 @@ std::string sha256_hex(const void* data, size_t n);
 // SHA-256 of a whole file as lower-case hex; throws FileError when it cannot be read.
 std::string sha256_file_hex(const std::string& path);
 
-}  // namespace sjkv::train
+}  // namespace sjkv

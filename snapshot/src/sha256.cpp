@@ -1,4 +1,4 @@
-#include "sjkv/train/sha256.h"
+#include "sjkv/io/sha256.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -6,7 +6,7 @@
 
 #include "sjkv/io/file_error.h"
 
-namespace sjkv::train {
+namespace sjkv {
 namespace {
 
 constexpr uint32_t kK[64] = {
@@ -121,4 +121,4 @@ std::string sha256_file_hex(const std::string& path) {
   return to_hex(h.data(), h.size());
 }
 
-}  // namespace sjkv::train
+}  // namespace sjkv
