@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "model_dir.h"
 #include "sjkv/gguf.h"
 
 namespace {
@@ -1037,20 +1038,10 @@ TEST(GgufGeometry, Rejects) {
 
 // ---- A real model, when present --------------------------------------------------------------
 
-// Where scripts/setup puts the model: $SJKV_MODEL_DIR, else ${XDG_CACHE_HOME:-$HOME/.cache}/sjkv/models;
-// $SJKV_GEMMA3_GGUF names the file itself.
+// $SJKV_GEMMA3_GGUF names the file; else it is where scripts/setup links it.
 std::string gemma3_270m_path() {
   if (const char* p = std::getenv("SJKV_GEMMA3_GGUF")) return p;
-  std::string dir;
-  if (const char* d = std::getenv("SJKV_MODEL_DIR"); d != nullptr && *d != '\0') {
-    dir = d;
-  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
-    dir = std::string(x) + "/sjkv/models";
-  } else {
-    const char* home = std::getenv("HOME");
-    dir = std::string(home ? home : "") + "/.cache/sjkv/models";
-  }
-  return dir + "/gemma-3-270m-q4_k_m.gguf";
+  return sjkv_test::model_dir() + "/gemma-3-270m-q4_k_m.gguf";
 }
 
 TEST(GgufRealModel, Gemma3_270M) {

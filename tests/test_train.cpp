@@ -291,21 +291,17 @@ TEST(LloydCheckpointFile, RejectsDamage) {
   b = good;
   b.push_back(0);
   refused(b, "trailing");
-  b = good;
-  b[100] ^= 1;
-  refused(b, "checksum");
-  b = good;
-  b[8] = 2;
-  refused(b, "version");
-  b = good;
-  b[12] = 5;
-  refused(b, "bits");
-  b = good;
-  b[24] = 0;
-  refused(b, "iteration count");
-  b = good;
-  b[28] = 9;
-  refused(b, "stop code");
+  const struct {
+    size_t at;
+    uint8_t value;
+    const char* what;
+  } patches[] = {{100, static_cast<uint8_t>(good[100] ^ 1), "checksum"}, {8, 2, "version"}, {12, 5, "bits"},
+                 {24, 0, "iteration count"}, {28, 9, "stop code"}};
+  for (const auto& p : patches) {
+    b = good;
+    b[p.at] = p.value;
+    refused(b, p.what);
+  }
   ck.state.table[3] = NAN;
   refused(lloyd_checkpoint_bytes(ck), "NaN");
   ck.state.table[3] = 0.f;

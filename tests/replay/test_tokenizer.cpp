@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "../model_dir.h"
 #include "sjkv/gguf.h"
 #include "sjkv/replay/tokenizer.h"
 // The library's private Unicode helpers (linked into sjkv_replay).
@@ -393,20 +394,10 @@ TEST(TokenizerReject, MalformedVocabularies) {
 
 // ---- Real models -----------------------------------------------------------------------------
 
-// $SJKV_MODEL_DIR/<file>, else ${XDG_CACHE_HOME:-$HOME/.cache}/sjkv/models/<file>, where
-// scripts/setup links the models; `env` names a variable that overrides the whole path.
+// `env` names a variable that overrides the whole path; else the file is where scripts/setup links it.
 std::string model_path(const char* env, const char* file) {
   if (const char* p = std::getenv(env)) return p;
-  std::string dir;
-  if (const char* d = std::getenv("SJKV_MODEL_DIR")) {
-    dir = d;
-  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
-    dir = std::string(x) + "/sjkv/models";
-  } else {
-    const char* home = std::getenv("HOME");
-    dir = std::string(home ? home : "") + "/.cache/sjkv/models";
-  }
-  return dir + "/" + file;
+  return sjkv_test::model_dir() + "/" + file;
 }
 
 struct GoldenCase {
