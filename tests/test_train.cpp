@@ -302,6 +302,21 @@ TEST(LloydCheckpointFile, RejectsDamage) {
     b[p.at] = p.value;
     refused(b, p.what);
   }
+  {  // too large to be one: refused before it is read whole, and named as a checkpoint
+    const std::string big = ::testing::TempDir() + "big.k.ckpt";
+    std::FILE* f = std::fopen(big.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    const std::vector<uint8_t> zeros(4u << 20);
+    std::fwrite(zeros.data(), 1, zeros.size(), f);
+    std::fclose(f);
+    try {
+      read_lloyd_checkpoint(big);
+      ADD_FAILURE() << "a 4 MiB file was read as a checkpoint";
+    } catch (const FileError& e) {
+      EXPECT_NE(std::string(e.what()).find("not an sjkv-train checkpoint"), std::string::npos) << e.what();
+    }
+    std::remove(big.c_str());
+  }
   ck.state.table[3] = NAN;
   refused(lloyd_checkpoint_bytes(ck), "NaN");
   ck.state.table[3] = 0.f;

@@ -418,7 +418,7 @@ int main(int argc, char** argv) {
   enc->add_option("--axis", ea.axis, "Trellis sequence axis: token (the format's) or channel (sjkv extension)")
       ->check(CLI::IsMember({"token", "channel"}))->capture_default_str();
   enc->add_option("--staging", ea.staging, "Staging rows: tq6_0, q8_0 or f16")
-      ->check(CLI::IsMember(std::vector<std::string>(std::begin(kStagingNames), std::end(kStagingNames))))->capture_default_str();
+      ->check(CLI::IsMember(staging_names()))->capture_default_str();
   enc->add_option("--sink", ea.sink, "Sink positions kept exact")->capture_default_str();
   enc->add_option("--sink-type", ea.sink_type, "Sink storage: f16 or inherit (staging rows)")
       ->check(CLI::IsMember({"f16", "inherit"}))->capture_default_str();

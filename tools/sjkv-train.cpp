@@ -514,7 +514,7 @@ int main(int argc, char** argv) {
   app.add_option("--axis", a.axis, "Trellis axis: token (the format's) or channel (sjkv extension; no C header)")
       ->check(CLI::IsMember({"token", "channel"}))->capture_default_str();
   app.add_option("--staging", a.staging, "Staging rows the seal reads: tq6_0, q8_0 or f16")
-      ->check(CLI::IsMember(std::vector<std::string>(std::begin(kStagingNames), std::end(kStagingNames))))->capture_default_str();
+      ->check(CLI::IsMember(staging_names()))->capture_default_str();
   app.add_option("--sink", a.sink, "Sink positions (not sealed)")->capture_default_str();
   app.add_option("--iters", a.iters, "Balancing iterations")->check(CLI::Range(0u, 64u))->capture_default_str();
   app.add_flag("--assume-rotated", a.assume_rotated, "The inputs are already in the rotated basis");

@@ -18,12 +18,18 @@ const char* staging_name(StagingType t) {
 }
 
 bool parse_staging(const std::string& name, StagingType* t) {
-  for (StagingType s : {StagingType::tq6_0, StagingType::q8_0, StagingType::f16})
+  for (StagingType s : kStagingTypes)
     if (name == staging_name(s)) {
       *t = s;
       return true;
     }
   return false;
+}
+
+std::vector<std::string> staging_names() {
+  std::vector<std::string> out;
+  for (StagingType s : kStagingTypes) out.push_back(staging_name(s));
+  return out;
 }
 
 std::string CodecConfig::name() const {

@@ -36,7 +36,8 @@ uint32_t get_u32(const uint8_t* p) {
 }
 uint64_t get_u64(const uint8_t* p) { return get_u32(p) | static_cast<uint64_t>(get_u32(p + 4)) << 32; }
 
-std::vector<uint8_t> read_whole(const std::string& path, size_t limit) {
+// `what` names the kind of file the size limit is for ("a codebook file").
+std::vector<uint8_t> read_whole(const std::string& path, size_t limit, const char* what = "a codebook file") {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) throw FileError(path, std::string("cannot open: ") + std::strerror(errno));
   std::vector<uint8_t> out;
@@ -46,7 +47,7 @@ std::vector<uint8_t> read_whole(const std::string& path, size_t limit) {
     out.insert(out.end(), buf, buf + n);
     if (out.size() > limit) {
       std::fclose(f);
-      throw FileError(path, "is larger than " + std::to_string(limit) + " bytes; not a codebook file");
+      throw FileError(path, "is larger than " + std::to_string(limit) + " bytes; not " + what);
     }
   }
   const bool err = std::ferror(f) != 0;
@@ -546,7 +547,8 @@ LloydCheckpoint parse_lloyd_checkpoint(const std::string& path, const std::vecto
 }
 
 LloydCheckpoint read_lloyd_checkpoint(const std::string& path) {
-  return parse_lloyd_checkpoint(path, read_whole(path, kCkptHeader + 4 * 1024 + kCkptIteration * kCkptMaxHistory + kTrailer));
+  return parse_lloyd_checkpoint(path, read_whole(path, kCkptHeader + 4 * 1024 + kCkptIteration * kCkptMaxHistory + kTrailer,
+                                                "an sjkv-train checkpoint"));
 }
 
 }  // namespace sjkv::train

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "sjkv/balance.h"
 #include "sjkv/layout.h"
@@ -75,9 +76,11 @@ Unsupported can_implement_record(uint32_t head_dim, uint32_t group, uint32_t bit
 Unsupported can_implement(const CodecConfig& c);
 
 const char* staging_name(StagingType t);
-// The inverse of staging_name ("tq6_0", "q8_0", "f16"): false for any other name.
+// Every staging type, the format's default first.
+inline constexpr StagingType kStagingTypes[] = {StagingType::tq6_0, StagingType::q8_0, StagingType::f16};
+// The inverse of staging_name: false (and *t untouched) for any other name.
 bool parse_staging(const std::string& name, StagingType* t);
-// The names parse_staging accepts, in the order above.
-inline constexpr const char* kStagingNames[] = {"tq6_0", "q8_0", "f16"};
+// staging_name of every kStagingTypes entry, in that order (for a command line's choices).
+std::vector<std::string> staging_names();
 
 }  // namespace sjkv
