@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "sjkv/gguf.h"
+#include "sjkv/io/model_geometry.h"
 #include "sjkv/replay/tokenizer.h"
 
 int main(int argc, char** argv) {

@@ -9,12 +9,11 @@
 #include <unistd.h>
 
 #include "sjkv/io/file_error.h"
-#include "sjkv/train/codebook_io.h"
+#include "sjkv/io/codebook.h"
 #include "sjkv/io/sha256.h"
 #include "sjkv/trellis.h"
 
 using namespace sjkv;
-using namespace sjkv::train;
 
 namespace {
 

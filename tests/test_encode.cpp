@@ -9,7 +9,7 @@
 #include "sjkv/hadamard.h"
 #include "sjkv/io/encode.h"
 #include "sjkv/io/snapshot_file.h"
-#include "sjkv/io/codebook_file.h"
+#include "sjkv/io/codebook.h"
 #include "sjkv/io/file_error.h"
 #include "sjkv/trellis.h"
 #include "sjkv/policy.h"

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "model_dir.h"
-#include "sjkv/gguf.h"
+#include "sjkv/io/model_geometry.h"
 
 namespace {
 

@@ -8,7 +8,8 @@
 #include "sjkv/layout.h"
 #include "sjkv/testgen.h"
 #include "sjkv/io/file_error.h"
-#include "sjkv/train/codebook_io.h"
+#include "sjkv/io/codebook.h"
+#include "sjkv/io/lloyd_checkpoint.h"
 #include "sjkv/train/train.h"
 #include "sjkv/trellis.h"
 

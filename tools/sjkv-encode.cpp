@@ -13,14 +13,13 @@
 #include "sjkv/demo.h"
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/capture_file.h"
-#include "sjkv/io/codebook_file.h"
-#include "sjkv/train/codebook_io.h"
+#include "sjkv/io/codebook.h"
 #include "sjkv/io/encode.h"
 #include "sjkv/io/load.h"
+#include "sjkv/io/model_geometry.h"
 #include "sjkv/io/snapshot_file.h"
 #include "sjkv/plan.h"
 #include "sjkv/policy.h"
-#include "sjkv/gguf.h"
 
 using namespace sjkv;
 using sjkv::cli::check_codec_options;
@@ -105,11 +104,11 @@ int run_encode(const EncodeArgs& a) {
   // Raw table files, at most one per bit width; each side takes the file of its width.
   std::vector<RawCodebook> tables;
   for (const std::string& f : a.codebooks) {
-    train::CodebookFileKind kind;
-    const train::CodebookContainer box = train::read_codebook_any(f, &kind);  // .sjcb, raw table or C header
+    sjkv::CodebookFileKind kind;
+    const sjkv::CodebookContainer box = sjkv::read_codebook_any(f, &kind);  // .sjcb, raw table or C header
     const bool ch = eo.config.trellis_axis == TrellisAxis::channel;
-    if (kind == train::CodebookFileKind::container && (box.axis == train::CodebookAxis::channel) != ch)
-      throw cli::UsageError("--codebook " + f + " was trained for the " + train::axis_name(box.axis) +
+    if (kind == sjkv::CodebookFileKind::container && (box.axis == sjkv::CodebookAxis::channel) != ch)
+      throw cli::UsageError("--codebook " + f + " was trained for the " + sjkv::axis_name(box.axis) +
                             " axis; this encode uses the " + (ch ? "channel" : "token") + " axis (--axis)");
     tables.push_back(box.table);
     for (size_t i = 0; i + 1 < tables.size(); ++i)

@@ -24,7 +24,7 @@
 #include "sjkv/replay/run.h"
 #include "sjkv/replay/tokenizer.h"
 #include "sjkv/replay/compare.h"
-#include "sjkv/replay/trajectory.h"
+#include "sjkv/replay/reference.h"
 #include "sjkv/io/sha256.h"
 
 using namespace sjkv;

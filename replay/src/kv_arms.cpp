@@ -22,7 +22,7 @@
 #include "sjkv/hadamard.h"
 #include "sjkv/replay/arms.h"
 #include "sjkv/replay/kv.h"
-#include "sjkv/io/codebook_file.h"
+#include "sjkv/io/codebook.h"
 #include "sjkv/io/file_error.h"
 #include "sjkv/seal.h"
 

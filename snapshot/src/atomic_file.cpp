@@ -325,4 +325,10 @@ void MadeFolder::keep() {
   slot_ = -1;
 }
 
+void write_file_atomic(const std::string& path, const void* data, size_t n) {
+  AtomicOutput out(path);
+  write_file_bytes(out.temp_path(), data, n, path);
+  out.commit();
+}
+
 }  // namespace sjkv

@@ -26,12 +26,7 @@ namespace {
 
 // The file into out's temporary; `cap` was checked by the caller.
 void write_checked_capture(AtomicOutput& out, const Capture& cap, int zstd_level) {
-  const std::string& path = out.final_path();
-  const h5::WriteSession session(path, zstd_level);
-  {
-    const h5::Writer w{path};
-    h5::Hid f = w.create_file(out.temp_path());
-    const hid_t root = f.get();
+  h5::write_file(out, zstd_level, [&](const h5::Writer& w, hid_t root) {
     w.attr_string(root, "sjkv_format", kCaptureMagic);
     w.attr_u32(root, "version", h5::kFileVersion);
     w.attr_string(root, "model", cap.model);
@@ -54,8 +49,7 @@ void write_checked_capture(AtomicOutput& out, const Capture& cap, int zstd_level
     }
     layers.close();
     fp16.close();
-    w.check_status(f.close(), "HDF5 file");
-  }
+  });
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "sjkv/io/atomic_file.h"
 #include "sjkv/io/capture_file.h"
 #include "sjkv/io/file_error.h"
 #include "sjkv/io/zstd_filter.h"
@@ -708,6 +709,19 @@ namespace h5 {
 // checks the header before it sizes any allocation. Each returns the first defect, or "".
 std::string capture_header_defect(const Capture& c);                   // all but layer data
 std::string capture_layer_defect(const Capture& c, size_t layer_index);  // sizes and values
+
+// The one opening of every HDF5 output: the write session, a writer naming the final path,
+// the file created in out's temporary, `body(writer, root)`, and the close checked. The caller
+// commits `out` (alone, or with others through commit_all).
+template <class Body>
+void write_file(AtomicOutput& out, int zstd_level, Body&& body) {
+  const std::string& path = out.final_path();
+  const WriteSession session(path, zstd_level);
+  const Writer w{path};
+  Hid f = w.create_file(out.temp_path());
+  body(w, f.get());
+  w.check_status(f.close(), "HDF5 file");
+}
 
 }  // namespace h5
 }  // namespace sjkv

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "in_file.h"
+#include "byte_reader.h"
 
 namespace sjkv {
 namespace {
@@ -44,7 +44,7 @@ bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 }  // namespace
 
 Capture read_kvd(const std::string& path) {
-  InFile in(path);
+  bin::FileReader in(path);
   if (in.size() == 0) in.fail("empty file (no .kvd blocks)");
 
   std::vector<BlockInfo> blocks;

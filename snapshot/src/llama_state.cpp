@@ -57,7 +57,7 @@
 #include <string>
 #include <vector>
 
-#include "in_file.h"
+#include "byte_reader.h"
 #include "sjkv/fp16.h"
 
 namespace sjkv {
@@ -134,7 +134,7 @@ class StateReader {
 
   std::string path_;
   const LlamaStateOptions& opt_;
-  InFile in_;
+  bin::FileReader in_;
   bool seq_file_ = false;
   uint32_t version_ = 0;
   uint32_t ext_bytes_ = 0;
@@ -401,6 +401,7 @@ void StateReader::read_section(uint32_t section) {
 }
 
 Capture StateReader::run() {
+  if (in_.size() < 4) in_.fail("truncated: magic needs 4 bytes, the file has " + std::to_string(in_.size()));
   const uint32_t magic = in_.u32("magic");
   if (magic != kMagicSeq && magic != kMagicCtx) {
     char hex[16];

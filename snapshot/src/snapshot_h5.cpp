@@ -268,15 +268,11 @@ void write_snapshot(const std::string& path, const Snapshot& snap, int zstd_leve
     codebooks = &carried;
   }
   check_snapshot_consistent(snap, codebooks);
-  const h5::WriteSession session(path, zstd_level);
   const CodecConfig& c = snap.config;
   const Geometry g = geometry_of(snap);
   const std::string axis = axis_name(c);
   AtomicOutput out(path);
-  {
-    const h5::Writer w{path};
-    h5::Hid f = w.create_file(out.temp_path());
-    const hid_t root = f.get();
+  h5::write_file(out, zstd_level, [&](const h5::Writer& w, hid_t root) {
     w.attr_string(root, "sjkv_format", kSnapshotMagic);
     w.attr_u32(root, "version", h5::kFileVersion);
     w.attr_u32(root, "record_format_version", kRecordFormatVersion);
@@ -348,8 +344,7 @@ void write_snapshot(const std::string& path, const Snapshot& snap, int zstd_leve
     }
     layers.close();
     fp16.close();
-    w.check_status(f.close(), "HDF5 file");
-  }
+  });
   out.commit();
 }
 

@@ -4,14 +4,14 @@
 
 #include "fuzz_common.h"
 #include "sjkv/io/file_error.h"
-#include "sjkv/train/codebook_io.h"
+#include "sjkv/io/lloyd_checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string& path = sjkv_fuzz::write_input("checkpoint", data, size);
   try {
-    const sjkv::train::LloydCheckpoint c = sjkv::train::read_lloyd_checkpoint(path);
+    const sjkv::LloydCheckpoint c = sjkv::read_lloyd_checkpoint(path);
     sjkv_fuzz::expect_consistent([&] {
-      const std::vector<uint8_t> again = sjkv::train::lloyd_checkpoint_bytes(c);
+      const std::vector<uint8_t> again = sjkv::lloyd_checkpoint_bytes(c);
       if (again.size() != size || std::memcmp(again.data(), data, size) != 0)
         throw std::invalid_argument("an accepted checkpoint does not write back to its bytes");
     });

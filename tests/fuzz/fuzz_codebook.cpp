@@ -5,20 +5,20 @@
 // values inside fp16), and tables that the writers accept again.
 #include "fuzz_common.h"
 #include "sjkv/io/file_error.h"
-#include "sjkv/train/codebook_io.h"
+#include "sjkv/io/codebook.h"
 #include "sjkv/trellis.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string& path = sjkv_fuzz::write_input("codebook", data, size);
   try {
-    const sjkv::train::CodebookContainer c = sjkv::train::read_codebook_any(path);
+    const sjkv::CodebookContainer c = sjkv::read_codebook_any(path);
     sjkv_fuzz::expect_consistent([&] {
       const uint32_t n = sjkv::trellis_entries(c.table.bits);
       if (c.table.k.size() != n || c.table.v.size() != n) throw std::invalid_argument("table size");
       if (sjkv::first_unusable_entry(c.table.k.data(), c.table.bits) >= 0 ||
           sjkv::first_unusable_entry(c.table.v.data(), c.table.bits) >= 0)
         throw std::invalid_argument("an unusable entry was accepted");
-      (void)sjkv::train::raw_codebook_bytes(c.table);  // check_raw_codebook
+      (void)sjkv::raw_codebook_bytes(c.table);  // check_raw_codebook
     });
   } catch (const sjkv::FileError&) {
   }

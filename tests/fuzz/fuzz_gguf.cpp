@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "fuzz_common.h"
-#include "sjkv/gguf.h"
+#include "sjkv/io/model_geometry.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> bytes(data, data + size);

@@ -10,14 +10,14 @@
 
 #include "fuzz_common.h"
 #include "sjkv/io/file_error.h"
-#include "sjkv/replay/trajectory.h"
+#include "sjkv/replay/reference.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string& path = sjkv_fuzz::write_input("trajectory", data, size);
   bool ok = false;
-  sjkv::replay::Trajectory t;
+  sjkv::Trajectory t;
   try {
-    t = sjkv::replay::read_trajectory(path);
+    t = sjkv::read_trajectory(path);
     ok = true;
   } catch (const sjkv::FileError&) {
   }

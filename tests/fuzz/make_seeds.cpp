@@ -22,7 +22,7 @@
 #include "sjkv/io/capture_file.h"
 #include "sjkv/io/encode.h"
 #include "sjkv/io/snapshot_file.h"
-#include "sjkv/replay/trajectory.h"
+#include "sjkv/replay/reference.h"
 #include "sjkv/staging.h"
 
 using namespace sjkv;
@@ -447,8 +447,8 @@ void gguf_seeds() {
 
 // A small trajectory of G positions over V tokens: logits rows from a fixed formula, greedy
 // unless `sample`; hidden encoding with E values per position, or sparse.
-replay::Trajectory make_trajectory(uint32_t V, uint32_t G, bool hidden, uint32_t E, bool sample) {
-  replay::Trajectory t;
+sjkv::Trajectory make_trajectory(uint32_t V, uint32_t G, bool hidden, uint32_t E, bool sample) {
+  sjkv::Trajectory t;
   t.model_file = "seed.gguf";
   t.model_sha256 = std::string(64, 'c');
   t.architecture = "llama";
@@ -458,7 +458,7 @@ replay::Trajectory make_trajectory(uint32_t V, uint32_t G, bool hidden, uint32_t
   t.settings.generate = G + 1;
   t.settings.sample = sample;
   t.settings.seed = 9;
-  t.encoding = hidden ? replay::RefEncoding::hidden : replay::RefEncoding::sparse;
+  t.encoding = hidden ? sjkv::RefEncoding::hidden : sjkv::RefEncoding::sparse;
   t.n_embd = hidden ? E : 0;
   for (uint32_t j = 0; j < G; ++j) {
     std::vector<float> row(V), h(E);
@@ -479,10 +479,10 @@ replay::Trajectory make_trajectory(uint32_t V, uint32_t G, bool hidden, uint32_t
 
 void trajectory_seeds() {
   const std::string d = dir_of("trajectory");
-  replay::write_trajectory(d + "/valid-hidden-v300-e16-g4.h5", make_trajectory(300, 4, true, 16, false));
-  replay::write_trajectory(d + "/valid-hidden-v20-sampled.h5", make_trajectory(20, 3, true, 8, true), 1);
-  replay::write_trajectory(d + "/valid-sparse-v300-g3.h5", make_trajectory(300, 3, false, 0, false));
-  replay::write_trajectory(d + "/valid-sparse-v4-sampled.h5", make_trajectory(4, 2, false, 0, true));
+  sjkv::write_trajectory(d + "/valid-hidden-v300-e16-g4.h5", make_trajectory(300, 4, true, 16, false));
+  sjkv::write_trajectory(d + "/valid-hidden-v20-sampled.h5", make_trajectory(20, 3, true, 8, true), 1);
+  sjkv::write_trajectory(d + "/valid-sparse-v300-g3.h5", make_trajectory(300, 3, false, 0, false));
+  sjkv::write_trajectory(d + "/valid-sparse-v4-sampled.h5", make_trajectory(4, 2, false, 0, true));
   const Bytes v = read_bytes(d + "/valid-hidden-v300-e16-g4.h5");
   write_bytes("trajectory", "invalid-truncated-half.h5", truncated(v, v.size() / 2));
   write_capture(d + "/invalid-a-capture.h5", make_capture(32, 1, 3, {0}, true, false));

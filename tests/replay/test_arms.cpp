@@ -20,7 +20,7 @@
 #include "sjkv/cache_view.h"
 #include "sjkv/fp16.h"
 #include "sjkv/hadamard.h"
-#include "sjkv/io/codebook_file.h"
+#include "sjkv/io/codebook.h"
 #include "sjkv/replay/arms.h"
 #include "sjkv/replay/kv.h"
 #include "sjkv/testgen.h"

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "../model_dir.h"
-#include "sjkv/gguf.h"
+#include "sjkv/io/model_geometry.h"
 #include "sjkv/replay/tokenizer.h"
 // The library's private Unicode helpers (linked into sjkv_replay).
 #include "../../replay/src/tokenizer_unicode.h"

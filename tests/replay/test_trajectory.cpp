@@ -19,7 +19,7 @@
 #include "sjkv/io/file_error.h"
 #include "sjkv/io/zstd_filter.h"
 #include "sjkv/replay/score.h"
-#include "sjkv/replay/trajectory.h"
+#include "sjkv/replay/reference.h"
 
 using namespace sjkv;
 using namespace sjkv::replay;

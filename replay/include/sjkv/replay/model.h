@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "sjkv/gguf.h"
+#include "sjkv/io/model_geometry.h"
 #include "sjkv/replay/kv.h"
 
 namespace sjkv {

@@ -8,7 +8,7 @@
 
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/replay/score.h"
-#include "sjkv/replay/trajectory.h"
+#include "sjkv/replay/reference.h"
 
 namespace sjkv {
 namespace replay {

@@ -12,7 +12,7 @@
 #include "sjkv/replay/kv.h"
 #include "sjkv/replay/model.h"
 #include "sjkv/replay/score.h"
-#include "sjkv/replay/trajectory.h"
+#include "sjkv/replay/reference.h"
 
 namespace sjkv {
 namespace replay {

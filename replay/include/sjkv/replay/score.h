@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "sjkv/replay/trajectory.h"
+#include "sjkv/replay/reference.h"
 
 namespace sjkv {
 namespace replay {

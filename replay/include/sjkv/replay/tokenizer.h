@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "sjkv/gguf.h"
+#include "sjkv/io/model_geometry.h"
 
 namespace sjkv {
 namespace replay {

@@ -71,6 +71,9 @@ void commit_all(const std::vector<AtomicOutput*>& outs);
 // Throws FileError naming `name_for_errors`.
 void write_file_bytes(const std::string& path, const void* data, size_t n, const std::string& name_for_errors);
 
+// The whole of a small file at once: AtomicOutput, write_file_bytes, commit.
+void write_file_atomic(const std::string& path, const void* data, size_t n);
+
 // The temporary-file name AtomicOutput uses for `final_path` in its folder, shortened to fit
 // NAME_MAX when the final name is long (exposed for tests).
 std::string atomic_temp_name(const std::string& final_path, long pid);

@@ -11,6 +11,7 @@
 
 #include "sjkv/config.h"
 #include "sjkv/io/capture.h"
+#include "sjkv/io/lloyd_checkpoint.h"
 
 namespace sjkv::train {
 
@@ -82,23 +83,9 @@ double scalar_mse(const Targets& t, uint32_t bits);
 void heldout_real_mse(const TrainingSet& set, const uint16_t* k_table, const uint16_t* v_table, int threads,
                       double* mse_k, double* mse_v);
 
-struct LloydIteration {
-  uint32_t iter = 0;          // 0: the starting table
-  double train_mse = 0;       // of the table of this iteration, on the train set
-  double heldout_mse = 0;     // same table, held-out set (NaN when empty)
-  uint32_t entries_used = 0;  // windows some train target went through
-  double heldout_real_mse = std::numeric_limits<double>::quiet_NaN();  // LloydOptions::real_mse of the fp16 table
-};
-
-// What lloyd_train needs to go on where it stopped: the accepted table (binary32) after
-// history.back().iter updates, and why it stopped ("" while still running). Resuming from a
-// state gives the same bits as a run never interrupted (each iteration depends only on the
-// table and the data).
-struct LloydState {
-  std::vector<float> table;
-  std::vector<LloydIteration> history;
-  std::string stop;
-};
+// The Lloyd history and resumable state live with their checkpoint file (sjkv/io).
+using sjkv::LloydIteration;
+using sjkv::LloydState;
 
 struct LloydOptions {
   // Stops when an iteration's relative train-MSE gain (prev - cur) / prev falls below tol

@@ -1,15 +1,12 @@
-#include "sjkv/gguf.h"
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include "sjkv/io/gguf.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+
+#include "byte_reader.h"
 
 namespace sjkv {
 
@@ -53,11 +50,7 @@ uint64_t scalar_size(GgufType t) {
 
 bool known_type(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::f64); }
 
-uint64_t load_le(const uint8_t* p, unsigned n) {
-  uint64_t v = 0;
-  for (unsigned i = 0; i < n; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
+using bin::load_le;
 
 // ggml type table (ggml/include/ggml.h enum ggml_type, block sizes from ggml-common.h). Ids 4,
 // 5 (Q4_2, Q4_3), 31-33 (Q4_0_4_4, Q4_0_4_8, Q4_0_8_8) and 36-38 (IQ4_NL_4_4, _4_8, _8_8)
@@ -192,7 +185,7 @@ std::optional<uint64_t> GgufValue::to_unsigned(uint64_t i) const {
 
 class GgufParser {
  public:
-  GgufParser(GgufFile& f, const uint8_t* p, uint64_t size) : f_(f), p_(p), size_(size) {}
+  GgufParser(GgufFile& f, const uint8_t* p, uint64_t size) : f_(f), in_(f.path_, p, size) {}
 
   void run() {
     header();
@@ -203,22 +196,13 @@ class GgufParser {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& defect) const { throw FileError(f_.path_, defect); }
-  uint64_t remaining() const { return size_ - pos_; }
+  [[noreturn]] void fail(const std::string& defect) const { in_.fail(defect); }
+  uint64_t remaining() const { return in_.remaining(); }
+  void need(uint64_t n, const std::string& what) const { in_.need(n, what); }
+  uint64_t uint(unsigned n, const std::string& what) { return in_.uint(n, what); }
 
-  void need(uint64_t n, const std::string& what) const {
-    if (n > remaining())
-      fail("truncated: " + what + " at offset " + std::to_string(pos_) + " needs " + std::to_string(n) +
-           " bytes, " + std::to_string(remaining()) + " left");
-  }
-  uint64_t uint(unsigned n, const std::string& what) {
-    need(n, what);
-    const uint64_t v = load_le(p_ + pos_, n);
-    pos_ += n;
-    return v;
-  }
   std::string string(const std::string& what, uint64_t max_len) {
-    const uint64_t at = pos_;
+    const uint64_t at = in_.pos();
     const uint64_t len = uint(8, what + " length");
     if (len > max_len)
       fail(what + " at offset " + std::to_string(at) + " is " + std::to_string(len) + " bytes, more than the " +
@@ -226,17 +210,18 @@ class GgufParser {
     if (len > remaining())
       fail("truncated: " + what + " at offset " + std::to_string(at) + " claims " + std::to_string(len) +
            " bytes but only " + std::to_string(remaining()) + " remain");
-    std::string s(reinterpret_cast<const char*>(p_ + pos_), static_cast<size_t>(len));
-    pos_ += len;
+    std::string s(reinterpret_cast<const char*>(in_.here()), static_cast<size_t>(len));
+    in_.skip(len, what);
     return s;
   }
 
   void header() {
-    if (size_ < 4) fail("truncated: " + std::to_string(size_) + " bytes is too short for the GGUF magic");
-    if (std::memcmp(p_, "GGUF", 4) != 0)
-      fail("not a GGUF file: magic '" + printable(std::string_view(reinterpret_cast<const char*>(p_), 4)) +
-           "' (bytes " + hex32(static_cast<uint32_t>(load_le(p_, 4))) + "), expected 'GGUF'");
-    pos_ = 4;
+    const uint8_t* p = in_.data();
+    if (in_.size() < 4) fail("truncated: " + std::to_string(in_.size()) + " bytes is too short for the GGUF magic");
+    if (std::memcmp(p, "GGUF", 4) != 0)
+      fail("not a GGUF file: magic '" + printable(std::string_view(reinterpret_cast<const char*>(p), 4)) +
+           "' (bytes " + hex32(bin::get_u32(p)) + "), expected 'GGUF'");
+    in_.seek(4);
     const uint32_t v = static_cast<uint32_t>(uint(4, "version"));
     if (v == 0) fail("invalid GGUF version 0");
     // A big-endian file written for version 3 reads as 0x03000000 here.
@@ -307,8 +292,8 @@ class GgufParser {
     const uint64_t sz = scalar_size(v.type_);
     const uint64_t bytes = v.count_ * sz;  // bounded by remaining() above
     need(bytes, k + " value");
-    v.raw_.assign(p_ + pos_, p_ + pos_ + bytes);
-    pos_ += bytes;
+    v.raw_.assign(in_.here(), in_.here() + bytes);
+    in_.skip(bytes, k + " value");
     if (v.type_ == GgufType::boolean)
       for (uint64_t j = 0; j < v.count_; ++j)
         if (v.raw_[j] > 1)
@@ -377,15 +362,16 @@ class GgufParser {
   void data_section() {
     // Without tensors there is no data section (and no padding to require): it starts at the
     // end of the header, as llama.cpp reports it.
-    f_.data_offset_ = pos_;
+    const uint64_t pos = in_.pos();
+    f_.data_offset_ = pos;
     if (f_.tensors_.empty()) return;
     const uint64_t a = f_.alignment_;
-    const uint64_t pad = (a - pos_ % a) % a;
-    f_.data_offset_ = pos_ + pad;
+    const uint64_t pad = (a - pos % a) % a;
+    f_.data_offset_ = pos + pad;
     if (pad > remaining())
       fail("truncated: the data section would start at offset " + std::to_string(f_.data_offset_) +
-           ", past the end of the " + std::to_string(size_) + "-byte file");
-    const uint64_t data = size_ - f_.data_offset_;
+           ", past the end of the " + std::to_string(in_.size()) + "-byte file");
+    const uint64_t data = in_.size() - f_.data_offset_;
     std::vector<const GgufTensorInfo*> order;
     for (const GgufTensorInfo& t : f_.tensors_) {
       if (t.offset > data || t.n_bytes > data - t.offset)
@@ -405,52 +391,26 @@ class GgufParser {
   }
 
   GgufFile& f_;
-  const uint8_t* p_;
-  uint64_t size_;
-  uint64_t pos_ = 0;
+  bin::ByteReader in_;
   uint64_t n_tensors_ = 0, n_kv_ = 0;
 };
 
 // ---- GgufFile --------------------------------------------------------------------------------
 
 GgufFile GgufFile::open(const std::string& path) {
-  GgufFile f;
-  f.path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw FileError(path, std::string("cannot open: ") + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int e = errno;
-    ::close(fd);
-    throw FileError(path, std::string("cannot stat: ") + std::strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw FileError(path, "not a regular file");
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (size == 0) {
-    ::close(fd);
-    throw FileError(path, "truncated: the file is empty");
-  }
-  void* m = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, fd, 0);
-  const int e = errno;
-  ::close(fd);
-  if (m == MAP_FAILED) throw FileError(path, std::string("cannot map: ") + std::strerror(e));
-  const size_t len = static_cast<size_t>(size);
-  f.bytes_ = std::shared_ptr<const uint8_t>(static_cast<const uint8_t*>(m),
-                                            [len](const uint8_t* p) { ::munmap(const_cast<uint8_t*>(p), len); });
-  f.size_ = size;
-  GgufParser(f, f.bytes_.get(), size).run();
-  return f;
+  return from(bin::InputFile::open(path));
 }
 
 GgufFile GgufFile::parse(std::vector<uint8_t> bytes, const std::string& name) {
+  return from(bin::InputFile::hold(std::move(bytes), name));
+}
+
+GgufFile GgufFile::from(const bin::InputFile& in) {
   GgufFile f;
-  f.path_ = name;
-  auto owned = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
-  f.size_ = owned->size();
-  f.bytes_ = std::shared_ptr<const uint8_t>(owned, owned->data());
+  f.path_ = in.path();
+  if (in.size() == 0) throw FileError(f.path_, "truncated: the file is empty");
+  f.bytes_ = in.share();
+  f.size_ = in.size();
   GgufParser(f, f.bytes_.get(), f.size_).run();
   return f;
 }
@@ -506,207 +466,5 @@ const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
 }
 
 const uint8_t* GgufFile::tensor_data(const GgufTensorInfo& t) const { return bytes_.get() + data_offset_ + t.offset; }
-
-// ---- Geometry --------------------------------------------------------------------------------
-
-const char* layer_kind_name(LayerKind k) {
-  switch (k) {
-    case LayerKind::full_attention: return "full";
-    case LayerKind::sliding_window: return "sliding";
-    case LayerKind::recurrent: return "recurrent";
-    case LayerKind::nextn: return "nextn";
-  }
-  return "?";
-}
-
-std::vector<uint32_t> ModelGeometry::full_attention_layers() const {
-  std::vector<uint32_t> v;
-  for (uint32_t i = 0; i < layers.size(); ++i)
-    if (layers[i].kind == LayerKind::full_attention) v.push_back(i);
-  return v;
-}
-
-CacheGeometry ModelGeometry::cache_geometry() const {
-  CacheGeometry g;
-  for (const LayerInfo& l : layers)
-    if (l.kind == LayerKind::full_attention) g.layers.push_back(LayerGeometry{l.n_head_kv, l.head_dim_k, l.head_dim_v});
-  return g;
-}
-
-namespace {
-
-constexpr uint32_t kMaxLayers = 65536;
-
-class GeometryReader {
- public:
-  explicit GeometryReader(const GgufFile& f) : f_(f) {}
-
-  [[noreturn]] void fail(const std::string& d) const { throw FileError(f_.path(), d); }
-
-  std::string key(const std::string& suffix) const { return arch_ + "." + suffix; }
-
-  // A u32-ranged non-negative integer scalar.
-  std::optional<uint32_t> opt_u32(const std::string& k) const {
-    const GgufValue* v = f_.find(k);
-    if (!v) return std::nullopt;
-    const std::optional<uint64_t> u = v->is_array() || v->type() == GgufType::boolean ? std::nullopt : v->to_unsigned();
-    if (!u || *u > 0xFFFFFFFFull) fail("key '" + k + "' must be a non-negative 32-bit integer");
-    return static_cast<uint32_t>(*u);
-  }
-
-  // A scalar broadcast to every layer, or an array with one entry per layer.
-  std::optional<std::vector<uint32_t>> per_layer(const std::string& k, uint32_t n) const {
-    const GgufValue* v = f_.find(k);
-    if (!v) return std::nullopt;
-    if (!v->is_array()) {
-      const std::optional<uint32_t> s = opt_u32(k);
-      return std::vector<uint32_t>(n, *s);
-    }
-    if (v->count() != n)
-      fail("key '" + k + "' has " + std::to_string(v->count()) + " entries for " + std::to_string(n) + " layers");
-    std::vector<uint32_t> out(n);
-    for (uint32_t i = 0; i < n; ++i) {
-      const std::optional<uint64_t> u = v->type() == GgufType::boolean ? std::nullopt : v->to_unsigned(i);
-      if (!u || *u > 0xFFFFFFFFull) fail("key '" + k + "' entry " + std::to_string(i) + " is not a non-negative 32-bit integer");
-      out[i] = static_cast<uint32_t>(*u);
-    }
-    return out;
-  }
-
-  ModelGeometry read() {
-    ModelGeometry g;
-    const GgufValue* a = f_.find("general.architecture");
-    if (!a) fail("missing key 'general.architecture'");
-    arch_ = f_.get_string("general.architecture");
-    if (arch_.empty()) fail("general.architecture is empty");
-    g.architecture = arch_;
-    const std::optional<uint32_t> nl = opt_u32(key("block_count"));
-    if (!nl) fail("missing key '" + key("block_count") + "'");
-    if (*nl == 0 || *nl > kMaxLayers)
-      fail("'" + key("block_count") + "' is " + std::to_string(*nl) + "; 1 to 65536 layers are supported");
-    const uint32_t n = *nl;
-    g.n_layers = n;
-    if (const GgufValue* c = f_.find(key("context_length"))) {
-      const std::optional<uint64_t> u = c->is_array() ? std::nullopt : c->to_unsigned();
-      if (!u) fail("key '" + key("context_length") + "' must be a non-negative integer");
-      g.context_length = *u;
-    }
-    g.sliding_window = opt_u32(key("attention.sliding_window")).value_or(0);
-
-    const auto heads = per_layer(key("attention.head_count"), n);
-    if (!heads) fail("missing key '" + key("attention.head_count") + "'");
-    const std::vector<uint32_t> heads_kv = per_layer(key("attention.head_count_kv"), n).value_or(*heads);
-    const std::optional<uint32_t> embd = opt_u32(key("embedding_length"));
-    const std::optional<uint32_t> klen = opt_u32(key("attention.key_length"));
-    const std::optional<uint32_t> vlen = opt_u32(key("attention.value_length"));
-    const std::optional<uint32_t> klen_swa = opt_u32(key("attention.key_length_swa"));
-    const std::optional<uint32_t> vlen_swa = opt_u32(key("attention.value_length_swa"));
-
-    // Layer kinds.
-    std::vector<LayerKind> kind(n, LayerKind::full_attention);
-    std::string rule;
-    const uint32_t nextn = opt_u32(key("nextn_predict_layers")).value_or(0);
-    if (nextn >= n && nextn > 0)
-      fail("'" + key("nextn_predict_layers") + "' is " + std::to_string(nextn) + " of " + std::to_string(n) + " layers");
-    const uint32_t n_main = n - nextn;
-    for (uint32_t i = n_main; i < n; ++i) kind[i] = LayerKind::nextn;
-    if (nextn) rule += "last " + std::to_string(nextn) + " layer(s) are nextn draft blocks; ";
-
-    bool zero_kv = false;
-    for (uint32_t i = 0; i < n_main; ++i)
-      if (heads_kv[i] == 0) {
-        kind[i] = LayerKind::recurrent;
-        zero_kv = true;
-      }
-    if (zero_kv) rule += "layers with head_count_kv 0 are recurrent; ";
-    const std::optional<uint32_t> interval = opt_u32(key("full_attention_interval"));
-    const bool qwen_hybrid = arch_ == "qwen3next" || arch_ == "qwen35" || arch_ == "qwen35moe";
-    if (interval || qwen_hybrid) {
-      const uint32_t p = interval.value_or(4);
-      if (p == 0) fail("'" + key("full_attention_interval") + "' is 0");
-      for (uint32_t i = 0; i < n_main; ++i)
-        if ((i + 1) % p != 0) kind[i] = LayerKind::recurrent;
-      rule += "full attention every " + std::to_string(p) + " layers ((il + 1) % " + std::to_string(p) + " == 0" +
-              (interval ? ", " + key("full_attention_interval") : ", llama.cpp's default for " + arch_) + "); ";
-    }
-
-    std::vector<bool> swa(n, false);
-    bool any_swa = false;
-    const std::string pkey = key("attention.sliding_window_pattern");
-    if (const GgufValue* pv = f_.find(pkey)) {
-      if (pv->is_array()) {
-        if (pv->count() != n)
-          fail("key '" + pkey + "' has " + std::to_string(pv->count()) + " entries for " + std::to_string(n) + " layers");
-        for (uint32_t i = 0; i < n; ++i) {
-          const std::optional<uint64_t> u = pv->to_unsigned(i);
-          if (!u || *u > 1) fail("key '" + pkey + "' entry " + std::to_string(i) + " is not a bool");
-          swa[i] = *u == 1;
-        }
-        rule += "sliding layers from " + pkey + " (per layer); ";
-      } else {
-        const uint32_t p = *opt_u32(pkey);
-        for (uint32_t i = 0; i < n; ++i) swa[i] = p == 0 || i % p < p - 1;
-        rule += p == 0 ? "every layer slides (" + pkey + " 0); "
-                       : "sliding unless il % " + std::to_string(p) + " == " + std::to_string(p - 1) + " (" + pkey + "); ";
-      }
-      for (uint32_t i = 0; i < n_main; ++i) any_swa = any_swa || (swa[i] && kind[i] == LayerKind::full_attention);
-      if (any_swa && g.sliding_window == 0)
-        fail("'" + pkey + "' marks sliding layers but '" + key("attention.sliding_window") + "' is missing or 0");
-    } else if (g.sliding_window > 0) {
-      uint32_t p = 0;
-      if (arch_ == "gemma3") p = 6;
-      else if (arch_ == "gemma2") p = 2;
-      else if (arch_ == "cohere2") p = 4;
-      if (p) {
-        for (uint32_t i = 0; i < n; ++i) swa[i] = i % p < p - 1;
-        rule += "sliding unless (il + 1) % " + std::to_string(p) + " == 0 (llama.cpp's built-in pattern for " + arch_ + "); ";
-      } else {
-        rule += "sliding_window set but no pattern known for " + arch_ + ": every attention layer counted as full; ";
-      }
-    }
-    for (uint32_t i = 0; i < n_main; ++i)
-      if (swa[i] && kind[i] == LayerKind::full_attention) kind[i] = LayerKind::sliding_window;
-    if (rule.empty()) rule = "every layer has full attention; ";
-    rule.resize(rule.size() - 2);
-    g.layer_rule = rule;
-
-    g.layers.resize(n);
-    for (uint32_t i = 0; i < n; ++i) {
-      LayerInfo& l = g.layers[i];
-      l.kind = kind[i];
-      l.n_head = (*heads)[i];
-      l.n_head_kv = heads_kv[i];
-      if (l.kind == LayerKind::recurrent) continue;
-      const bool sl = l.kind == LayerKind::sliding_window;
-      std::optional<uint32_t> dk = sl && klen_swa ? klen_swa : klen;
-      std::optional<uint32_t> dv = sl && vlen_swa ? vlen_swa : vlen;
-      if (!dk || !dv) {
-        if (!embd || l.n_head == 0)
-          fail("layer " + std::to_string(i) + ": no '" + key("attention.key_length") + "' and no embedding_length / head_count to derive it");
-        if (*embd % l.n_head != 0)
-          fail("layer " + std::to_string(i) + ": embedding_length " + std::to_string(*embd) +
-               " is not a multiple of head_count " + std::to_string(l.n_head));
-        if (!dk) dk = *embd / l.n_head;
-        if (!dv) dv = *embd / l.n_head;
-      }
-      l.head_dim_k = *dk;
-      l.head_dim_v = *dv;
-      if (l.kind == LayerKind::full_attention && (l.n_head_kv == 0 || l.head_dim_k == 0 || l.head_dim_v == 0))
-        fail("layer " + std::to_string(i) + ": a full-attention layer needs kv heads and head_dim > 0");
-      if (l.n_head_kv > l.n_head && l.n_head > 0)
-        fail("layer " + std::to_string(i) + ": head_count_kv " + std::to_string(l.n_head_kv) + " exceeds head_count " +
-             std::to_string(l.n_head));
-    }
-    return g;
-  }
-
- private:
-  const GgufFile& f_;
-  std::string arch_;
-};
-
-}  // namespace
-
-ModelGeometry geometry_from_gguf(const GgufFile& f) { return GeometryReader(f).read(); }
 
 }  // namespace sjkv

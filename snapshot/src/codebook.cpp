@@ -1,4 +1,4 @@
-#include "sjkv/train/codebook_io.h"
+#include "sjkv/io/codebook.h"
 
 #include <cctype>
 #include <cmath>
@@ -15,52 +15,20 @@
 #include "sjkv/io/file_error.h"
 #include "sjkv/io/sha256.h"
 #include "sjkv/trellis.h"
+#include "byte_reader.h"
 
-namespace sjkv::train {
+namespace sjkv {
 namespace {
+
+using bin::get_u32;
+using bin::get_u64;
+using bin::put_u32;
+using bin::put_u64;
 
 constexpr char kMagic[8] = {'S', 'J', 'K', 'V', 'C', 'B', '\r', '\n'};
 constexpr size_t kFixedHeader = 72;
 constexpr size_t kTrailer = 32;
 constexpr uint32_t kMaxProvenance = 1u << 20;
-
-void put_u32(std::vector<uint8_t>& o, uint32_t v) {
-  for (int i = 0; i < 4; ++i) o.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-void put_u64(std::vector<uint8_t>& o, uint64_t v) {
-  for (int i = 0; i < 8; ++i) o.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-uint32_t get_u32(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
-         static_cast<uint32_t>(p[3]) << 24;
-}
-uint64_t get_u64(const uint8_t* p) { return get_u32(p) | static_cast<uint64_t>(get_u32(p + 4)) << 32; }
-
-// `what` names the kind of file the size limit is for ("a codebook file").
-std::vector<uint8_t> read_whole(const std::string& path, size_t limit, const char* what = "a codebook file") {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw FileError(path, std::string("cannot open: ") + std::strerror(errno));
-  std::vector<uint8_t> out;
-  uint8_t buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) {
-    out.insert(out.end(), buf, buf + n);
-    if (out.size() > limit) {
-      std::fclose(f);
-      throw FileError(path, "is larger than " + std::to_string(limit) + " bytes; not " + what);
-    }
-  }
-  const bool err = std::ferror(f) != 0;
-  std::fclose(f);
-  if (err) throw FileError(path, "read error (is it a directory?)");
-  return out;
-}
-
-void write_bytes(const std::string& path, const void* data, size_t n) {
-  AtomicOutput out(path);
-  write_file_bytes(out.temp_path(), data, n, path);
-  out.commit();
-}
 
 std::string fmt_double(double v) {
   char b[64];
@@ -163,6 +131,32 @@ CodebookProvenance parse_provenance(const std::string& path, const std::string& 
 
 }  // namespace
 
+RawCodebook read_raw_codebook(const std::string& path) {
+  bin::FileReader in(path);
+  RawCodebook cb;
+  switch (in.size()) {
+    case 1024: cb.bits = 2; break;
+    case 2048: cb.bits = 3; break;
+    case 4096: cb.bits = 4; break;
+    default:
+      in.fail("is " + std::to_string(in.size()) +
+              " bytes; a raw codebook table file is 1024 (2-bit), 2048 (3-bit) or 4096 (4-bit) bytes");
+  }
+  const size_t n = size_t{1} << (6 + cb.bits);
+  std::vector<uint8_t> raw(2 * n * 2);
+  in.read(raw.data(), raw.size(), "tables");
+  cb.k.resize(n);
+  cb.v.resize(n);
+  for (size_t i = 0; i < 2 * n; ++i) {
+    const uint16_t h = static_cast<uint16_t>(raw[2 * i] | (raw[2 * i + 1] << 8));
+    if (!codebook_entry_usable(h))
+      in.fail(std::string(i < n ? "K" : "V") + " table entry " + std::to_string(i % n) +
+              " is NaN, infinite or larger than 64 in magnitude");
+    (i < n ? cb.k[i] : cb.v[i - n]) = h;
+  }
+  return cb;
+}
+
 const char* axis_name(CodebookAxis a) { return a == CodebookAxis::token ? "token" : "channel"; }
 
 void check_raw_codebook(const RawCodebook& cb) {
@@ -202,7 +196,7 @@ uint64_t raw_codebook_id(const RawCodebook& cb) {
 
 void write_raw_codebook(const std::string& path, const RawCodebook& cb) {
   const auto b = raw_codebook_bytes(cb);
-  write_bytes(path, b.data(), b.size());
+  write_file_atomic(path, b.data(), b.size());
 }
 
 std::string codebook_header_text(const RawCodebook& cb, const std::string& comment) {
@@ -242,11 +236,11 @@ std::string codebook_header_text(const RawCodebook& cb, const std::string& comme
 
 void write_codebook_header(const std::string& path, const RawCodebook& cb, const std::string& comment) {
   const std::string s = codebook_header_text(cb, comment);
-  write_bytes(path, s.data(), s.size());
+  write_file_atomic(path, s.data(), s.size());
 }
 
 RawCodebook read_codebook_header(const std::string& path, uint32_t bits) {
-  const auto raw = read_whole(path, 1u << 20);
+  const auto raw = bin::read_whole(path, 1u << 20, "a codebook file");
   const std::string text(raw.begin(), raw.end());
   if (text.find('\0') != std::string::npos) throw FileError(path, "contains a NUL byte; not a C header");
   auto find_define = [&](const std::string& name) -> size_t {
@@ -349,7 +343,7 @@ std::vector<uint8_t> container_bytes(const CodebookContainer& c) {
 void write_codebook_container(const std::string& path, CodebookContainer c) {
   if (c.version != 1) throw std::invalid_argument("only container version 1 can be written");
   const auto b = container_bytes(c);
-  write_bytes(path, b.data(), b.size());
+  write_file_atomic(path, b.data(), b.size());
 }
 
 CodebookContainer parse_codebook_container(const std::string& path, const std::vector<uint8_t>& b) {
@@ -411,11 +405,11 @@ CodebookContainer parse_codebook_container(const std::string& path, const std::v
 }
 
 CodebookContainer read_codebook_container(const std::string& path) {
-  return parse_codebook_container(path, read_whole(path, kFixedHeader + 4 * 1024 + kMaxProvenance + kTrailer));
+  return parse_codebook_container(path, bin::read_whole(path, kFixedHeader + 4 * 1024 + kMaxProvenance + kTrailer, "a codebook file"));
 }
 
 CodebookFileKind sniff_codebook_file(const std::string& path) {
-  const auto b = read_whole(path, 4u << 20);
+  const auto b = bin::read_whole(path, 4u << 20, "a codebook file");
   if (b.size() >= 8 && std::memcmp(b.data(), kMagic, 8) == 0) return CodebookFileKind::container;
   const std::string text(b.begin(), b.end());
   if (text.find("#define SJKVARN_") != std::string::npos) return CodebookFileKind::header;
@@ -435,120 +429,4 @@ CodebookContainer read_codebook_any(const std::string& path, CodebookFileKind* k
   return c;
 }
 
-}  // namespace sjkv::train
-
-namespace sjkv::train {
-namespace {
-
-constexpr char kCkptMagic[8] = {'S', 'J', 'K', 'V', 'L', 'C', 'K', '\n'};
-constexpr size_t kCkptHeader = 64;
-constexpr size_t kCkptIteration = 32;
-constexpr uint32_t kCkptMaxHistory = 100000;
-const char* const kStops[] = {"", "converged", "cap", "no gain", "empty"};
-
-void put_f64(std::vector<uint8_t>& o, double v) {
-  uint64_t u;
-  std::memcpy(&u, &v, 8);
-  put_u64(o, u);
-}
-double get_f64(const uint8_t* p) {
-  const uint64_t u = get_u64(p);
-  double v;
-  std::memcpy(&v, &u, 8);
-  return v;
-}
-
-}  // namespace
-
-std::vector<uint8_t> lloyd_checkpoint_bytes(const LloydCheckpoint& c) {
-  const uint32_t ne = trellis_entries(c.bits);
-  if (c.bits < 2 || c.bits > 4 || c.side > 1 || c.state.table.size() != ne || c.state.history.empty() ||
-      c.state.history.size() > kCkptMaxHistory)
-    throw std::invalid_argument("checkpoint state does not fit its width");
-  uint32_t stop = 0;
-  while (stop < 5 && c.state.stop != kStops[stop]) ++stop;
-  if (stop == 5) throw std::invalid_argument("checkpoint stop reason '" + c.state.stop + "' is not one of the trainer's");
-  std::vector<uint8_t> o(kCkptMagic, kCkptMagic + 8);
-  put_u32(o, 1);
-  put_u32(o, c.bits);
-  put_u32(o, c.side);
-  put_u32(o, ne);
-  put_u32(o, static_cast<uint32_t>(c.state.history.size()));
-  put_u32(o, stop);
-  o.insert(o.end(), c.run_key.begin(), c.run_key.end());
-  for (float v : c.state.table) {
-    uint32_t u;
-    std::memcpy(&u, &v, 4);
-    put_u32(o, u);
-  }
-  for (const LloydIteration& it : c.state.history) {
-    put_u32(o, it.iter);
-    put_u32(o, it.entries_used);
-    put_f64(o, it.train_mse);
-    put_f64(o, it.heldout_mse);
-    put_f64(o, it.heldout_real_mse);
-  }
-  const auto sha = sha256(o.data(), o.size());
-  o.insert(o.end(), sha.begin(), sha.end());
-  return o;
-}
-
-void write_lloyd_checkpoint(const std::string& path, const LloydCheckpoint& c) {
-  const auto b = lloyd_checkpoint_bytes(c);
-  write_bytes(path, b.data(), b.size());
-}
-
-LloydCheckpoint parse_lloyd_checkpoint(const std::string& path, const std::vector<uint8_t>& b) {
-  auto fail = [&](const std::string& d) { throw FileError(path, d); };
-  if (b.size() < 8 || std::memcmp(b.data(), kCkptMagic, 8) != 0) fail("bad magic; not an sjkv-train checkpoint");
-  if (b.size() < kCkptHeader + kTrailer) fail("truncated: " + std::to_string(b.size()) + " bytes");
-  if (get_u32(&b[8]) != 1) fail("unsupported checkpoint version " + std::to_string(get_u32(&b[8])) + " (this reader knows 1)");
-  LloydCheckpoint c;
-  c.bits = get_u32(&b[12]);
-  if (c.bits < 2 || c.bits > 4) fail("bits is " + std::to_string(c.bits) + "; must be 2, 3 or 4");
-  c.side = get_u32(&b[16]);
-  if (c.side > 1) fail("side is " + std::to_string(c.side) + "; must be 0 (K) or 1 (V)");
-  const uint32_t ne = get_u32(&b[20]);
-  if (ne != trellis_entries(c.bits))
-    fail("entry count is " + std::to_string(ne) + "; " + std::to_string(c.bits) + "-bit tables have " +
-         std::to_string(trellis_entries(c.bits)));
-  const uint32_t nh = get_u32(&b[24]);
-  if (nh == 0 || nh > kCkptMaxHistory) fail("iteration count " + std::to_string(nh) + " is not in 1.." + std::to_string(kCkptMaxHistory));
-  const uint32_t stop = get_u32(&b[28]);
-  if (stop >= 5) fail("stop code " + std::to_string(stop) + " is not 0..4");
-  const size_t want = kCkptHeader + 4 * static_cast<size_t>(ne) + kCkptIteration * nh + kTrailer;
-  if (b.size() < want) fail("truncated: " + std::to_string(b.size()) + " bytes of " + std::to_string(want));
-  if (b.size() > want) fail(std::to_string(b.size() - want) + " trailing bytes after the checksum");
-  const auto sha = sha256(b.data(), want - kTrailer);
-  if (std::memcmp(sha.data(), &b[want - kTrailer], 32) != 0) fail("checksum mismatch");
-  std::memcpy(c.run_key.data(), &b[32], 32);
-  c.state.stop = kStops[stop];
-  c.state.table.resize(ne);
-  for (uint32_t w = 0; w < ne; ++w) {
-    const uint32_t u = get_u32(&b[kCkptHeader + 4 * static_cast<size_t>(w)]);
-    std::memcpy(&c.state.table[w], &u, 4);
-    if (!std::isfinite(c.state.table[w])) fail("table entry " + std::to_string(w) + " is NaN or infinite");
-  }
-  for (uint32_t i = 0; i < nh; ++i) {
-    const uint8_t* p = &b[kCkptHeader + 4 * static_cast<size_t>(ne) + kCkptIteration * i];
-    LloydIteration it;
-    it.iter = get_u32(p);
-    it.entries_used = get_u32(p + 4);
-    it.train_mse = get_f64(p + 8);
-    it.heldout_mse = get_f64(p + 16);
-    it.heldout_real_mse = get_f64(p + 24);
-    if (it.iter != i) fail("iteration " + std::to_string(i) + " is numbered " + std::to_string(it.iter));
-    if (it.entries_used > ne) fail("iteration " + std::to_string(i) + " uses more entries than the table has");
-    if (!std::isfinite(it.train_mse) || it.train_mse < 0)
-      fail("iteration " + std::to_string(i) + " has a train MSE that is negative, NaN or infinite");
-    c.state.history.push_back(it);
-  }
-  return c;
-}
-
-LloydCheckpoint read_lloyd_checkpoint(const std::string& path) {
-  return parse_lloyd_checkpoint(path, read_whole(path, kCkptHeader + 4 * 1024 + kCkptIteration * kCkptMaxHistory + kTrailer,
-                                                "an sjkv-train checkpoint"));
-}
-
-}  // namespace sjkv::train
+}  // namespace sjkv

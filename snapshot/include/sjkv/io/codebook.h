@@ -1,7 +1,10 @@
-// The three forms of a trellis codebook pair (docs/FORMAT.md sections 7 and 8): the raw engine
-// table file (.bin), the C header for the reference generator (.h) and the self-describing
-// sjkv container (.sjcb). Writers go through AtomicOutput; readers treat the file as hostile
-// and throw FileError(path, defect), checking every hash the file carries.
+// The three forms of a trellis codebook pair (docs/FORMAT.md sections 7 and 8), read and
+// written here only: the raw engine table file (.bin: the K table then the V table, each
+// 2^(6 + bits) fp16 bit patterns, little-endian, no header; 1,024, 2,048 or 4,096 bytes for
+// 2, 3 or 4 bits, the size being the only thing that tells them apart), the C header for the
+// reference generator (.h) and the self-describing sjkv container (.sjcb). Writers go through
+// AtomicOutput; readers treat the file as hostile and throw FileError(path, defect), checking
+// every hash the file carries.
 #pragma once
 
 #include <array>
@@ -10,10 +13,16 @@
 #include <utility>
 #include <vector>
 
-#include "sjkv/io/codebook_file.h"
-#include "sjkv/train/train.h"
 
-namespace sjkv::train {
+namespace sjkv {
+
+struct RawCodebook {
+  uint32_t bits = 0;
+  std::vector<uint16_t> k, v;
+};
+
+// Validates size and entries (no NaN or infinity); throws FileError(path, defect).
+RawCodebook read_raw_codebook(const std::string& path);
 
 enum class CodebookAxis : uint32_t { token = 0, channel = 1 };
 const char* axis_name(CodebookAxis a);
@@ -72,18 +81,4 @@ CodebookFileKind sniff_codebook_file(const std::string& path);
 // Any of the three forms, as a container (raw and header forms have no provenance).
 CodebookContainer read_codebook_any(const std::string& path, CodebookFileKind* kind = nullptr);
 
-// Training checkpoint (docs/FORMAT.md section 11): one side's Lloyd state, written by
-// `sjkv-train --checkpoint` after every update so a stopped run can go on where it was.
-// `run_key` (32 bytes) identifies the run: inputs, options and side.
-struct LloydCheckpoint {
-  uint32_t bits = 0;
-  uint32_t side = 0;  // 0 K, 1 V
-  std::array<uint8_t, 32> run_key{};
-  LloydState state;
-};
-std::vector<uint8_t> lloyd_checkpoint_bytes(const LloydCheckpoint& c);
-void write_lloyd_checkpoint(const std::string& path, const LloydCheckpoint& c);
-LloydCheckpoint read_lloyd_checkpoint(const std::string& path);
-LloydCheckpoint parse_lloyd_checkpoint(const std::string& path, const std::vector<uint8_t>& bytes);
-
-}  // namespace sjkv::train
+}  // namespace sjkv

@@ -1,4 +1,4 @@
-// GGUF v3 reader, validated like a hostile file, and the cache geometry of the model it holds.
+// GGUF v3 reader, validated like a hostile file (the model's cache geometry: sjkv/io/model_geometry.h).
 //
 // Layout (little-endian), after llama.cpp's ggml/include/gguf.h header comment:
 //   magic "GGUF" | u32 version (3) | i64 n_tensors | i64 n_kv
@@ -9,7 +9,7 @@
 //   padding to the alignment (general.alignment, u32, a power of two; default 32)
 //   tensor data: each tensor at data_offset + offset, offset a multiple of the alignment.
 //
-// Every defect is a sjkv::FileError naming the file and the defect (snapshot's header-only
+// Every defect is a sjkv::FileError naming the file and the defect (
 // sjkv/io/file_error.h). Checked: magic; version (1 and 2 rejected with their own messages,
 // newer versions, 0, and byte-swapped big-endian files); counts against the bytes that remain;
 // string lengths against the bytes that remain (and 1 GiB); keys non-empty, printable ASCII,
@@ -30,9 +30,12 @@
 #include <vector>
 
 #include "sjkv/io/file_error.h"
-#include "sjkv/plan.h"
 
 namespace sjkv {
+
+namespace bin {
+class InputFile;
+}
 
 enum class GgufType : uint32_t {
   u8 = 0, i8 = 1, u16 = 2, i16 = 3, u32 = 4, i32 = 5, f32 = 6, boolean = 7,
@@ -148,6 +151,7 @@ class GgufFile {
 
  private:
   friend class GgufParser;
+  static GgufFile from(const bin::InputFile& in);
   const GgufValue& require(std::string_view key, GgufType t) const;
   std::string path_;
   std::shared_ptr<const uint8_t> bytes_;  // the mapping or the owned buffer
@@ -160,56 +164,5 @@ class GgufFile {
   std::vector<GgufTensorInfo> tensors_;
   std::unordered_map<std::string, size_t> tensor_index_;
 };
-
-// ---- Model geometry --------------------------------------------------------------------------
-
-enum class LayerKind : uint32_t {
-  full_attention = 0,  // keeps a KV cache for the whole context: what sjkv compresses
-  sliding_window = 1,  // keeps the last `sliding_window` positions only
-  recurrent = 2,       // no KV cache (linear attention / SSM state)
-  nextn = 3,           // multi-token-prediction draft block, outside the main stack
-};
-const char* layer_kind_name(LayerKind k);
-
-struct LayerInfo {
-  LayerKind kind = LayerKind::full_attention;
-  uint32_t n_head = 0;
-  uint32_t n_head_kv = 0;
-  uint32_t head_dim_k = 0;
-  uint32_t head_dim_v = 0;
-};
-
-struct ModelGeometry {
-  std::string architecture;       // general.architecture
-  uint32_t n_layers = 0;          // <arch>.block_count
-  uint64_t context_length = 0;    // <arch>.context_length (training context), 0 when absent
-  uint32_t sliding_window = 0;    // <arch>.attention.sliding_window, 0 when absent
-  std::string layer_rule;         // how the layer kinds were decided, for reports
-  std::vector<LayerInfo> layers;  // n_layers entries
-
-  std::vector<uint32_t> full_attention_layers() const;
-  // The full-attention layers as the planner's geometry.
-  CacheGeometry cache_geometry() const;
-};
-
-// Reads the architecture and its per-layer attention shape:
-//   n_layers       <arch>.block_count (1 to 65,536)
-//   heads          <arch>.attention.head_count, required; head_count_kv, default head_count;
-//                  either may be a scalar or an array with one entry per layer
-//   head_dim       <arch>.attention.key_length / value_length, else embedding_length /
-//                  head_count; sliding layers use key_length_swa / value_length_swa if present
-//   layer kinds, first match wins:
-//     nextn        the last <arch>.nextn_predict_layers layers (a draft head, not the stack)
-//     recurrent    head_count_kv 0 on that layer; or, for hybrid models, every layer except
-//                  each <arch>.full_attention_interval-th ((il + 1) % interval == 0), the key
-//                  or llama.cpp's default 4 for qwen3next / qwen35 / qwen35moe
-//     sliding      <arch>.attention.sliding_window_pattern: a per-layer bool array (true =
-//                  sliding) or a period p (layer il slides unless il % p == p - 1, llama.cpp's
-//                  set_swa_pattern); without the key, llama.cpp's built-in periods when
-//                  <arch>.attention.sliding_window > 0: gemma3 6 (layers with (il + 1) % 6 == 0
-//                  are global), gemma2 2, cohere2 4
-//     full         every other layer
-// Throws FileError for a missing or inconsistent key.
-ModelGeometry geometry_from_gguf(const GgufFile& f);
 
 }  // namespace sjkv

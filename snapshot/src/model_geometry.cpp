@@ -1,0 +1,211 @@
+// Model geometry rules: which layers keep a KV cache and their attention shape, from a GGUF
+// file's metadata (sjkv/io/model_geometry.h).
+#include "sjkv/io/model_geometry.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+namespace sjkv {
+
+const char* layer_kind_name(LayerKind k) {
+  switch (k) {
+    case LayerKind::full_attention: return "full";
+    case LayerKind::sliding_window: return "sliding";
+    case LayerKind::recurrent: return "recurrent";
+    case LayerKind::nextn: return "nextn";
+  }
+  return "?";
+}
+
+std::vector<uint32_t> ModelGeometry::full_attention_layers() const {
+  std::vector<uint32_t> v;
+  for (uint32_t i = 0; i < layers.size(); ++i)
+    if (layers[i].kind == LayerKind::full_attention) v.push_back(i);
+  return v;
+}
+
+CacheGeometry ModelGeometry::cache_geometry() const {
+  CacheGeometry g;
+  for (const LayerInfo& l : layers)
+    if (l.kind == LayerKind::full_attention) g.layers.push_back(LayerGeometry{l.n_head_kv, l.head_dim_k, l.head_dim_v});
+  return g;
+}
+
+namespace {
+
+constexpr uint32_t kMaxLayers = 65536;
+
+class GeometryReader {
+ public:
+  explicit GeometryReader(const GgufFile& f) : f_(f) {}
+
+  [[noreturn]] void fail(const std::string& d) const { throw FileError(f_.path(), d); }
+
+  std::string key(const std::string& suffix) const { return arch_ + "." + suffix; }
+
+  // A u32-ranged non-negative integer scalar.
+  std::optional<uint32_t> opt_u32(const std::string& k) const {
+    const GgufValue* v = f_.find(k);
+    if (!v) return std::nullopt;
+    const std::optional<uint64_t> u = v->is_array() || v->type() == GgufType::boolean ? std::nullopt : v->to_unsigned();
+    if (!u || *u > 0xFFFFFFFFull) fail("key '" + k + "' must be a non-negative 32-bit integer");
+    return static_cast<uint32_t>(*u);
+  }
+
+  // A scalar broadcast to every layer, or an array with one entry per layer.
+  std::optional<std::vector<uint32_t>> per_layer(const std::string& k, uint32_t n) const {
+    const GgufValue* v = f_.find(k);
+    if (!v) return std::nullopt;
+    if (!v->is_array()) {
+      const std::optional<uint32_t> s = opt_u32(k);
+      return std::vector<uint32_t>(n, *s);
+    }
+    if (v->count() != n)
+      fail("key '" + k + "' has " + std::to_string(v->count()) + " entries for " + std::to_string(n) + " layers");
+    std::vector<uint32_t> out(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      const std::optional<uint64_t> u = v->type() == GgufType::boolean ? std::nullopt : v->to_unsigned(i);
+      if (!u || *u > 0xFFFFFFFFull) fail("key '" + k + "' entry " + std::to_string(i) + " is not a non-negative 32-bit integer");
+      out[i] = static_cast<uint32_t>(*u);
+    }
+    return out;
+  }
+
+  ModelGeometry read() {
+    ModelGeometry g;
+    const GgufValue* a = f_.find("general.architecture");
+    if (!a) fail("missing key 'general.architecture'");
+    arch_ = f_.get_string("general.architecture");
+    if (arch_.empty()) fail("general.architecture is empty");
+    g.architecture = arch_;
+    const std::optional<uint32_t> nl = opt_u32(key("block_count"));
+    if (!nl) fail("missing key '" + key("block_count") + "'");
+    if (*nl == 0 || *nl > kMaxLayers)
+      fail("'" + key("block_count") + "' is " + std::to_string(*nl) + "; 1 to 65536 layers are supported");
+    const uint32_t n = *nl;
+    g.n_layers = n;
+    if (const GgufValue* c = f_.find(key("context_length"))) {
+      const std::optional<uint64_t> u = c->is_array() ? std::nullopt : c->to_unsigned();
+      if (!u) fail("key '" + key("context_length") + "' must be a non-negative integer");
+      g.context_length = *u;
+    }
+    g.sliding_window = opt_u32(key("attention.sliding_window")).value_or(0);
+
+    const auto heads = per_layer(key("attention.head_count"), n);
+    if (!heads) fail("missing key '" + key("attention.head_count") + "'");
+    const std::vector<uint32_t> heads_kv = per_layer(key("attention.head_count_kv"), n).value_or(*heads);
+    const std::optional<uint32_t> embd = opt_u32(key("embedding_length"));
+    const std::optional<uint32_t> klen = opt_u32(key("attention.key_length"));
+    const std::optional<uint32_t> vlen = opt_u32(key("attention.value_length"));
+    const std::optional<uint32_t> klen_swa = opt_u32(key("attention.key_length_swa"));
+    const std::optional<uint32_t> vlen_swa = opt_u32(key("attention.value_length_swa"));
+
+    // Layer kinds.
+    std::vector<LayerKind> kind(n, LayerKind::full_attention);
+    std::string rule;
+    const uint32_t nextn = opt_u32(key("nextn_predict_layers")).value_or(0);
+    if (nextn >= n && nextn > 0)
+      fail("'" + key("nextn_predict_layers") + "' is " + std::to_string(nextn) + " of " + std::to_string(n) + " layers");
+    const uint32_t n_main = n - nextn;
+    for (uint32_t i = n_main; i < n; ++i) kind[i] = LayerKind::nextn;
+    if (nextn) rule += "last " + std::to_string(nextn) + " layer(s) are nextn draft blocks; ";
+
+    bool zero_kv = false;
+    for (uint32_t i = 0; i < n_main; ++i)
+      if (heads_kv[i] == 0) {
+        kind[i] = LayerKind::recurrent;
+        zero_kv = true;
+      }
+    if (zero_kv) rule += "layers with head_count_kv 0 are recurrent; ";
+    const std::optional<uint32_t> interval = opt_u32(key("full_attention_interval"));
+    const bool qwen_hybrid = arch_ == "qwen3next" || arch_ == "qwen35" || arch_ == "qwen35moe";
+    if (interval || qwen_hybrid) {
+      const uint32_t p = interval.value_or(4);
+      if (p == 0) fail("'" + key("full_attention_interval") + "' is 0");
+      for (uint32_t i = 0; i < n_main; ++i)
+        if ((i + 1) % p != 0) kind[i] = LayerKind::recurrent;
+      rule += "full attention every " + std::to_string(p) + " layers ((il + 1) % " + std::to_string(p) + " == 0" +
+              (interval ? ", " + key("full_attention_interval") : ", llama.cpp's default for " + arch_) + "); ";
+    }
+
+    std::vector<bool> swa(n, false);
+    bool any_swa = false;
+    const std::string pkey = key("attention.sliding_window_pattern");
+    if (const GgufValue* pv = f_.find(pkey)) {
+      if (pv->is_array()) {
+        if (pv->count() != n)
+          fail("key '" + pkey + "' has " + std::to_string(pv->count()) + " entries for " + std::to_string(n) + " layers");
+        for (uint32_t i = 0; i < n; ++i) {
+          const std::optional<uint64_t> u = pv->to_unsigned(i);
+          if (!u || *u > 1) fail("key '" + pkey + "' entry " + std::to_string(i) + " is not a bool");
+          swa[i] = *u == 1;
+        }
+        rule += "sliding layers from " + pkey + " (per layer); ";
+      } else {
+        const uint32_t p = *opt_u32(pkey);
+        for (uint32_t i = 0; i < n; ++i) swa[i] = p == 0 || i % p < p - 1;
+        rule += p == 0 ? "every layer slides (" + pkey + " 0); "
+                       : "sliding unless il % " + std::to_string(p) + " == " + std::to_string(p - 1) + " (" + pkey + "); ";
+      }
+      for (uint32_t i = 0; i < n_main; ++i) any_swa = any_swa || (swa[i] && kind[i] == LayerKind::full_attention);
+      if (any_swa && g.sliding_window == 0)
+        fail("'" + pkey + "' marks sliding layers but '" + key("attention.sliding_window") + "' is missing or 0");
+    } else if (g.sliding_window > 0) {
+      uint32_t p = 0;
+      if (arch_ == "gemma3") p = 6;
+      else if (arch_ == "gemma2") p = 2;
+      else if (arch_ == "cohere2") p = 4;
+      if (p) {
+        for (uint32_t i = 0; i < n; ++i) swa[i] = i % p < p - 1;
+        rule += "sliding unless (il + 1) % " + std::to_string(p) + " == 0 (llama.cpp's built-in pattern for " + arch_ + "); ";
+      } else {
+        rule += "sliding_window set but no pattern known for " + arch_ + ": every attention layer counted as full; ";
+      }
+    }
+    for (uint32_t i = 0; i < n_main; ++i)
+      if (swa[i] && kind[i] == LayerKind::full_attention) kind[i] = LayerKind::sliding_window;
+    if (rule.empty()) rule = "every layer has full attention; ";
+    rule.resize(rule.size() - 2);
+    g.layer_rule = rule;
+
+    g.layers.resize(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      LayerInfo& l = g.layers[i];
+      l.kind = kind[i];
+      l.n_head = (*heads)[i];
+      l.n_head_kv = heads_kv[i];
+      if (l.kind == LayerKind::recurrent) continue;
+      const bool sl = l.kind == LayerKind::sliding_window;
+      std::optional<uint32_t> dk = sl && klen_swa ? klen_swa : klen;
+      std::optional<uint32_t> dv = sl && vlen_swa ? vlen_swa : vlen;
+      if (!dk || !dv) {
+        if (!embd || l.n_head == 0)
+          fail("layer " + std::to_string(i) + ": no '" + key("attention.key_length") + "' and no embedding_length / head_count to derive it");
+        if (*embd % l.n_head != 0)
+          fail("layer " + std::to_string(i) + ": embedding_length " + std::to_string(*embd) +
+               " is not a multiple of head_count " + std::to_string(l.n_head));
+        if (!dk) dk = *embd / l.n_head;
+        if (!dv) dv = *embd / l.n_head;
+      }
+      l.head_dim_k = *dk;
+      l.head_dim_v = *dv;
+      if (l.kind == LayerKind::full_attention && (l.n_head_kv == 0 || l.head_dim_k == 0 || l.head_dim_v == 0))
+        fail("layer " + std::to_string(i) + ": a full-attention layer needs kv heads and head_dim > 0");
+      if (l.n_head_kv > l.n_head && l.n_head > 0)
+        fail("layer " + std::to_string(i) + ": head_count_kv " + std::to_string(l.n_head_kv) + " exceeds head_count " +
+             std::to_string(l.n_head));
+    }
+    return g;
+  }
+
+ private:
+  const GgufFile& f_;
+  std::string arch_;
+};
+
+}  // namespace
+
+ModelGeometry geometry_from_gguf(const GgufFile& f) { return GeometryReader(f).read(); }
+
+}  // namespace sjkv
