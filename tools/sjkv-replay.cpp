@@ -1,6 +1,5 @@
 // sjkv-replay: argument parsing and calls into the replay library, nothing else.
 #include <CLI/CLI.hpp>
-#include <climits>
 #include <cstdlib>
 #include <omp.h>
 #include <sys/stat.h>
@@ -18,6 +17,7 @@
 #include "cli_common.h"
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/capture_file.h"
+#include "sjkv/io/paths.h"
 #include "sjkv/replay/arms.h"
 #include "sjkv/replay/model.h"
 #include "sjkv/replay/results.h"
@@ -99,11 +99,6 @@ std::string arm_folder(const std::string& spec) {
   return f;
 }
 
-std::string base_name(const std::string& p) {
-  const size_t s = p.find_last_of('/');
-  return s == std::string::npos ? p : p.substr(s + 1);
-}
-
 std::unique_ptr<KvArm> arm_or_usage(const std::string& spec, const char* option) {
   try {
     return make_arm(spec);
@@ -122,8 +117,7 @@ std::string read_prompt(const std::string& file) {
   if (in) {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   } else {
-    struct stat st;
-    if (::stat(file.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw FileError(file, "is a folder, not a prompt file");
+    if (is_folder(file)) throw FileError(file, "is a folder, not a prompt file");
     std::ifstream f(file, std::ios::binary);
     if (!f) throw FileError(file, std::string("cannot open: ") + std::strerror(errno));
     text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
@@ -135,48 +129,9 @@ std::string read_prompt(const std::string& file) {
   return text;
 }
 
-bool is_folder(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-bool exists(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0;
-}
-
-std::string parent_of(const std::string& p) {
-  std::string q = p;
-  while (q.size() > 1 && q.back() == '/') q.pop_back();
-  const size_t s = q.find_last_of('/');
-  if (s == std::string::npos) return ".";
-  return s == 0 ? "/" : q.substr(0, s);
-}
-
-// An output file: not a folder, in a folder that exists (FileError, exit 2), and not one of
-// the inputs (exit 1).
-void check_output_file(const std::string& path, const char* option, const std::vector<std::string>& inputs) {
-  if (is_folder(path)) throw FileError(path, std::string(option) + ": is a folder, not a file");
-  if (!is_folder(parent_of(path)))
-    throw FileError(path, std::string(option) + ": the folder " + parent_of(path) + " does not exist");
-  cli::check_output(path, option, inputs);
-}
-
 void check_output_folder(const std::string& path) {
-  if (exists(path) && !is_folder(path)) throw FileError(path, "--out: exists and is not a folder");
-  if (!is_folder(parent_of(path))) throw FileError(path, "--out: the folder " + parent_of(path) + " does not exist");
-}
-
-// Both paths name the same file (compared through their folders' real paths).
-bool same_path(const std::string& a, const std::string& b) {
-  if (a == b) return true;
-  auto canon = [](const std::string& p) {
-    char buf[PATH_MAX];
-    const std::string dir = parent_of(p);
-    if (!::realpath(dir.c_str(), buf)) return p;
-    return std::string(buf) + "/" + base_name(p);
-  };
-  return canon(a) == canon(b);
+  if (path_exists(path) && !is_folder(path)) throw FileError(path, "--out: exists and is not a folder");
+  if (!is_folder(parent_folder(path))) throw FileError(path, "--out: the folder " + parent_folder(path) + " does not exist");
 }
 
 // Every arm must serve every layer shape of the model at this context and ubatch; called
@@ -348,8 +303,7 @@ int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vec
       arm_dirs[a] = sa.out + "/" + arm_folder(sa.arms[a]);
       for (size_t b = 0; b < a; ++b)
         if (arm_dirs[b] == arm_dirs[a]) throw cli::UsageError("--arms lists '" + sa.arms[a] + "' twice");
-      struct stat st;
-      todo[a] = ::stat((arm_dirs[a] + "/results.json").c_str(), &st) != 0;
+      todo[a] = !path_exists(arm_dirs[a] + "/results.json");
       if (!todo[a]) note(ma, "skipping " + sa.arms[a] + ": " + arm_dirs[a] + " is complete");
     }
   }
@@ -533,7 +487,7 @@ int main(int argc, char** argv) {
       std::vector<std::string> ins;
       for (const std::string& d : cmp_dirs) ins.push_back(d + "/positions.csv");
       if (!cmp_pairs.empty()) ins.push_back(cmp_pairs);
-      check_output_file(cmp_out, "-o", ins);
+      cli::check_output_file(cmp_out, "-o", ins);
       std::vector<PositionRow> rows;
       for (const std::string& in : ins) {
         if (in == cmp_pairs) break;
@@ -578,8 +532,8 @@ int main(int argc, char** argv) {
         throw cli::UsageError("-o and --capture name the same file");
       const std::vector<std::string> ins = {rec_r.prompt_file == "-" ? std::string() : rec_r.prompt_file,
                                             model_path_of(rec_m)};
-      check_output_file(rec_r.output, "-o", ins);
-      if (!rec_r.capture.empty()) check_output_file(rec_r.capture, "--capture", ins);
+      cli::check_output_file(rec_r.output, "-o", ins);
+      if (!rec_r.capture.empty()) cli::check_output_file(rec_r.capture, "--capture", ins);
       const std::string text = read_prompt(rec_r.prompt_file);
       Loaded l = load_model(rec_m);
       do_record(rec_m, rec_r, l, text, rec_r.output);
@@ -604,10 +558,10 @@ int main(int argc, char** argv) {
       const std::string traj = run_s.out + "/trajectory.h5";
       const std::vector<std::string> ins = {run_r.prompt_file == "-" ? std::string() : run_r.prompt_file,
                                             model_path_of(run_m)};
-      if (is_folder(run_s.out)) check_output_file(traj, "--out", ins);
+      if (is_folder(run_s.out)) cli::check_output_file(traj, "--out", ins);
       if (!run_r.capture.empty()) {
         if (same_path(traj, run_r.capture)) throw cli::UsageError("--capture names the run's " + traj);
-        check_output_file(run_r.capture, "--capture", ins);
+        cli::check_output_file(run_r.capture, "--capture", ins);
       }
       const std::string text = read_prompt(run_r.prompt_file);
       Loaded l = load_model(run_m);

@@ -98,10 +98,8 @@ int run_train(const TrainArgs& a) {
   if (!(a.tol >= 0.0 && std::isfinite(a.tol))) throw cli::UsageError("--tol must be finite and >= 0");
   // -o is a prefix; "out/" or a folder would write the hidden files out/.sjcb, out/.bin, out/.h.
   {
-    const size_t slash = a.prefix.find_last_of('/');
-    const std::string base = slash == std::string::npos ? a.prefix : a.prefix.substr(slash + 1);
-    struct stat st;
-    if (base.empty() || base == "." || base == ".." || (::stat(a.prefix.c_str(), &st) == 0 && S_ISDIR(st.st_mode)))
+    const std::string base = base_name(a.prefix);
+    if (base.empty() || base == "." || base == ".." || is_folder(a.prefix))
       throw cli::UsageError("-o '" + a.prefix + "' names a folder; give a file prefix such as " +
                             (a.prefix.empty() || a.prefix.back() == '/' ? a.prefix : a.prefix + "/") +
                             "cb3 (writes cb3.sjcb, cb3.bin, cb3.h)");
