@@ -11,6 +11,7 @@
 #include "cli_common.h"
 #include "sjkv/cache.h"
 #include "sjkv/demo.h"
+#include "sjkv/device.h"
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/capture_file.h"
 #include "sjkv/io/codebook_file.h"
@@ -87,10 +88,7 @@ int run_encode(const EncodeArgs& a) {
   std::vector<std::string> inputs = a.codebooks;
   inputs.push_back(a.input);
   check_output(a.output, "-o", inputs);
-  std::string device_used;
-  const EncodeDevice device = resolve_encode_device(
-      a.device == "cuda" ? EncodeDevice::cuda : a.device == "cpu" ? EncodeDevice::cpu : EncodeDevice::automatic,
-      &device_used);
+  const Device device = Device::resolve(a.device);
   ImportOptions io;
   io.head_dim = a.head_dim;
   io.layers = a.layers;
@@ -101,7 +99,6 @@ int run_encode(const EncodeArgs& a) {
   eo.config = config_from(a);
   eo.config.head_dim = cap.head_dim;
   eo.n_ubatch = a.ubatch;
-  eo.device = device;
   // Raw table files, at most one per bit width; each side takes the file of its width.
   std::vector<RawCodebook> tables;
   for (const std::string& f : a.codebooks) {
@@ -132,6 +129,7 @@ int run_encode(const EncodeArgs& a) {
   eo.threads = a.threads;
   cli::Progress bar("encoding", a.quiet);
   eo.progress = bar.callback();
+  eo.sealer = device.sealer();
   Snapshot snap;
   try {
     snap = encode_capture(cap, eo);
@@ -143,7 +141,7 @@ int run_encode(const EncodeArgs& a) {
   if (!a.quiet)
     std::fprintf(stderr, "%s: %s: %u layers, %u tokens, B=%u -> %s (%s, device %s)\n", kTool, a.input.c_str(),
                  static_cast<unsigned>(snap.layers.size()), snap.N, snap.B, a.output.c_str(),
-                 snap.config.name().c_str(), device_used.c_str());
+                 snap.config.name().c_str(), device.describe().c_str());
   return cli::kOk;
 }
 

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "cli_common.h"
+#include "sjkv/device.h"
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/capture_file.h"
 #include "sjkv/io/paths.h"
@@ -70,6 +71,7 @@ void note(const ModelArgs& m, const std::string& line) {
 struct Loaded {
   std::string path, sha256;
   std::unique_ptr<Model> model;
+  Device device;  // where the SJ arms seal: resolved once, handed to every arm made to run
 };
 
 std::string model_path_of(const ModelArgs& a) { return a.model.empty() ? default_model_path() : a.model; }
@@ -80,14 +82,12 @@ Loaded load_model(const ModelArgs& a) {
   if (l.path.empty())
     throw cli::UsageError("no model: pass --model FILE.gguf, set SJKV_MODEL, or run scripts/setup to install the default");
   if (a.threads > 0) omp_set_num_threads(a.threads);
-  const std::string dev = set_seal_device(a.device == "cuda"  ? SealDevice::cuda
-                                           : a.device == "cpu" ? SealDevice::cpu
-                                                               : SealDevice::automatic);
+  l.device = Device::resolve(a.device);
   l.sha256 = sha256_file_hex(l.path);
   LoadOptions opt;
   opt.n_threads = a.threads;
   l.model = Model::load(l.path, opt);
-  note(a, "model " + l.path + "; SJ records sealed on " + dev);
+  note(a, "model " + l.path + "; SJ records sealed on " + l.device.describe());
   return l;
 }
 
@@ -99,9 +99,10 @@ std::string arm_folder(const std::string& spec) {
   return f;
 }
 
-std::unique_ptr<KvArm> arm_or_usage(const std::string& spec, const char* option) {
+// `sealers`: for an arm that runs (Device::sealers); checks leave it empty.
+std::unique_ptr<KvArm> arm_or_usage(const std::string& spec, const char* option, const SealerSource& sealers = {}) {
   try {
-    return make_arm(spec);
+    return make_arm(spec, sealers);
   } catch (const std::invalid_argument& e) {
     std::string examples;
     for (const std::string& s : arm_examples()) examples += (examples.empty() ? "" : ", ") + s;
@@ -177,7 +178,7 @@ Trajectory do_record(const ModelArgs& ma, const RecordArgs& ra, Loaded& l, const
                      const std::function<void(uint32_t n_ctx)>& fits = {}) {
   check_record_args(ra);
   const RefEncoding encoding = parse_encoding(ra.encoding);
-  const std::unique_ptr<KvArm> ref = arm_or_usage(ra.reference, "--reference");
+  const std::unique_ptr<KvArm> ref = arm_or_usage(ra.reference, "--reference", l.device.sealers());
   const std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(l.model->gguf());
 
   RecordInput in;
@@ -267,7 +268,7 @@ int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vec
              const std::vector<std::string>& read_from = {}, const std::vector<AtomicOutput*>& also = {}) {
   check_score_args(sa);
   std::vector<std::unique_ptr<KvArm>> arms;
-  for (const std::string& a : sa.arms) arms.push_back(arm_or_usage(a, "--arms"));
+  for (const std::string& a : sa.arms) arms.push_back(arm_or_usage(a, "--arms", l.device.sealers()));
   const std::string baseline = sa.baseline.empty() ? sa.arms[0] : sa.baseline;
 
   std::vector<Trajectory> trajs;

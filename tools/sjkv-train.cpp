@@ -8,13 +8,13 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
-#include <map>
 #include <memory>
 #include <sstream>
 
 #include <sys/stat.h>
 
 #include "cli_common.h"
+#include "sjkv/device.h"
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/load.h"
 #include "sjkv/train/codebook_io.h"
@@ -22,10 +22,6 @@
 #include "sjkv/train/train.h"
 #include "sjkv/trellis.h"
 
-#if defined(SJKV_TRAIN_TOOL_CUDA)
-#include "sjkv/cuda/codec_cuda.h"
-#include "sjkv/cuda/train_cuda.h"
-#endif
 
 using namespace sjkv;
 using namespace sjkv::train;
@@ -73,25 +69,6 @@ std::vector<float> decoded(const uint16_t* t, uint32_t n) {
   return f;
 }
 
-// The device the Lloyd passes run on: "cpu" or "cuda". --device cuda without a usable GPU
-// (or without CUDA in this build) is an input problem: one line, exit 2.
-std::string resolve_device(const std::string& asked, std::string* name) {
-  int n = 0;
-  name->clear();
-#if defined(SJKV_TRAIN_TOOL_CUDA)
-  n = cuda::device_count();
-  if (n > 0) *name = cuda::device_name(0);
-#endif
-  if (asked == "cpu") return "cpu";
-#if defined(SJKV_TRAIN_TOOL_CUDA)
-  const char* why = "no CUDA device present";
-#else
-  const char* why = "this build has no CUDA support";
-#endif
-  if (asked == "cuda" && n == 0) throw std::invalid_argument(std::string("--device cuda: ") + why);
-  return n > 0 ? "cuda" : "cpu";
-}
-
 int run_train(const TrainArgs& a) {
   if (a.bits < 2 || a.bits > 4) throw cli::UsageError("--bits must be 2, 3 or 4");
   if (!(a.heldout >= 0.0 && a.heldout < 1.0)) throw cli::UsageError("--heldout must be in [0, 1)");
@@ -123,8 +100,7 @@ int run_train(const TrainArgs& a) {
   for (const std::string& o : out_names) cli::check_output(o, "-o", ins);
   std::vector<std::unique_ptr<AtomicOutput>> outs;
   for (const std::string& o : out_names) outs.push_back(std::make_unique<AtomicOutput>(o));
-  std::string device_name;
-  const std::string device = resolve_device(a.device, &device_name);
+  const Device device = Device::resolve(a.device, "this build has no CUDA support");
   const uint32_t ne = trellis_entries(a.bits);
   // starting tables
   std::vector<uint16_t> init_k(ne), init_v(ne);
@@ -182,8 +158,8 @@ int run_train(const TrainArgs& a) {
                                 "after the sink of " + std::to_string(a.sink) + ")");
   if (!a.quiet) {
     // Information only once the inputs are read: an error stays the only line.
-    std::fprintf(stderr, "%s: Lloyd passes on %s%s\n", kTool, device == "cuda" ? "cuda: " : "cpu",
-                 device == "cuda" ? device_name.c_str() : "");
+    std::fprintf(stderr, "%s: Lloyd passes on %s%s\n", kTool, device.cuda() ? "cuda: " : "cpu",
+                 device.gpu_name().c_str());
   }
   if (!a.quiet)
     std::fprintf(stderr, "%s: %" PRIu64 " train and %" PRIu64 " held-out tiles (%zu + %zu sequences per side), split %s\n",
@@ -212,24 +188,8 @@ int run_train(const TrainArgs& a) {
   std::vector<uint16_t> id(ne);
   identity_codebook(a.bits, id.data());
   for (int s = 0; s < 2; ++s) {
-#if defined(SJKV_TRAIN_TOOL_CUDA)
-    // Targets stay on the device for the whole side; the pass gives the CPU pass's bits.
-    std::map<const Targets*, std::unique_ptr<cuda::LloydPass>> on_device;
-    if (device == "cuda")
-      lo.pass = [&](const Targets& t, uint32_t bits, const float* cbf, std::vector<double>* sum,
-                    std::vector<uint64_t>* cnt) {
-        std::unique_ptr<cuda::LloydPass>& p = on_device[&t];
-        if (!p) {
-          p.reset(new cuda::LloydPass);
-          const std::string e = p->upload(t.y.data(), t.sequences(), t.len);
-          if (!e.empty()) throw std::runtime_error("CUDA: " + e);
-        }
-        double mse = 0;
-        const std::string e = p->run(bits, cbf, &mse, sum, cnt);
-        if (!e.empty()) throw std::runtime_error("CUDA: " + e);
-        return mse;
-      };
-#endif
+    // A fresh GPU pass per side: its targets stay on the device for the side only.
+    lo.pass = device.lloyd_pass();
     if (set.heldout_records)
       lo.real_mse = [&, s](const std::vector<uint16_t>& table) {
         double mk, mv;
