@@ -13,7 +13,6 @@
 
 #include "cli_common.h"
 #include "sjkv/device.h"
-#include "sjkv/io/atomic_file.h"
 #include "sjkv/io/load.h"
 #include "sjkv/train/codebook_io.h"
 #include "sjkv/io/sha256.h"
