@@ -176,6 +176,36 @@ TEST(Encode, SameSnapshotForAnyThreadCountAndUbatchOfOne) {
   }
 }
 
+// The sealer handed down (a GPU one in the tools, Device::sealer) seals every commit, with the
+// CPU's bytes; here the CPU sealer itself, counted.
+TEST(Encode, GivenSealerSealsEveryCommitWithTheSameBytes) {
+  const Capture cap = make_capture(2, 2, 128, 900, 3);
+  EncodeOptions o;
+  o.config.body = Body::trellis;
+  o.config.bits_k = 3;
+  o.config.bits_v = 2;
+  o.config.tail = 256;
+  o.config.tail_max = 512;
+  o.n_ubatch = 64;
+  const Snapshot a = encode_capture(cap, o);
+  size_t calls = 0, records = 0;
+  o.sealer = [&](const RecordLayout& l, const SealOptions& so, size_t n, const uint16_t* const* k,
+                 const uint16_t* const* v, size_t stride, uint8_t* out) {
+    ++calls;
+    records += n;
+    return seal_records(l, so, n, k, v, stride, out);
+  };
+  const Snapshot b = encode_capture(cap, o);
+  EXPECT_GT(calls, 0u);
+  EXPECT_EQ(records, static_cast<size_t>(b.n_groups()) * cap.kv_heads * cap.layers.size());
+  ASSERT_EQ(a.layers.size(), b.layers.size());
+  EXPECT_GT(a.n_groups(), 0u);
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    EXPECT_EQ(a.layers[l].body, b.layers[l].body);
+    EXPECT_EQ(a.layers[l].ring_k, b.layers[l].ring_k);
+  }
+}
+
 TEST(Encode, KvarnSealsEveryFullGroup) {
   const Capture cap = make_capture(1, 2, 128, 128 + 5 * 128 + 17, 4);
   EncodeOptions o;

@@ -15,6 +15,7 @@
 #include "sjkv/config.h"
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/file_error.h"
+#include "sjkv/io/paths.h"
 #include "sjkv/io/text.h"
 
 namespace sjkv::cli {
@@ -62,6 +63,15 @@ inline void check_output(const std::string& out, const char* option, const std::
     if (!in.empty() && same_file(out, in))
       throw UsageError(std::string(option) + " " + out + " is the input " + in + "; writing it would destroy the input");
   check_output_path(out);
+}
+
+// check_output for a file: not a folder, in a folder that exists (FileError naming the option,
+// exit 2), and not one of the inputs (exit 1).
+inline void check_output_file(const std::string& path, const char* option, const std::vector<std::string>& inputs) {
+  if (is_folder(path)) throw FileError(path, std::string(option) + ": is a folder, not a file");
+  if (!is_folder(parent_folder(path)))
+    throw FileError(path, std::string(option) + ": the folder " + parent_folder(path) + " does not exist");
+  check_output(path, option, inputs);
 }
 
 // The codec options that do not depend on the input, checked before any work (exit 1, naming

@@ -11,6 +11,7 @@
 #include "cli_common.h"
 #include "sjkv/cache.h"
 #include "sjkv/demo.h"
+#include "sjkv/device.h"
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/capture_file.h"
 #include "sjkv/io/codebook.h"
@@ -86,10 +87,7 @@ int run_encode(const EncodeArgs& a) {
   std::vector<std::string> inputs = a.codebooks;
   inputs.push_back(a.input);
   check_output(a.output, "-o", inputs);
-  std::string device_used;
-  const EncodeDevice device = resolve_encode_device(
-      a.device == "cuda" ? EncodeDevice::cuda : a.device == "cpu" ? EncodeDevice::cpu : EncodeDevice::automatic,
-      &device_used);
+  const Device device = Device::resolve(a.device);
   ImportOptions io;
   io.head_dim = a.head_dim;
   io.layers = a.layers;
@@ -100,7 +98,6 @@ int run_encode(const EncodeArgs& a) {
   eo.config = config_from(a);
   eo.config.head_dim = cap.head_dim;
   eo.n_ubatch = a.ubatch;
-  eo.device = device;
   // Raw table files, at most one per bit width; each side takes the file of its width.
   std::vector<RawCodebook> tables;
   for (const std::string& f : a.codebooks) {
@@ -131,6 +128,7 @@ int run_encode(const EncodeArgs& a) {
   eo.threads = a.threads;
   cli::Progress bar("encoding", a.quiet);
   eo.progress = bar.callback();
+  eo.sealer = device.sealer();
   Snapshot snap;
   try {
     snap = encode_capture(cap, eo);
@@ -142,7 +140,7 @@ int run_encode(const EncodeArgs& a) {
   if (!a.quiet)
     std::fprintf(stderr, "%s: %s: %u layers, %u tokens, B=%u -> %s (%s, device %s)\n", kTool, a.input.c_str(),
                  static_cast<unsigned>(snap.layers.size()), snap.N, snap.B, a.output.c_str(),
-                 snap.config.name().c_str(), device_used.c_str());
+                 snap.config.name().c_str(), device.describe().c_str());
   return cli::kOk;
 }
 
@@ -389,6 +387,43 @@ int run_plan(const PlanArgs& a) {
       << ".\n";
   std::cout << o.str();
   return cli::kOk;
+}
+
+// `demo`'s two renderings of the rows run_demo measured.
+std::string demo_table(const std::vector<DemoRow>& rows) {
+  std::ostringstream o;
+  int w = 6;
+  for (const auto& r : rows) w = r.config.size() > static_cast<size_t>(w) ? static_cast<int>(r.config.size()) : w;
+  char line[512];
+  std::snprintf(line, sizeof line, "| %-*s | %8s | %9s | %8s | %9s | %9s | %10s |\n", w, "config", "rec B", "body bpv",
+                "stage bpv", "K rel.rms", "V rel.rms", "ms/record");
+  o << line;
+  o << "|" << std::string(w + 2, '-') << "|" << std::string(10, '-') << ":|" << std::string(10, '-') << ":|"
+    << std::string(9, '-') << ":|" << std::string(10, '-') << ":|" << std::string(10, '-') << ":|"
+    << std::string(11, '-') << ":|\n";
+  for (const auto& r : rows) {
+    std::snprintf(line, sizeof line, "| %-*s | %8u | %9.5f | %8.3f | %9.4f | %9.4f | %10.3f |\n", w, r.config.c_str(),
+                  r.record_bytes, r.body_bits, r.staging_bits, r.k_rel_rms, r.v_rel_rms, r.ms_per_record);
+    o << line;
+  }
+  return o.str();
+}
+
+std::string demo_json(const std::vector<DemoRow>& rows) {
+  std::ostringstream o;
+  o << "[\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    char line[640];
+    std::snprintf(line, sizeof line,
+                  ", \"head_dim\": %u, \"record_bytes\": %u, \"body_bits\": %.6f, \"staging_bits\": %.6f, "
+                  "\"k_rel_rms\": %.6g, \"v_rel_rms\": %.6g, \"ms_per_record\": %.6g}%s\n",
+                  r.head_dim, r.record_bytes, r.body_bits, r.staging_bits, r.k_rel_rms, r.v_rel_rms, r.ms_per_record,
+                  i + 1 < rows.size() ? "," : "");
+    o << "  {\"config\": " << json_string(r.config) << line;
+  }
+  o << "]\n";
+  return o.str();
 }
 
 void progress_demo(size_t done, size_t total) {

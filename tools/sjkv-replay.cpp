@@ -1,6 +1,5 @@
 // sjkv-replay: argument parsing and calls into the replay library, nothing else.
 #include <CLI/CLI.hpp>
-#include <climits>
 #include <cstdlib>
 #include <omp.h>
 #include <sys/stat.h>
@@ -16,8 +15,10 @@
 #include <sstream>
 
 #include "cli_common.h"
+#include "sjkv/device.h"
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/capture_file.h"
+#include "sjkv/io/paths.h"
 #include "sjkv/replay/arms.h"
 #include "sjkv/replay/model.h"
 #include "sjkv/replay/results.h"
@@ -70,6 +71,7 @@ void note(const ModelArgs& m, const std::string& line) {
 struct Loaded {
   std::string path, sha256;
   std::unique_ptr<Model> model;
+  Device device;  // where the SJ arms seal: resolved once, handed to every arm made to run
 };
 
 std::string model_path_of(const ModelArgs& a) { return a.model.empty() ? default_model_path() : a.model; }
@@ -80,14 +82,12 @@ Loaded load_model(const ModelArgs& a) {
   if (l.path.empty())
     throw cli::UsageError("no model: pass --model FILE.gguf, set SJKV_MODEL, or run scripts/setup to install the default");
   if (a.threads > 0) omp_set_num_threads(a.threads);
-  const std::string dev = set_seal_device(a.device == "cuda"  ? SealDevice::cuda
-                                           : a.device == "cpu" ? SealDevice::cpu
-                                                               : SealDevice::automatic);
+  l.device = Device::resolve(a.device);
   l.sha256 = sha256_file_hex(l.path);
   LoadOptions opt;
   opt.n_threads = a.threads;
   l.model = Model::load(l.path, opt);
-  note(a, "model " + l.path + "; SJ records sealed on " + dev);
+  note(a, "model " + l.path + "; SJ records sealed on " + l.device.describe());
   return l;
 }
 
@@ -99,14 +99,10 @@ std::string arm_folder(const std::string& spec) {
   return f;
 }
 
-std::string base_name(const std::string& p) {
-  const size_t s = p.find_last_of('/');
-  return s == std::string::npos ? p : p.substr(s + 1);
-}
-
-std::unique_ptr<KvArm> arm_or_usage(const std::string& spec, const char* option) {
+// `sealers`: for an arm that runs (Device::sealers); checks leave it empty.
+std::unique_ptr<KvArm> arm_or_usage(const std::string& spec, const char* option, const SealerSource& sealers = {}) {
   try {
-    return make_arm(spec);
+    return make_arm(spec, sealers);
   } catch (const std::invalid_argument& e) {
     std::string examples;
     for (const std::string& s : arm_examples()) examples += (examples.empty() ? "" : ", ") + s;
@@ -122,8 +118,7 @@ std::string read_prompt(const std::string& file) {
   if (in) {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   } else {
-    struct stat st;
-    if (::stat(file.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw FileError(file, "is a folder, not a prompt file");
+    if (is_folder(file)) throw FileError(file, "is a folder, not a prompt file");
     std::ifstream f(file, std::ios::binary);
     if (!f) throw FileError(file, std::string("cannot open: ") + std::strerror(errno));
     text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
@@ -135,48 +130,9 @@ std::string read_prompt(const std::string& file) {
   return text;
 }
 
-bool is_folder(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-bool exists(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0;
-}
-
-std::string parent_of(const std::string& p) {
-  std::string q = p;
-  while (q.size() > 1 && q.back() == '/') q.pop_back();
-  const size_t s = q.find_last_of('/');
-  if (s == std::string::npos) return ".";
-  return s == 0 ? "/" : q.substr(0, s);
-}
-
-// An output file: not a folder, in a folder that exists (FileError, exit 2), and not one of
-// the inputs (exit 1).
-void check_output_file(const std::string& path, const char* option, const std::vector<std::string>& inputs) {
-  if (is_folder(path)) throw FileError(path, std::string(option) + ": is a folder, not a file");
-  if (!is_folder(parent_of(path)))
-    throw FileError(path, std::string(option) + ": the folder " + parent_of(path) + " does not exist");
-  cli::check_output(path, option, inputs);
-}
-
 void check_output_folder(const std::string& path) {
-  if (exists(path) && !is_folder(path)) throw FileError(path, "--out: exists and is not a folder");
-  if (!is_folder(parent_of(path))) throw FileError(path, "--out: the folder " + parent_of(path) + " does not exist");
-}
-
-// Both paths name the same file (compared through their folders' real paths).
-bool same_path(const std::string& a, const std::string& b) {
-  if (a == b) return true;
-  auto canon = [](const std::string& p) {
-    char buf[PATH_MAX];
-    const std::string dir = parent_of(p);
-    if (!::realpath(dir.c_str(), buf)) return p;
-    return std::string(buf) + "/" + base_name(p);
-  };
-  return canon(a) == canon(b);
+  if (path_exists(path) && !is_folder(path)) throw FileError(path, "--out: exists and is not a folder");
+  if (!is_folder(parent_folder(path))) throw FileError(path, "--out: the folder " + parent_folder(path) + " does not exist");
 }
 
 // Every arm must serve every layer shape of the model at this context and ubatch; called
@@ -222,7 +178,7 @@ Trajectory do_record(const ModelArgs& ma, const RecordArgs& ra, Loaded& l, const
                      const std::function<void(uint32_t n_ctx)>& fits = {}) {
   check_record_args(ra);
   const RefEncoding encoding = parse_encoding(ra.encoding);
-  const std::unique_ptr<KvArm> ref = arm_or_usage(ra.reference, "--reference");
+  const std::unique_ptr<KvArm> ref = arm_or_usage(ra.reference, "--reference", l.device.sealers());
   const std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(l.model->gguf());
 
   RecordInput in;
@@ -312,7 +268,7 @@ int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vec
              const std::vector<std::string>& read_from = {}, const std::vector<AtomicOutput*>& also = {}) {
   check_score_args(sa);
   std::vector<std::unique_ptr<KvArm>> arms;
-  for (const std::string& a : sa.arms) arms.push_back(arm_or_usage(a, "--arms"));
+  for (const std::string& a : sa.arms) arms.push_back(arm_or_usage(a, "--arms", l.device.sealers()));
   const std::string baseline = sa.baseline.empty() ? sa.arms[0] : sa.baseline;
 
   std::vector<Trajectory> trajs;
@@ -348,8 +304,7 @@ int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vec
       arm_dirs[a] = sa.out + "/" + arm_folder(sa.arms[a]);
       for (size_t b = 0; b < a; ++b)
         if (arm_dirs[b] == arm_dirs[a]) throw cli::UsageError("--arms lists '" + sa.arms[a] + "' twice");
-      struct stat st;
-      todo[a] = ::stat((arm_dirs[a] + "/results.json").c_str(), &st) != 0;
+      todo[a] = !path_exists(arm_dirs[a] + "/results.json");
       if (!todo[a]) note(ma, "skipping " + sa.arms[a] + ": " + arm_dirs[a] + " is complete");
     }
   }
@@ -533,7 +488,7 @@ int main(int argc, char** argv) {
       std::vector<std::string> ins;
       for (const std::string& d : cmp_dirs) ins.push_back(d + "/positions.csv");
       if (!cmp_pairs.empty()) ins.push_back(cmp_pairs);
-      check_output_file(cmp_out, "-o", ins);
+      cli::check_output_file(cmp_out, "-o", ins);
       std::vector<PositionRow> rows;
       for (const std::string& in : ins) {
         if (in == cmp_pairs) break;
@@ -578,8 +533,8 @@ int main(int argc, char** argv) {
         throw cli::UsageError("-o and --capture name the same file");
       const std::vector<std::string> ins = {rec_r.prompt_file == "-" ? std::string() : rec_r.prompt_file,
                                             model_path_of(rec_m)};
-      check_output_file(rec_r.output, "-o", ins);
-      if (!rec_r.capture.empty()) check_output_file(rec_r.capture, "--capture", ins);
+      cli::check_output_file(rec_r.output, "-o", ins);
+      if (!rec_r.capture.empty()) cli::check_output_file(rec_r.capture, "--capture", ins);
       const std::string text = read_prompt(rec_r.prompt_file);
       Loaded l = load_model(rec_m);
       do_record(rec_m, rec_r, l, text, rec_r.output);
@@ -604,10 +559,10 @@ int main(int argc, char** argv) {
       const std::string traj = run_s.out + "/trajectory.h5";
       const std::vector<std::string> ins = {run_r.prompt_file == "-" ? std::string() : run_r.prompt_file,
                                             model_path_of(run_m)};
-      if (is_folder(run_s.out)) check_output_file(traj, "--out", ins);
+      if (is_folder(run_s.out)) cli::check_output_file(traj, "--out", ins);
       if (!run_r.capture.empty()) {
         if (same_path(traj, run_r.capture)) throw cli::UsageError("--capture names the run's " + traj);
-        check_output_file(run_r.capture, "--capture", ins);
+        cli::check_output_file(run_r.capture, "--capture", ins);
       }
       const std::string text = read_prompt(run_r.prompt_file);
       Loaded l = load_model(run_m);

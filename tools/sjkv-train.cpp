@@ -8,25 +8,18 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
-#include <map>
 #include <memory>
 #include <sstream>
 
-#include <sys/stat.h>
-
 #include "cli_common.h"
-#include "sjkv/io/atomic_file.h"
+#include "sjkv/device.h"
 #include "sjkv/io/load.h"
 #include "sjkv/io/codebook.h"
 #include "sjkv/io/lloyd_checkpoint.h"
 #include "sjkv/io/sha256.h"
+#include "sjkv/train/pipeline.h"
 #include "sjkv/train/train.h"
 #include "sjkv/trellis.h"
-
-#if defined(SJKV_TRAIN_TOOL_CUDA)
-#include "sjkv/cuda/codec_cuda.h"
-#include "sjkv/cuda/train_cuda.h"
-#endif
 
 using namespace sjkv;
 using namespace sjkv::train;
@@ -61,36 +54,10 @@ std::string num(double v) {
   return b;
 }
 
-
 std::string hex_id(uint64_t id) {
   char b[24];
   std::snprintf(b, sizeof b, "%016" PRIx64, id);
   return b;
-}
-
-std::vector<float> decoded(const uint16_t* t, uint32_t n) {
-  std::vector<float> f(n);
-  for (uint32_t i = 0; i < n; ++i) f[i] = f16_to_f32(t[i]);
-  return f;
-}
-
-// The device the Lloyd passes run on: "cpu" or "cuda". --device cuda without a usable GPU
-// (or without CUDA in this build) is an input problem: one line, exit 2.
-std::string resolve_device(const std::string& asked, std::string* name) {
-  int n = 0;
-  name->clear();
-#if defined(SJKV_TRAIN_TOOL_CUDA)
-  n = cuda::device_count();
-  if (n > 0) *name = cuda::device_name(0);
-#endif
-  if (asked == "cpu") return "cpu";
-#if defined(SJKV_TRAIN_TOOL_CUDA)
-  const char* why = "no CUDA device present";
-#else
-  const char* why = "this build has no CUDA support";
-#endif
-  if (asked == "cuda" && n == 0) throw std::invalid_argument(std::string("--device cuda: ") + why);
-  return n > 0 ? "cuda" : "cpu";
 }
 
 int run_train(const TrainArgs& a) {
@@ -99,263 +66,103 @@ int run_train(const TrainArgs& a) {
   if (!(a.tol >= 0.0 && std::isfinite(a.tol))) throw cli::UsageError("--tol must be finite and >= 0");
   // -o is a prefix; "out/" or a folder would write the hidden files out/.sjcb, out/.bin, out/.h.
   {
-    const size_t slash = a.prefix.find_last_of('/');
-    const std::string base = slash == std::string::npos ? a.prefix : a.prefix.substr(slash + 1);
-    struct stat st;
-    if (base.empty() || base == "." || base == ".." || (::stat(a.prefix.c_str(), &st) == 0 && S_ISDIR(st.st_mode)))
+    const std::string base = base_name(a.prefix);
+    if (base.empty() || base == "." || base == ".." || is_folder(a.prefix))
       throw cli::UsageError("-o '" + a.prefix + "' names a folder; give a file prefix such as " +
                             (a.prefix.empty() || a.prefix.back() == '/' ? a.prefix : a.prefix + "/") +
                             "cb3 (writes cb3.sjcb, cb3.bin, cb3.h)");
   }
+  TrainRun run;
+  run.axis = a.axis == "channel" ? TrellisAxis::channel : TrellisAxis::token;
   {
     CodecConfig cc;
     cc.bits_k = cc.bits_v = a.bits;
     cc.body = Body::trellis;
     cc.sink = a.sink;
     cc.iters = a.iters;
-    cc.trellis_axis = a.axis == "channel" ? TrellisAxis::channel : TrellisAxis::token;
+    cc.trellis_axis = run.axis;
     cli::check_codec_options(cc);
   }
-  // All outputs are created (and checked) before the work, and committed together at the end.
-  const bool token_axis = a.axis != "channel";
   std::vector<std::string> ins = a.inputs;
   if (!a.init.empty() && a.init != "identity" && a.init != "reference") ins.push_back(a.init);
-  const std::vector<std::string> out_names = token_axis
-      ? std::vector<std::string>{a.prefix + ".sjcb", a.prefix + ".bin", a.prefix + ".h"}
-      : std::vector<std::string>{a.prefix + ".sjcb", a.prefix + ".bin"};
-  for (const std::string& o : out_names) cli::check_output(o, "-o", ins);
-  std::vector<std::unique_ptr<AtomicOutput>> outs;
-  for (const std::string& o : out_names) outs.push_back(std::make_unique<AtomicOutput>(o));
-  std::string device_name;
-  const std::string device = resolve_device(a.device, &device_name);
+  run.prefix = a.prefix;
+  for (const std::string& o : train_output_names(run.prefix, run.axis)) cli::check_output(o, "-o", ins);
+  const Device device = Device::resolve(a.device, "this build has no CUDA support");
+  if (!parse_staging(a.staging, &run.staging)) throw cli::UsageError("--staging must be tq6_0, q8_0 or f16");
+  run.inputs = a.inputs;
+  run.io = a.io;
+  run.bits = a.bits;
+  run.init = a.init;
+  run.seed = a.seed;
+  run.heldout = a.heldout;
+  run.tol = a.tol;
+  run.max_iters = a.max_iters;
+  run.threads = a.threads;
+  run.sink = a.sink;
+  run.iters = a.iters;
+  run.assume_rotated = a.assume_rotated;
+  run.checkpoint = a.checkpoint;
+  run.tool_version = kVersion;
+  run.lloyd_passes = [&device] { return device.lloyd_pass(); };
+
   const uint32_t ne = trellis_entries(a.bits);
-  // starting tables
-  std::vector<uint16_t> init_k(ne), init_v(ne);
-  std::string init_name = "identity";
-  if (a.init.empty() || a.init == "identity") {
-    identity_codebook(a.bits, init_k.data());
-    identity_codebook(a.bits, init_v.data());
-  } else if (a.init == "reference") {
-    // The format's built-in tables (the reference codec's; at 4 bits the identity table).
-    const uint16_t* rk = codebook_table(TrellisCodebooks{}, Side::k, a.bits);
-    const uint16_t* rv = codebook_table(TrellisCodebooks{}, Side::v, a.bits);
-    init_k.assign(rk, rk + ne);
-    init_v.assign(rv, rv + ne);
-    init_name = a.bits == 4 ? "reference (the format's 4-bit table, the identity)" : "reference (the format's built-in tables)";
-  } else {
-    const CodebookContainer c = read_codebook_any(a.init);
-    if (c.table.bits != a.bits)
-      throw FileError(a.init, "is a " + std::to_string(c.table.bits) + "-bit codebook; --bits is " + std::to_string(a.bits));
-    init_k = c.table.k;
-    init_v = c.table.v;
-    init_name = "file " + a.init + " (" + hex_id(c.codebook_id) + ")";
-  }
-
-  TargetOptions to;
-  to.config.bits_k = to.config.bits_v = a.bits;
-  to.config.sink = a.sink;
-  to.config.iters = a.iters;
-  if (!parse_staging(a.staging, &to.config.staging)) throw cli::UsageError("--staging must be tq6_0, q8_0 or f16");
-  to.config.trellis_axis = a.axis == "channel" ? TrellisAxis::channel : TrellisAxis::token;
-  to.assume_rotated = a.assume_rotated;
-  to.threads = a.threads;
-
-  SplitDrawer split(a.seed, a.heldout);
-  TrainingSet set;
-  CodebookProvenance prov;
-  prov.tool_version = kVersion;
-  prov.seed = a.seed;
-  {
-    cli::Progress bar("reading", a.quiet);
-    for (size_t i = 0; i < a.inputs.size(); ++i) {
-      bar.update(i, a.inputs.size());
-      const std::string sha = sha256_file_hex(a.inputs[i]);
-      const Capture cap = load_capture_any(a.inputs[i], a.io);
-      try {
-        append_capture_targets(cap, to, split, set);
-      } catch (const std::invalid_argument& e) {
-        throw FileError(a.inputs[i], e.what());
-      }
-      prov.inputs.push_back({a.inputs[i], sha});
-    }
-    bar.update(a.inputs.size(), a.inputs.size());
-  }
-  if (set.train_k.sequences() == 0)
-    throw std::invalid_argument("the inputs hold no sealed tile in the train set (a tile is a full group of 128 positions "
-                                "after the sink of " + std::to_string(a.sink) + ")");
-  if (!a.quiet) {
+  cli::Progress reading("reading", a.quiet);
+  std::unique_ptr<cli::Progress> training;
+  auto side_name = [](Side s) { return s == Side::k ? "K" : "V"; };
+  TrainEvents& ev = run.events;
+  ev.reading = [&](size_t done, size_t total) { reading.update(done, total); };
+  ev.read = [&](const TrainingSet& set) {
+    reading.finish();
+    if (a.quiet) return;
     // Information only once the inputs are read: an error stays the only line.
-    std::fprintf(stderr, "%s: Lloyd passes on %s%s\n", kTool, device == "cuda" ? "cuda: " : "cpu",
-                 device == "cuda" ? device_name.c_str() : "");
-  }
-  if (!a.quiet)
+    std::fprintf(stderr, "%s: Lloyd passes on %s%s\n", kTool, device.cuda() ? "cuda: " : "cpu",
+                 device.gpu_name().c_str());
     std::fprintf(stderr, "%s: %" PRIu64 " train and %" PRIu64 " held-out tiles (%zu + %zu sequences per side), split %s\n",
                  kTool, set.train_records, set.heldout_records, set.train_k.sequences(), set.heldout_k.sequences(),
                  SplitDrawer::rng_name());
-
-  // --checkpoint: each side's Lloyd state goes to PREFIX.{k,v}.ckpt after every update; a run
-  // with the same inputs and options goes on from there and gives the same bytes.
-  std::string run_text = std::string(kVersion) + "\n";
-  for (const CodebookInput& in : prov.inputs) run_text += "input " + in.sha256 + "\n";
-  run_text += "bits " + std::to_string(a.bits) + " axis " + a.axis + " seed " + std::to_string(a.seed) + " heldout " +
-              num(a.heldout) + " tol " + num(a.tol) + " max_iters " + std::to_string(a.max_iters) + " init " + init_name +
-              " staging " + a.staging + " sink " + std::to_string(a.sink) + " iters " + std::to_string(a.iters) +
-              (a.assume_rotated ? " assume_rotated" : "") + " head_dim " + std::to_string(a.io.head_dim) + " kv_sections " +
-              std::to_string(a.io.kv_sections) + " layers";
-  for (auto l : a.io.layers) run_text += " " + std::to_string(l);
-  run_text += " layer_ids";
-  for (auto l : a.io.layer_ids) run_text += " " + std::to_string(l);
-  const std::string ckpt_path[2] = {a.prefix + ".k.ckpt", a.prefix + ".v.ckpt"};
-
-  LloydOptions lo;
-  lo.max_iters = a.max_iters;
-  lo.tol = a.tol;
-  lo.threads = a.threads;
-  LloydResult res[2];
-  std::vector<uint16_t> id(ne);
-  identity_codebook(a.bits, id.data());
-  for (int s = 0; s < 2; ++s) {
-#if defined(SJKV_TRAIN_TOOL_CUDA)
-    // Targets stay on the device for the whole side; the pass gives the CPU pass's bits.
-    std::map<const Targets*, std::unique_ptr<cuda::LloydPass>> on_device;
-    if (device == "cuda")
-      lo.pass = [&](const Targets& t, uint32_t bits, const float* cbf, std::vector<double>* sum,
-                    std::vector<uint64_t>* cnt) {
-        std::unique_ptr<cuda::LloydPass>& p = on_device[&t];
-        if (!p) {
-          p.reset(new cuda::LloydPass);
-          const std::string e = p->upload(t.y.data(), t.sequences(), t.len);
-          if (!e.empty()) throw std::runtime_error("CUDA: " + e);
-        }
-        double mse = 0;
-        const std::string e = p->run(bits, cbf, &mse, sum, cnt);
-        if (!e.empty()) throw std::runtime_error("CUDA: " + e);
-        return mse;
-      };
-#endif
-    if (set.heldout_records)
-      lo.real_mse = [&, s](const std::vector<uint16_t>& table) {
-        double mk, mv;
-        heldout_real_mse(set, s == 0 ? table.data() : id.data(), s == 0 ? id.data() : table.data(), a.threads, &mk, &mv);
-        return s == 0 ? mk : mv;
-      };
-    const char* sn = s == 0 ? "K" : "V";
-    cli::Progress bar(std::string("training ") + sn, a.quiet || a.json);
-    lo.on_iteration = [&](const LloydIteration& it) {
-      bar.update(it.iter, a.max_iters);
-      if (!a.quiet) {
-        bar.finish();
-        std::fprintf(stderr, "%s %s iter %2u: train mse %.6f  held-out mse %s  held-out real-value mse %s  entries used %u/%u\n",
-                     kTool, sn, it.iter, it.train_mse, num(it.heldout_mse).c_str(), num(it.heldout_real_mse).c_str(),
-                     it.entries_used, ne);
-      }
-    };
-    LloydCheckpoint ck;
-    lo.resume = nullptr;
-    lo.on_state = nullptr;
-    if (a.checkpoint) {
-      const std::string key_text = run_text + " side " + sn;
-      const auto key = sha256(key_text.data(), key_text.size());
-      struct stat st;
-      if (::stat(ckpt_path[s].c_str(), &st) == 0) {
-        ck = read_lloyd_checkpoint(ckpt_path[s]);
-        if (ck.run_key == key && ck.bits == a.bits && ck.side == static_cast<uint32_t>(s)) {
-          lo.resume = &ck.state;
-          if (!a.quiet)
-            std::fprintf(stderr, "%s: %s goes on from %s (iteration %u%s%s)\n", kTool, sn, ckpt_path[s].c_str(),
-                         ck.state.history.back().iter, ck.state.stop.empty() ? "" : ", stopped: ", ck.state.stop.c_str());
-        } else if (!a.quiet) {
-          std::fprintf(stderr, "%s: %s is from another run (other inputs or options); starting %s over\n", kTool,
-                       ckpt_path[s].c_str(), sn);
-        }
-      }
-      lo.on_state = [&, s, key](const LloydState& state) {
-        LloydCheckpoint c;
-        c.bits = a.bits;
-        c.side = static_cast<uint32_t>(s);
-        c.run_key = key;
-        c.state = state;
-        write_lloyd_checkpoint(ckpt_path[s], c);
-      };
+  };
+  ev.side = [&](Side s) {
+    training.reset();
+    training = std::make_unique<cli::Progress>(std::string("training ") + side_name(s), a.quiet || a.json);
+  };
+  ev.resumed = [&](Side s, const std::string& path, const LloydState& st) {
+    if (!a.quiet)
+      std::fprintf(stderr, "%s: %s goes on from %s (iteration %u%s%s)\n", kTool, side_name(s), path.c_str(),
+                   st.history.back().iter, st.stop.empty() ? "" : ", stopped: ", st.stop.c_str());
+  };
+  ev.other_run = [&](Side s, const std::string& path) {
+    if (!a.quiet)
+      std::fprintf(stderr, "%s: %s is from another run (other inputs or options); starting %s over\n", kTool,
+                   path.c_str(), side_name(s));
+  };
+  ev.iteration = [&](Side s, const LloydIteration& it) {
+    training->update(it.iter, a.max_iters);
+    if (!a.quiet) {
+      training->finish();
+      std::fprintf(stderr, "%s %s iter %2u: train mse %.6f  held-out mse %s  held-out real-value mse %s  entries used %u/%u\n",
+                   kTool, side_name(s), it.iter, it.train_mse, num(it.heldout_mse).c_str(),
+                   num(it.heldout_real_mse).c_str(), it.entries_used, ne);
     }
-    res[s] = lloyd_train(s == 0 ? set.train_k : set.train_v, s == 0 ? set.heldout_k : set.heldout_v, a.bits,
-                         s == 0 ? init_k.data() : init_v.data(), lo);
-  }
-
-  // held-out comparison
-  struct Row { double scalar, identity, reference, trained; } row[2];
-  Row real[2];
-  real[0].scalar = real[1].scalar = NAN;
-  heldout_real_mse(set, id.data(), id.data(), a.threads, &real[0].identity, &real[1].identity);
-  heldout_real_mse(set, res[0].table_f16.data(), res[1].table_f16.data(), a.threads, &real[0].trained, &real[1].trained);
-  if (a.bits <= 3)
-    heldout_real_mse(set, reference_codebook(Side::k, a.bits), reference_codebook(Side::v, a.bits), a.threads,
-                     &real[0].reference, &real[1].reference);
-  else
-    real[0].reference = real[1].reference = NAN;
-  const auto idf = decoded(id.data(), ne);
-  for (int s = 0; s < 2; ++s) {
-    const Targets& ho = s == 0 ? set.heldout_k : set.heldout_v;
-    const Side side = s == 0 ? Side::k : Side::v;
-    row[s].scalar = scalar_mse(ho, a.bits);
-    row[s].identity = trellis_mse(ho, a.bits, idf.data(), a.threads);
-    const uint16_t* ref = reference_codebook(side, a.bits);
-    row[s].reference = ref ? trellis_mse(ho, a.bits, decoded(ref, ne).data(), a.threads) : NAN;
-    row[s].trained = res[s].heldout_mse_f16;
-  }
-
-  CodebookContainer c;
-  c.axis = a.axis == "channel" ? CodebookAxis::channel : CodebookAxis::token;
-  c.table.bits = a.bits;
-  c.table.k = res[0].table_f16;
-  c.table.v = res[1].table_f16;
-  prov.iterations = std::max(res[0].iterations, res[1].iterations);
-  prov.train_tiles_k = prov.train_tiles_v = set.train_records;
-  prov.heldout_tiles_k = prov.heldout_tiles_v = set.heldout_records;
-  prov.train_mse_k = res[0].train_mse_f16;
-  prov.train_mse_v = res[1].train_mse_f16;
-  prov.heldout_mse_k = res[0].heldout_mse_f16;
-  prov.heldout_mse_v = res[1].heldout_mse_f16;
-  prov.extra = {{"init", init_name},
-                {"iterations_k", std::to_string(res[0].iterations)},
-                {"iterations_v", std::to_string(res[1].iterations)},
-                {"stop_k", res[0].stop},
-                {"stop_v", res[1].stop},
-                {"tol", num(a.tol)},
-                {"max_iters", std::to_string(a.max_iters)},
-                {"heldout_fraction", num(a.heldout)},
-                {"split_rng", SplitDrawer::rng_name()},
-                {"seal", "staging=" + a.staging + " sink=" + std::to_string(a.sink) + " iters=" + std::to_string(a.iters) +
-                             (a.assume_rotated ? " assume_rotated" : "")},
-                {"unused_entries", "keep their previous value"}};
-  c.provenance = prov;
-  {
-    const std::vector<uint8_t> box = container_bytes(c), raw = raw_codebook_bytes(c.table);
-    write_file_bytes(outs[0]->temp_path(), box.data(), box.size(), out_names[0]);
-    write_file_bytes(outs[1]->temp_path(), raw.data(), raw.size(), out_names[1]);
-    // The header's macro names (SJKVARN_CB<b>_TOK_*) are the reference generator's token-axis
-    // tables; a channel-axis codebook is written as the container and the raw table only.
-    if (token_axis) {
-      const std::string h = codebook_header_text(c.table, std::string(kVersion) + ", seed " + std::to_string(a.seed));
-      write_file_bytes(outs[2]->temp_path(), h.data(), h.size(), out_names[2]);
-    }
-    std::vector<AtomicOutput*> all;
-    for (auto& o : outs) all.push_back(o.get());
-    commit_all(all);
-  }
-  if (a.checkpoint)
-    for (const std::string& p : ckpt_path) std::remove(p.c_str());
-  const uint64_t cid = raw_codebook_id(c.table);
-  const std::string rsha = raw_codebook_sha256(c.table);
+  };
+  const TrainReport rep = train_and_evaluate(run);
+  training.reset();
+  const LloydResult* res = rep.result;
+  const HeldoutRow* row = rep.heldout;
+  const HeldoutRow* real = rep.heldout_real;
+  const uint64_t cid = rep.codebook.codebook_id;
+  const std::string& rsha = rep.codebook.raw_sha256;
+  const std::string& init_name = rep.init_name;
+  const bool token_axis = run.axis == TrellisAxis::token;
 
   if (a.json) {
     std::ostringstream o;
     o << "{\n  \"tool_version\": " << json_string(kVersion) << ",\n  \"bits\": " << a.bits << ",\n  \"window_length\": "
       << trellis_window_len(a.bits) << ",\n  \"axis\": " << json_string(a.axis) << ",\n  \"codebook_id\": \"" << hex_id(cid)
       << "\",\n  \"raw_sha256\": \"" << rsha << "\",\n  \"seed\": " << a.seed << ",\n  \"split_rng\": "
-      << json_string(SplitDrawer::rng_name()) << ",\n  \"train_tiles\": " << set.train_records
-      << ",\n  \"heldout_tiles\": " << set.heldout_records << ",\n  \"outputs\": [" << json_string(a.prefix + ".sjcb")
-      << ", " << json_string(a.prefix + ".bin") << (token_axis ? ", " + json_string(a.prefix + ".h") : std::string()) << "],\n  \"iterations\": {";
+      << json_string(SplitDrawer::rng_name()) << ",\n  \"train_tiles\": " << rep.train_tiles
+      << ",\n  \"heldout_tiles\": " << rep.heldout_tiles << ",\n  \"outputs\": [";
+    for (size_t i = 0; i < rep.outputs.size(); ++i) o << (i ? ", " : "") << json_string(rep.outputs[i]);
+    o << "],\n  \"iterations\": {";
     for (int s = 0; s < 2; ++s) {
       o << (s ? ", " : "") << "\"" << (s == 0 ? "k" : "v") << "\": [";
       for (size_t i = 0; i < res[s].history.size(); ++i) {
@@ -386,7 +193,7 @@ int run_train(const TrainArgs& a) {
     std::printf("from %s: K %u iterations (%s), V %u iterations (%s)\n", init_name.c_str(), res[0].iterations,
                 res[0].stop.c_str(), res[1].iterations, res[1].stop.c_str());
     std::printf("held-out MSE of the trellis targets y (units of the row step), %" PRIu64 " tiles:\n",
-                set.heldout_records);
+                rep.heldout_tiles);
     std::printf("  side  %10s %10s %10s %10s\n", "scalar", "identity", "reference", "trained");
     for (int s = 0; s < 2; ++s)
       std::printf("  %-4s  %10s %10s %10s %10s\n", s == 0 ? "K" : "V", num(row[s].scalar).c_str(),

@@ -2,8 +2,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <sstream>
 
 #include "sjkv/cache.h"
 #include "sjkv/hadamard.h"
@@ -131,42 +129,6 @@ std::vector<DemoRow> run_demo(const DemoOptions& opt, DemoProgress progress) {
     if (progress) progress(++done, configs.size());
   }
   return rows;
-}
-
-std::string demo_table(const std::vector<DemoRow>& rows) {
-  std::ostringstream o;
-  int w = 6;
-  for (const auto& r : rows) w = r.config.size() > static_cast<size_t>(w) ? static_cast<int>(r.config.size()) : w;
-  char line[512];
-  std::snprintf(line, sizeof line, "| %-*s | %8s | %9s | %8s | %9s | %9s | %10s |\n", w, "config", "rec B", "body bpv",
-                "stage bpv", "K rel.rms", "V rel.rms", "ms/record");
-  o << line;
-  o << "|" << std::string(w + 2, '-') << "|" << std::string(10, '-') << ":|" << std::string(10, '-') << ":|"
-    << std::string(9, '-') << ":|" << std::string(10, '-') << ":|" << std::string(10, '-') << ":|"
-    << std::string(11, '-') << ":|\n";
-  for (const auto& r : rows) {
-    std::snprintf(line, sizeof line, "| %-*s | %8u | %9.5f | %8.3f | %9.4f | %9.4f | %10.3f |\n", w, r.config.c_str(),
-                  r.record_bytes, r.body_bits, r.staging_bits, r.k_rel_rms, r.v_rel_rms, r.ms_per_record);
-    o << line;
-  }
-  return o.str();
-}
-
-std::string demo_json(const std::vector<DemoRow>& rows) {
-  std::ostringstream o;
-  o << "[\n";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const auto& r = rows[i];
-    char line[640];
-    std::snprintf(line, sizeof line,
-                  "  {\"config\": \"%s\", \"head_dim\": %u, \"record_bytes\": %u, \"body_bits\": %.6f, "
-                  "\"staging_bits\": %.6f, \"k_rel_rms\": %.6g, \"v_rel_rms\": %.6g, \"ms_per_record\": %.6g}%s\n",
-                  r.config.c_str(), r.head_dim, r.record_bytes, r.body_bits, r.staging_bits, r.k_rel_rms, r.v_rel_rms,
-                  r.ms_per_record, i + 1 < rows.size() ? "," : "");
-    o << line;
-  }
-  o << "]\n";
-  return o.str();
 }
 
 }  // namespace sjkv

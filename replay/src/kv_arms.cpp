@@ -15,7 +15,6 @@
 
 #include "attend_tile.h"
 #include "kv_arms_formats.h"
-#include "seal_device.h"
 #include "sjkv/cache.h"
 #include "sjkv/config.h"
 #include "sjkv/fp16.h"
@@ -310,6 +309,7 @@ struct SjOptions {
   bool kmean = false;                       // kmean=sink: one K mean per head, subtracted from every key
   char exact = 0;                           // exact=k|v: that side served as f16 rows (attribution)
   std::vector<uint32_t> layers;             // layers=A+B: only these layers compressed (attribution)
+  SealerSource sealers;                     // make_arm's: one sealer per layer cache (empty: the CPU)
   std::string suffix() const {
     std::string o;
     if (kmean) o += ":kmean=sink";
@@ -354,7 +354,7 @@ class SjLayer final : public InspectableKv, private RowSource {
       if (opt_.cb && cfg_.body == Body::trellis) so.codebooks = opt_.cb->tables(cfg_.bits_k, cfg_.bits_v);
       cache_ = std::make_unique<SequenceCache>(cfg_, sh, so);
       if (!cache_->status().ok()) throw std::invalid_argument(cfg_.name() + ": " + cache_->status().message());
-      attach_seal_device(*cache_);
+      if (opt_.sealers) cache_->set_sealer(opt_.sealers());
       const RecordLayout l = cfg_.layout();
       if (l.body == Body::scalar) {
         kbits_ = code_bits(l, Side::k);
@@ -687,7 +687,7 @@ void parse_widths(const std::string& spec, const std::string& w, bool allow_t, C
   c.body = t ? Body::trellis : Body::scalar;
 }
 
-std::unique_ptr<KvArm> parse(const std::string& spec) {
+std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealers) {
   if (spec.empty()) bad(spec, "empty spec");
   const auto parts = split(spec, ':');
   const std::string& head = parts[0];
@@ -795,6 +795,7 @@ std::unique_ptr<KvArm> parse(const std::string& spec) {
     const Unsupported why = can_implement(probe);
     if (why != Unsupported::none) bad(spec, describe(why));
     opt.cb = cb;
+    opt.sealers = sealers;
     return std::make_unique<SjArm>(spec, c, opt);
   }
   bad(spec, "unknown arm '" + head + "' (known: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl [:rot], turbo3 turbo4 tq5_0 tq6_0, kvarn:K/V, sj:K/V[t])");
@@ -802,7 +803,7 @@ std::unique_ptr<KvArm> parse(const std::string& spec) {
 
 }  // namespace
 
-std::unique_ptr<KvArm> make_arm(const std::string& spec) { return parse(spec); }
+std::unique_ptr<KvArm> make_arm(const std::string& spec, const SealerSource& sealers) { return parse(spec, sealers); }
 
 std::vector<std::string> arm_examples() {
   return {"f32",      "f16",        "bf16",       "q8_0",          "q8_0:rot",          "q4_0",

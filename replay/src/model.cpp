@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "sjkv/fp16.h"
+#include "sjkv/io/paths.h"
 #include "sjkv/replay/dequant.h"
 #include "sjkv/replay/model.h"
 
@@ -190,11 +191,7 @@ void GgufModel::load() {
   const ModelGeometry g = geometry_from_gguf(f_);
 
   info_.architecture = arch;
-  {
-    const std::string& path = f_.path();
-    const size_t slash = path.find_last_of('/');
-    info_.file_name = slash == std::string::npos ? path : path.substr(slash + 1);
-  }
+  info_.file_name = base_name(f_.path());
   const uint64_t n_layer = g.n_layers, n_embd = f_.get_uint(p + "embedding_length"),
                  n_ff = f_.get_uint(p + "feed_forward_length");
   if (n_embd == 0 || n_embd > 65536) fail("embedding_length " + std::to_string(n_embd) + " out of range");

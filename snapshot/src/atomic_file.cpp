@@ -18,22 +18,11 @@
 #include <string>
 
 #include "sjkv/io/file_error.h"
+#include "sjkv/io/paths.h"
 
 namespace sjkv {
 
 namespace {
-
-std::string dir_of(const std::string& p) {
-  const size_t slash = p.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return p.substr(0, slash);
-}
-
-std::string base_of(const std::string& p) {
-  const size_t slash = p.find_last_of('/');
-  return slash == std::string::npos ? p : p.substr(slash + 1);
-}
 
 std::string errno_text(int e) { return std::strerror(e); }
 
@@ -142,7 +131,7 @@ void write_all_fd(int fd, const unsigned char* p, size_t n, const std::string& n
 std::string atomic_temp_name(const std::string& final_path, long pid) {
   const size_t slash = final_path.find_last_of('/');
   const std::string prefix = slash == std::string::npos ? std::string() : final_path.substr(0, slash + 1);
-  return prefix + temp_stem(base_of(final_path)) + std::to_string(pid);
+  return prefix + temp_stem(base_name(final_path)) + std::to_string(pid);
 }
 
 bool same_file(const std::string& a, const std::string& b) {
@@ -165,7 +154,7 @@ bool checked_destination(const std::string& p) {
     return false;
   }
   struct stat sd;
-  const std::string dir = dir_of(p);
+  const std::string dir = parent_folder(p);
   if (::stat(dir.c_str(), &sd) != 0 || !S_ISDIR(sd.st_mode)) throw FileError(p, "the folder " + dir + " does not exist");
   return false;
 }
@@ -182,7 +171,7 @@ AtomicOutput::AtomicOutput(std::string final_path) : final_(std::move(final_path
     remove_stale(temp_folder(), temp_stem(base));
     temp_ = temp_folder() + "/" + temp_stem(base) + std::to_string(pid);
   } else {
-    remove_stale(dir_of(final_), temp_stem(base_of(final_)));
+    remove_stale(parent_folder(final_), temp_stem(base_name(final_)));
     temp_ = atomic_temp_name(final_, pid);
   }
   slot_ = register_temp(temp_);
@@ -258,7 +247,7 @@ void AtomicOutput::publish() {
   done_ = true;
   // Make the rename itself durable. Some file systems refuse fsync on a folder (EINVAL);
   // the file is complete under its final name either way.
-  const int dfd = ::open(dir_of(final_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dfd = ::open(parent_folder(final_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     (void)::fsync(dfd);
     ::close(dfd);

@@ -11,34 +11,7 @@
 #include "sjkv/hadamard.h"
 #include "sjkv/trellis.h"
 
-#if defined(SJKV_SNAPSHOT_CUDA)
-#include <memory>
-
-#include "sjkv/cuda/codec_cuda.h"
-#include "sjkv/cuda/sealer.h"
-#endif
-
 namespace sjkv {
-
-EncodeDevice resolve_encode_device(EncodeDevice d, std::string* what) {
-  if (d == EncodeDevice::cpu) {
-    if (what) *what = "cpu";
-    return d;
-  }
-#if defined(SJKV_SNAPSHOT_CUDA)
-  const int n = cuda::device_count();
-  if (n > 0) {
-    if (what) *what = "cuda (" + cuda::device_name(0) + ")";
-    return EncodeDevice::cuda;
-  }
-  if (d == EncodeDevice::cuda) throw std::invalid_argument("--device cuda: no CUDA device present");
-#else
-  if (d == EncodeDevice::cuda)
-    throw std::invalid_argument("--device cuda: this build has no CUDA kernels; use --device cpu");
-#endif
-  if (what) *what = "cpu";
-  return EncodeDevice::cpu;
-}
 
 namespace {
 
@@ -95,11 +68,7 @@ Snapshot encode_capture(const Capture& cap, const EncodeOptions& opt) {
   so.codebooks = opt.codebooks;
   SequenceCache seq(cfg, shape, so, opt.path, threads);
   if (!seq.status().ok()) throw std::invalid_argument(seq.status().message());
-  if (resolve_encode_device(opt.device, nullptr) == EncodeDevice::cuda) {
-#if defined(SJKV_SNAPSHOT_CUDA)
-    seq.set_sealer(cuda::make_record_sealer());
-#endif
-  }
+  seq.set_sealer(opt.sealer);
 
   std::vector<float> k, v;
   const uint32_t N = cap.tokens;

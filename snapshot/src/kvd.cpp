@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "byte_reader.h"
+#include "sjkv/io/paths.h"
 
 namespace sjkv {
 namespace {
@@ -25,12 +26,6 @@ constexpr uint64_t kHeaderBytes = 16 + kNameBytes;
 constexpr int32_t kMinD = 32, kMaxD = 4096;
 constexpr int32_t kMaxG = 65536;
 constexpr int32_t kMaxHeads = 4096;
-
-std::string base_name(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 
 struct BlockInfo {
   uint64_t data_offset;  // file offset of K[0][0]

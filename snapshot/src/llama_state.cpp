@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "byte_reader.h"
+#include "sjkv/io/paths.h"
 #include "sjkv/fp16.h"
 
 namespace sjkv {
@@ -69,11 +70,6 @@ constexpr uint32_t kMaxSeq = 256;            // LLAMA_MAX_SEQ
 constexpr uint32_t kMaxArchName = 256;
 constexpr uint64_t kChunkBytes = 1u << 20;  // read granularity for cache data
 constexpr int32_t kTypeF32 = 0, kTypeF16 = 1;
-
-std::string base_name(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 std::string ggml_type_name(int32_t t) {
   static const char* const names[] = {

@@ -66,7 +66,7 @@ class ByteTokenizer : public Tokenizer {
 
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile&) { return std::make_unique<ByteTokenizer>(); }
 
-std::unique_ptr<KvArm> make_arm(const std::string& spec) {
+std::unique_ptr<KvArm> make_arm(const std::string& spec, const SealerSource&) {
   if (spec == "f32") return std::make_unique<sjkv_test::PlainArm>(false);
   if (spec == "f16") return std::make_unique<sjkv_test::PlainArm>(true);
   throw std::invalid_argument("unknown arm (the test build knows f32 and f16)");

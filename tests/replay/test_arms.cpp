@@ -777,6 +777,35 @@ TEST(ArmAttention, SameBytesForOneAndTwoThreads) {
   }
 }
 
+// make_arm's sealer source (Device::sealers in the tools) gives each SJ / KVarN layer cache its
+// own sealer, which then seals every commit; the CPU sealer stands in for the GPU here.
+TEST(ArmAttention, SealerSourceSealsEveryCommitWithTheSameBytes) {
+  const Data d = make_data(512, 128, 4, 2, 19);
+  for (const std::string spec : {"sj:3/2t:tail=128", "kvarn:4/4:tail=0"}) {
+    SCOPED_TRACE(spec);
+    size_t made = 0, calls = 0;
+    const SealerSource sealers = [&]() -> RecordSealer {
+      ++made;
+      return [&](const RecordLayout& l, const SealOptions& so, size_t n, const uint16_t* const* k,
+                 const uint16_t* const* v, size_t stride, uint8_t* out) {
+        ++calls;
+        return seal_records(l, so, n, k, v, stride, out);
+      };
+    };
+    const auto plain = run_outputs(spec, d, 512, 64);
+    auto layer = make_arm(spec, sealers)->make_layer(shape(d.D, d.H, d.Hkv, 512));
+    std::vector<float> all(static_cast<size_t>(512) * d.H * d.D);
+    for (uint32_t pos0 = 0; pos0 < 512; pos0 += 64) {
+      layer->begin_ubatch(pos0, 64);
+      layer->store(pos0, 64, &d.k[static_cast<size_t>(pos0) * d.Hkv * d.D], &d.v[static_cast<size_t>(pos0) * d.Hkv * d.D]);
+      layer->attend(pos0, 64, &d.q[static_cast<size_t>(pos0) * d.H * d.D], 0.088f, &all[static_cast<size_t>(pos0) * d.H * d.D]);
+    }
+    EXPECT_EQ(made, 1u);
+    EXPECT_GT(calls, 0u);
+    EXPECT_EQ(std::memcmp(plain.data(), all.data(), all.size() * sizeof(float)), 0);
+  }
+}
+
 TEST(ArmAttention, QuantizedArmsAreCloseToF32) {
   // Sanity of the formats end to end: the attention output of every arm stays near f32's
   // (relative RMS), tighter for more bits.

@@ -383,7 +383,7 @@ LloydResult lloyd_train(const Targets& train, const Targets& heldout, uint32_t b
   std::vector<double> sum;
   std::vector<uint64_t> cnt;
   auto pass = [&](const Targets& t, const float* cbf, std::vector<double>* s, std::vector<uint64_t>* c) {
-    if (opt.pass) return opt.pass(t, bits, cbf, s, c);
+    if (opt.pass) return opt.pass(t.y.data(), t.sequences(), t.len, bits, cbf, s, c);
     return run_pass(t, bits, cbf, opt.threads, s != nullptr, s, c);
   };
   auto mse = [&](const Targets& t, const float* cbf) { return pass(t, cbf, nullptr, nullptr); };

@@ -26,6 +26,9 @@ struct CacheShape {
 using RecordSealer = std::function<Status(const RecordLayout&, const SealOptions&, size_t n_records,
                                           const uint16_t* const* k_rows, const uint16_t* const* v_rows,
                                           size_t row_stride, uint8_t* out)>;
+// A new RecordSealer per call, for code that makes several caches (a GPU sealer holds its own
+// engine); empty: the CPU sealer.
+using SealerSource = std::function<RecordSealer()>;
 
 class LayerCache {
  public:

@@ -35,7 +35,5 @@ using DemoProgress = void (*)(size_t done, size_t total);
 
 std::vector<CodecConfig> demo_configs(const std::vector<uint32_t>& head_dims);
 std::vector<DemoRow> run_demo(const DemoOptions& opt, DemoProgress progress = nullptr);
-std::string demo_table(const std::vector<DemoRow>& rows);
-std::string demo_json(const std::vector<DemoRow>& rows);
 
 }  // namespace sjkv

@@ -9,6 +9,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "sjkv/hd.h"
 #include "sjkv/trellis.h"
@@ -40,5 +43,11 @@ SJKV_HD inline double lloyd_accumulate(const float* y, const uint8_t* codes, uin
   }
   return e;
 }
+
+// One whole pass run elsewhere (the GPU: Device::lloyd_pass), in this order: the mean squared
+// error of n sequences y[n][len] coded with the binary32 table cbf[2^(6+bits)] (NaN when n is
+// 0) and, when sum is non-null, the per-window sums and counts (sum/cnt resized to the table).
+using LloydPass = std::function<double(const float* y, size_t n, uint32_t len, uint32_t bits, const float* cbf,
+                                       std::vector<double>* sum, std::vector<uint64_t>* cnt)>;
 
 }  // namespace sjkv

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "sjkv/cache.h"
+
 namespace sjkv {
 namespace replay {
 
@@ -63,16 +65,10 @@ class KvArm {
   std::string spec_;
 };
 
-// Where the SJ-KVaRN / KVarN arms seal their records: the CPU, or a CUDA device in builds
-// with the kernels (the same bytes, so the same KL). `automatic` picks a GPU when one is
-// present. Returns what was chosen ("cpu", "cuda (NVIDIA H200)"); std::invalid_argument for
-// cuda without a device or without the kernels. Process-wide; set it before make_layer.
-enum class SealDevice { automatic, cpu, cuda };
-std::string set_seal_device(SealDevice d);
-
 // Parses an arm spec (docs/REPLAY.md lists the grammar). std::invalid_argument with a
-// one-line reason on a bad spec.
-std::unique_ptr<KvArm> make_arm(const std::string& spec);
+// one-line reason on a bad spec. The SJ-KVaRN / KVarN arms seal each layer's records with a
+// sealer from `sealers` (Device::sealers: a GPU, the same bytes) or, when it is empty, the CPU.
+std::unique_ptr<KvArm> make_arm(const std::string& spec, const SealerSource& sealers = {});
 // The specs make_arm accepts, for --help and errors.
 std::vector<std::string> arm_examples();
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "sjkv/cache.h"
 #include "sjkv/config.h"
 #include "sjkv/io/capture.h"
 #include "sjkv/io/snapshot.h"
@@ -15,24 +16,15 @@
 
 namespace sjkv {
 
-// Where encode_capture seals: the CPU, a CUDA device (device 0), or automatic (a CUDA
-// device when this build has the kernels and one is present, else the CPU).
-enum class EncodeDevice { cpu, cuda, automatic };
-
-// The device `d` resolves to in this build on this machine, with a one-line description
-// ("cpu" or "cuda (<device name>)") in *what. Throws std::invalid_argument for cuda when the
-// build has no CUDA kernels or no device is present.
-EncodeDevice resolve_encode_device(EncodeDevice d, std::string* what);
-
 struct EncodeOptions {
   CodecConfig config;       // head_dim is taken from the capture
   uint32_t n_ubatch = 512;  // positions per ubatch the engine processes
   bool assume_rotated = false;  // treat the capture's values as rotated even if not marked so
   int threads = 0;          // 0: all cores
   SealPath path = SealPath::fast;
-  // Seal on the GPU (all records of a layer in one launch per commit) or the CPU; the bytes
-  // are the same either way.
-  EncodeDevice device = EncodeDevice::cpu;
+  // Seals each commit's records instead of the CPU sealer (path, threads), e.g. a GPU sealer
+  // from Device::sealer (all records of a commit in one launch); the bytes are the same.
+  RecordSealer sealer;
   // Trellis tables (null: the built-in reference tables); the snapshot carries a copy.
   TrellisCodebooks codebooks{};
   // Called after each ubatch with (positions done, total positions).

@@ -1,9 +1,8 @@
-// Text from files and for people: UTF-8 checks and JSON string literals, in one place for
-// every tool and writer.
+// Text from files and for people: UTF-8 checks, JSON string literals and CSV fields, in one
+// place for every tool and writer.
 #pragma once
 
 #include <cstddef>
-#include <cstdio>
 #include <string>
 
 namespace sjkv {
@@ -53,34 +52,10 @@ inline size_t invalid_utf8_at(const std::string& t) {
   return std::string::npos;
 }
 
-// A JSON string literal of `s`: quotes, backslashes and control bytes escaped, and each byte
-// that is not valid UTF-8 (a damaged file's model name, say) replaced by U+FFFD, so the
-// output is always valid JSON.
-inline std::string json_string(const std::string& s) {
-  const auto* u = reinterpret_cast<const unsigned char*>(s.data());
-  std::string o = "\"";
-  for (size_t i = 0; i < s.size();) {
-    const size_t len = utf8_sequence_at(u, s.size(), i);
-    if (len == 0) {
-      o += "\\ufffd";
-      ++i;
-      continue;
-    }
-    const unsigned char c = u[i];
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += static_cast<char>(c);
-    } else if (c < 0x20 || c == 0x7f) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      o += b;
-    } else {
-      o.append(s, i, len);
-    }
-    i += len;
-  }
-  return o + "\"";
-}
+// A JSON string literal of `s`: quotes, backslashes and control bytes escaped (control bytes
+// and DEL as \u00XX), and each byte that is not valid UTF-8 (a damaged file's model name, say)
+// replaced by \ufffd, so the output is always valid JSON. Escaped by nlohmann-json.
+std::string json_string(const std::string& s);
 
 // A CSV field (RFC 4180): quoted, with quotes doubled, when it holds a comma, quote or line
 // break; as it is otherwise. read_positions_csv splits what this writes.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "sjkv/config.h"
+#include "sjkv/lloyd.h"
 #include "sjkv/io/capture.h"
 #include "sjkv/io/lloyd_checkpoint.h"
 
@@ -96,12 +97,9 @@ struct LloydOptions {
   std::function<void(const LloydIteration&)> on_iteration;
   // Optional: MSE on real values of this iteration's table rounded to fp16 (heldout_real_mse).
   std::function<double(const std::vector<uint16_t>&)> real_mse;
-  // Optional: the encode + sum pass on another device (the GPU). Same contract as the CPU
-  // pass: the mean squared error of `t` coded with `cbf` (NaN when empty) and, when `sum` is
-  // non-null, the per-window sums and counts in the order of sjkv/lloyd.h.
-  std::function<double(const Targets& t, uint32_t bits, const float* cbf, std::vector<double>* sum,
-                       std::vector<uint64_t>* cnt)>
-      pass;
+  // Optional: the encode + sum pass on another device (the GPU, Device::lloyd_pass), given
+  // each Targets' y, sequences() and len. Same contract as the CPU pass (sjkv/lloyd.h).
+  LloydPass pass;
   // Optional: start from this state instead of `init` (its iterations are not reported
   // again through on_iteration). Its last train MSE must be the data's with its table.
   const LloydState* resume = nullptr;
