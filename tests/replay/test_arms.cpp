@@ -364,18 +364,6 @@ TEST(ArmQuantizers, Bf16RoundsToNearestEven) {
   EXPECT_EQ(fmt::f32_to_bf16(f32_from_bits(0x3F808001u)), 0x3F81);
 }
 
-TEST(ArmQuantizers, Tq6FastDecodeEqualsTheCodec) {
-  std::vector<float> x(256 * 16), a(x.size()), b(x.size());
-  fill_rows(16, 256, x.data());
-  std::vector<uint8_t> blk(98);
-  for (size_t o = 0; o < x.size(); o += 128) {
-    ASSERT_TRUE(tq6_encode_block(&x[o], blk.data()));
-    tq6_decode_block(blk.data(), &a[o]);
-    fmt::tq6_decode_block_fast(blk.data(), &b[o]);
-  }
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
-}
-
 TEST(ArmQuantizers, TurboSignsAsTheForkPrintsThem) {
   // TURBO_WHT_SIGNS1 starts -1, 1, 1, -1, -1, 1, -1, 1; TURBO_WHT_SIGNS2 starts 1, 1, 1, 1, -1
   // and ends ..., -1, 1, -1; each has 64 +- 4 negative entries.
