@@ -574,24 +574,6 @@ class SjArm final : public KvArm {
   std::shared_ptr<EdgeRegistry> reg_;
 };
 
-// "K/V" or "K/Vt" -> bits and body.
-void parse_widths(const std::string& spec, const std::string& w, bool allow_t, CodecConfig& c) {
-  std::string s = w;
-  bool t = false;
-  if (!s.empty() && s.back() == 't') {
-    if (!allow_t) bad(spec, "KVarN arms have a scalar body ('t' is SJ only)");
-    t = true;
-    s.pop_back();
-  }
-  const auto kv = split(s, '/');
-  if (kv.size() != 2 || kv[0].size() != 1 || kv[1].size() != 1 || !isdigit(static_cast<unsigned char>(kv[0][0])) ||
-      !isdigit(static_cast<unsigned char>(kv[1][0])))
-    bad(spec, "widths '" + w + "' are not K/V bits such as 4/4 or 3/2t");
-  c.bits_k = static_cast<uint32_t>(kv[0][0] - '0');
-  c.bits_v = static_cast<uint32_t>(kv[1][0] - '0');
-  c.body = t ? Body::trellis : Body::scalar;
-}
-
 std::unique_ptr<KvArm> parse(const std::string& spec) {
   if (spec.empty()) bad(spec, "empty spec");
   const auto parts = split(spec, ':');
@@ -612,9 +594,12 @@ std::unique_ptr<KvArm> parse(const std::string& spec) {
   if (head == "kvarn" || head == "sj") {
     const bool sj = head == "sj";
     if (parts.size() < 2) bad(spec, "missing widths, e.g. " + head + ":4/4");
+    if (!sj && !parts[1].empty() && parts[1].back() == 't') bad(spec, "KVarN arms have a scalar body ('t' is SJ only)");
+    // The codec's configuration grammar (config.h parse_config) plus the arm options below;
+    // head_dim (D=) is the model's.
     CodecConfig c;
-    parse_widths(spec, parts[1], sj, c);
-    uint32_t kvarn_tail = 0;
+    std::string err;
+    if (!parse_config_head(head, parts[1], &c, &err)) bad(spec, err);
     SjOptions opt;
     std::shared_ptr<const ArmCodebooks> cb;
     bool seen_axis = false;
@@ -624,31 +609,11 @@ std::unique_ptr<KvArm> parse(const std::string& spec) {
       const std::string key = parts[i].substr(0, eq), val = parts[i].substr(eq + 1);
       if (!sj) {
         if (key != "tail") bad(spec, "KVarN arms take only tail=N (the exact fp16 tail), not '" + key + "'");
-        kvarn_tail = parse_u32(spec, key, val);
-        continue;
+        if (val.find('/') != std::string::npos) bad(spec, key + "=" + val + " is not a non-negative integer");  // fixed tail
       }
-      if (key == "axis") {
-        if (val == "channel") c.trellis_axis = TrellisAxis::channel;
-        else if (val == "token") c.trellis_axis = TrellisAxis::token;
-        else bad(spec, "axis must be token or channel");
-        seen_axis = true;
-      } else if (key == "staging") {
-        if (!parse_staging(val, &c.staging)) bad(spec, "staging must be tq6_0, q8_0 or f16");
-      } else if (key == "tail") {
-        const auto tt = split(val, '/');
-        if (tt.size() > 2) bad(spec, "tail is N or N/MAX");
-        c.tail = parse_u32(spec, key, tt[0]);
-        c.tail_max = tt.size() == 2 ? parse_u32(spec, key, tt[1]) : 0;
-      } else if (key == "sink") {
-        c.sink = parse_u32(spec, key, val);
-      } else if (key == "iters") {
-        c.iters = parse_u32(spec, key, val);
-      } else if (key == "G") {
-        c.group = parse_u32(spec, key, val);
-      } else if (key == "rot") {
-        c.rotation_block = parse_u32(spec, key, val);
-      } else if (key == "flush") {
-        c.flush_chunk = parse_u32(spec, key, val);
+      if (key == "axis") seen_axis = true;
+      if (key == "D") {
+        bad(spec, "unknown option '" + key + "'");
       } else if (key == "tier") {
         if (val != "edge") bad(spec, "tier must be edge");
         opt.tier_edge = true;
@@ -679,7 +644,11 @@ std::unique_ptr<KvArm> parse(const std::string& spec) {
         }
         cb = books;
       } else {
-        bad(spec, "unknown option '" + key + "'");
+        switch (parse_config_field(key, val, !sj, &c, &err)) {
+          case ConfigField::applied: break;
+          case ConfigField::unknown: bad(spec, "unknown option '" + key + "'");
+          case ConfigField::invalid: bad(spec, err);
+        }
       }
     }
     if (cb) {
@@ -690,9 +659,6 @@ std::unique_ptr<KvArm> parse(const std::string& spec) {
     }
     if (seen_axis && c.body != Body::trellis && c.trellis_axis == TrellisAxis::channel)
       bad(spec, "axis=channel needs a trellis body (e.g. sj:3/2t:axis=channel)");
-    if (!sj) {
-      c = kvarn_config(128, c.bits_k, c.bits_v, kvarn_tail);
-    }
     // Geometry that does not depend on the model: checked at a head_dim of 128 now, and
     // again against the real head_dim when the layer is made.
     CodecConfig probe = c;
