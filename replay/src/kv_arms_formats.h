@@ -8,8 +8,9 @@
 // signed Walsh-Hadamard transform. Written from the published layouts, not copied.
 // tq5_0 is sjkv's reconstruction from the note's description: tq6_0's construction (docs/SPEC.md
 // §4.2) at 5 bits, with our own Lloyd-Max table (tq5_tables.h) and bit order.
-// f16, q8_0 and tq6_0 rows are the codec's staging rows (docs/SPEC.md §4; q8_0 is llama.cpp's
-// block byte for byte on finite input), encoded and decoded by the codec.
+// f16, q8_0 and tq6_0 rows are the codec's staging rows (docs/SPEC.md §4), encoded and decoded
+// by the codec; its q8_0 block is llama.cpp's byte for byte on finite input with a normal
+// binary32 block scale (tests/test_staging.cpp, StagingQ8.BlockIsLlamaCppQ8_0OnFiniteInput).
 #pragma once
 
 #include <algorithm>
@@ -17,7 +18,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <vector>
 
 #include "sjkv/decode_fast.h"
 #include "sjkv/fp16.h"
