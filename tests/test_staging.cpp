@@ -355,6 +355,23 @@ TEST(StagingTq6, RowWithMultipleBlocks) {
   EXPECT_LT(rel_rms_error(x.data(), y.data(), D), 0.035);
 }
 
+// tq6_decode_block (four codes per step) against the per-value decode of §4.2 (code i via
+// tq6_block_code, fmul(C[code], F(norm))), bit for bit. Moved from the replay arm tests, whose
+// tq6_0 rows are now the codec's.
+TEST(StagingTq6, DecodeBlockEqualsPerValueDecode) {
+  std::vector<float> x(256 * 16), a(x.size()), b(x.size());
+  sjkv::fill_rows(16, 256, x.data());
+  std::vector<uint8_t> blk(98);
+  for (size_t o = 0; o < x.size(); o += 128) {
+    ASSERT_TRUE(sjkv::tq6_encode_block(&x[o], blk.data()));
+    const float n = f16_to_f32(block_norm_bits(blk.data()));
+    for (uint32_t i = 0; i < 128; ++i) a[o + i] = sjkv::tq6_centroid(sjkv::tq6_block_code(blk.data(), i)) * n;
+    sjkv::tq6_decode_block(blk.data(), &b[o]);
+  }
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  EXPECT_GT(l2(b.data(), b.size()), 0.0);
+}
+
 // ---- q8_0 (sjkv extension) --------------------------------------------------------------
 
 TEST(StagingQ8, HandBuiltBlockUnitScale) {
@@ -460,6 +477,58 @@ TEST(StagingQ8, RoundTripErrorBound) {
   const double mean_rel = std::sqrt(sum_sq_rel / rows);
   EXPECT_LT(mean_rel, 0.008);
   EXPECT_GT(mean_rel, 0.002);
+}
+
+// ggml's quantize_row_q8_0_ref / dequantize_row_q8_0 (ggml-quants.c), written from its
+// description: amax = MAX(amax, fabsf(x)), d = amax/127, id = d ? 1/d : 0, q = roundf(x*id).
+void ggml_q8_0_ref(const float* x, uint8_t* y) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    const float a = std::fabs(x[j]);
+    amax = amax > a ? amax : a;
+  }
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const uint16_t h = f32_to_f16(d);
+  y[0] = static_cast<uint8_t>(h);
+  y[1] = static_cast<uint8_t>(h >> 8);
+  for (int j = 0; j < 32; ++j) y[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(x[j] * id)));
+}
+
+// The codec's q8_0 block is llama.cpp's q8_0 block byte for byte on finite input whose block
+// scale amax/127 is a normal binary32 (there |x*id| <= 127 and the codec's clamp never acts),
+// and decodes to the same floats. Below that (amax < 127 * 2^-126) the stored fp16 scale is 0
+// either way, and ggml's float -> int8 conversion may be out of range where the codec clamps:
+// the only place the two can differ. The replay arm q8_0 therefore uses the codec's block.
+TEST(StagingQ8, BlockIsLlamaCppQ8_0OnFiniteInput) {
+  std::vector<float> x = gauss_rows(256, 256, 0x8A8Aull);
+  std::vector<float> rows(64 * 256);
+  sjkv::fill_rows(64, 256, rows.data());
+  x.insert(x.end(), rows.begin(), rows.end());
+  // Block magnitudes from near the normal-scale limit (2^-115) past fp16 overflow of d (2^30),
+  // signed zeros, ties at d = 1, and a block of one spike.
+  sjkv::XorShift64 rng(0x0808ull);
+  for (int e = -115; e <= 30; ++e)
+    for (int r = 0; r < 4; ++r)
+      for (int j = 0; j < 32; ++j) x.push_back(std::ldexp(static_cast<float>(rng.gauss()), e - 11));
+  for (int j = 0; j < 32; ++j) x.push_back(j % 2 ? -0.0f : 0.0f);
+  for (int j = 0; j < 32; ++j) x.push_back(j == 0 ? 127.0f : static_cast<float>(j - 16) + 0.5f);
+  for (int j = 0; j < 32; ++j) x.push_back(j == 7 ? -3.0e4f : 0.0f);
+  ASSERT_EQ(x.size() % 32, 0u);
+  uint8_t want[34], got[34];
+  float a[32], b[32];
+  size_t nonzero = 0;
+  for (size_t o = 0; o < x.size(); o += 32) {
+    ggml_q8_0_ref(&x[o], want);
+    sjkv::q8_encode_block(&x[o], got);  // false where d overflows fp16: the bytes still match
+    ASSERT_EQ(std::memcmp(want, got, 34), 0) << "block at " << o;
+    const float d = f16_to_f32(static_cast<uint16_t>(want[0] | (want[1] << 8)));
+    for (int j = 0; j < 32; ++j) a[j] = static_cast<float>(static_cast<int8_t>(want[2 + j])) * d;
+    sjkv::q8_decode_block(got, b);
+    ASSERT_EQ(std::memcmp(a, b, sizeof a), 0) << "block at " << o;
+    for (int j = 0; j < 32; ++j) nonzero += want[2 + j] != 0;
+  }
+  EXPECT_GT(nonzero, x.size() / 2);
 }
 
 // ---- f16 staging --------------------------------------------------------------------------

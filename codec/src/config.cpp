@@ -32,6 +32,146 @@ std::vector<std::string> staging_names() {
   return out;
 }
 
+std::vector<std::string> staging_names_by_code() {
+  std::vector<std::string> out(sizeof kStagingTypes / sizeof kStagingTypes[0]);
+  for (StagingType s : kStagingTypes) out.at(static_cast<uint32_t>(s)) = staging_name(s);
+  return out;
+}
+
+bool operator==(const CodecConfig& a, const CodecConfig& b) {
+  return a.head_dim == b.head_dim && a.group == b.group && a.bits_k == b.bits_k && a.bits_v == b.bits_v &&
+         a.body == b.body && a.trellis_axis == b.trellis_axis && a.iters == b.iters && a.balance == b.balance &&
+         a.staging == b.staging && a.sink_type == b.sink_type && a.sink == b.sink && a.tail == b.tail &&
+         a.tail_max == b.tail_max && a.flush_chunk == b.flush_chunk && a.rotation_block == b.rotation_block;
+}
+
+namespace {
+
+// Up to 9 decimal digits, so the value fits uint32_t without an overflow check.
+bool parse_u32(const std::string& v, uint32_t* out) {
+  if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos) return false;
+  *out = static_cast<uint32_t>(std::stoul(v));
+  return true;
+}
+
+bool strip_suffix(std::string* v, const std::string& suffix) {
+  if (v->size() < suffix.size() || v->compare(v->size() - suffix.size(), suffix.size(), suffix) != 0) return false;
+  v->resize(v->size() - suffix.size());
+  return true;
+}
+
+std::vector<std::string> split(const std::string& s, char c) {
+  std::vector<std::string> out(1);
+  for (char ch : s) {
+    if (ch == c) out.emplace_back();
+    else out.back() += ch;
+  }
+  return out;
+}
+
+std::string staging_choices() {
+  const std::vector<std::string> names = staging_names();
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i) s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return s;
+}
+
+}  // namespace
+
+bool parse_config_head(const std::string& prefix, const std::string& widths, CodecConfig* out, std::string* error) {
+  if (prefix != "sj" && prefix != "kvarn") {
+    *error = "'" + prefix + "' is not sj or kvarn";
+    return false;
+  }
+  std::string w = widths;
+  const bool t = strip_suffix(&w, "t");
+  if (w.size() != 3 || w[1] != '/' || w[0] < '0' || w[0] > '9' || w[2] < '0' || w[2] > '9') {
+    *error = "widths '" + widths + "' are not K/V bits such as 4/4 or 3/2t";
+    return false;
+  }
+  const uint32_t bk = static_cast<uint32_t>(w[0] - '0'), bv = static_cast<uint32_t>(w[2] - '0');
+  CodecConfig c = prefix == "kvarn" ? kvarn_config(128, bk, bv) : CodecConfig{};
+  c.bits_k = bk;
+  c.bits_v = bv;
+  c.body = t ? Body::trellis : Body::scalar;
+  *out = c;
+  return true;
+}
+
+ConfigField parse_config_field(const std::string& key, const std::string& value, bool kvarn, CodecConfig* c,
+                               std::string* error) {
+  const std::string not_int = key + "=" + value + " is not a non-negative integer";
+  auto u32 = [&](const std::string& v, uint32_t* dst) {
+    if (parse_u32(v, dst)) return true;
+    *error = not_int;
+    return false;
+  };
+  CodecConfig n = *c;
+  std::string v = value;
+  if (key == "axis") {
+    if (v == "channel") n.trellis_axis = TrellisAxis::channel;
+    else if (v == "token") n.trellis_axis = TrellisAxis::token;
+    else {
+      *error = "axis must be token or channel";
+      return ConfigField::invalid;
+    }
+  } else if (key == "staging") {
+    if (!parse_staging(v, &n.staging)) {
+      *error = "staging must be " + staging_choices();
+      return ConfigField::invalid;
+    }
+  } else if (key == "sink") {
+    n.sink_type = strip_suffix(&v, "(inherit)") ? SinkType::inherit : SinkType::f16;
+    if (!u32(v, &n.sink)) return ConfigField::invalid;
+  } else if (key == "tail") {
+    const std::vector<std::string> tt = split(v, '/');
+    if (tt.size() > 2) {
+      *error = "tail is N or N/MAX";
+      return ConfigField::invalid;
+    }
+    n.tail_max = 0;
+    if (!u32(tt[0], &n.tail) || (tt.size() == 2 && !u32(tt[1], &n.tail_max))) return ConfigField::invalid;
+  } else if (key == "iters") {
+    if (strip_suffix(&v, "(best)") && !kvarn) {
+      *error = "iters=" + value + ": (best) is KVarN's best-of balancing, named kvarn: (not sj:)";
+      return ConfigField::invalid;
+    }
+    if (!u32(v, &n.iters)) return ConfigField::invalid;
+  } else if (key == "D" || key == "G" || key == "rot" || key == "flush") {
+    uint32_t* dst = key == "D" ? &n.head_dim : key == "G" ? &n.group : key == "rot" ? &n.rotation_block : &n.flush_chunk;
+    if (!u32(v, dst)) return ConfigField::invalid;
+  } else {
+    return ConfigField::unknown;
+  }
+  *c = n;
+  return ConfigField::applied;
+}
+
+bool parse_config(const std::string& text, CodecConfig* out, std::string* error) {
+  auto fail = [&](const std::string& why) {
+    *error = "configuration '" + text + "': " + why;
+    return false;
+  };
+  if (text.empty()) return fail("empty");
+  const std::vector<std::string> parts = split(text, ':');
+  if (parts.size() < 2) return fail("missing widths, e.g. " + parts[0] + ":4/4");
+  CodecConfig c;
+  std::string why;
+  if (!parse_config_head(parts[0], parts[1], &c, &why)) return fail(why);
+  for (size_t i = 2; i < parts.size(); ++i) {
+    const size_t eq = parts[i].find('=');
+    if (eq == std::string::npos) return fail("field '" + parts[i] + "' is not key=value");
+    const std::string key = parts[i].substr(0, eq);
+    switch (parse_config_field(key, parts[i].substr(eq + 1), parts[0] == "kvarn", &c, &why)) {
+      case ConfigField::applied: break;
+      case ConfigField::unknown: return fail("unknown field '" + key + "'");
+      case ConfigField::invalid: return fail(why);
+    }
+  }
+  *out = c;
+  return true;
+}
+
 std::string CodecConfig::name() const {
   const bool kvarn = balance == BalanceMode::best_of;
   std::string s = kvarn ? "kvarn:" : "sj:";

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "sjkv/policy.h"
+#include "sjkv/staging.h"
 
 namespace sjkv {
 
@@ -30,13 +31,13 @@ const std::vector<BlockFormatInfo>& table() {
       {BlockFormat::f32, "f32", 1, 4, "ggml: float"},
       {BlockFormat::f16, "f16", 1, 2, "ggml: IEEE half"},
       {BlockFormat::bf16, "bf16", 1, 2, "ggml: bfloat16"},
-      {BlockFormat::q8_0, "q8_0", 32, 34, "ggml block_q8_0; note section 6 (34 B / 32, 8.5 bits)"},
+      {BlockFormat::q8_0, "q8_0", kQ8BlockValues, kQ8BlockBytes, "ggml block_q8_0; note section 6 (34 B / 32, 8.5 bits)"},
       {BlockFormat::q5_1, "q5_1", 32, 24, "ggml block_q5_1; note section 6 (24 B / 32, 6.0 bits)"},
       {BlockFormat::q5_0, "q5_0", 32, 22, "ggml block_q5_0"},
       {BlockFormat::q4_1, "q4_1", 32, 20, "ggml block_q4_1"},
       {BlockFormat::q4_0, "q4_0", 32, 18, "ggml block_q4_0; note section 7.2 (18 B / 32, 4.5 bits)"},
       {BlockFormat::iq4_nl, "iq4_nl", 32, 18, "ggml block_iq4_nl"},
-      {BlockFormat::tq6_0, "tq6_0", 128, 98, "note section 2.1 (98 B / 128, 6.125 bits); sjkv staging.h"},
+      {BlockFormat::tq6_0, "tq6_0", kTq6BlockValues, kTq6BlockBytes, "note section 2.1 (98 B / 128, 6.125 bits); sjkv staging.h"},
       {BlockFormat::tq5_0, "tq5_0", 128, 82, "note section 6 (82 B / 128, 5.125 bits)"},
       {BlockFormat::turbo4, "turbo4", 128, 66, "note section 6 (66 B / 128, 4.125 bits: one fp16 norm + 64 B)"},
       {BlockFormat::turbo3, "turbo3", 128, 50, "note section 7.2 (50 B / 128, 3.125 bits)"},

@@ -17,6 +17,7 @@
 #include "kv_arms_formats.h"
 #include "sjkv/cache.h"
 #include "sjkv/config.h"
+#include "sjkv/decode_fast.h"
 #include "sjkv/fp16.h"
 #include "sjkv/hadamard.h"
 #include "sjkv/replay/arms.h"
@@ -355,11 +356,7 @@ class SjLayer final : public InspectableKv, private RowSource {
       cache_ = std::make_unique<SequenceCache>(cfg_, sh, so);
       if (!cache_->status().ok()) throw std::invalid_argument(cfg_.name() + ": " + cache_->status().message());
       if (opt_.sealers) cache_->set_sealer(opt_.sealers());
-      const RecordLayout l = cfg_.layout();
-      if (l.body == Body::scalar) {
-        kbits_ = code_bits(l, Side::k);
-        vbits_ = code_bits(l, Side::v);
-      }
+      rows_ = std::make_unique<RecordRows>(cfg_.layout());
     }
     if (pos0 + n > s_.n_ctx)
       throw std::runtime_error(cfg_.name() + ": ubatch ends at " + std::to_string(pos0 + n) + " past n_ctx " +
@@ -471,105 +468,13 @@ class SjLayer final : public InspectableKv, private RowSource {
     patch_exact(h, p0, p1, k, v);
   }
 
-  void decode_codec_rows(uint32_t h, uint32_t p0, uint32_t p1, uint32_t D, float* k, float* v) const {
-    const CacheView& cv = view_;
-    uint32_t p = p0;
-    while (p < p1) {
-      const size_t o = static_cast<size_t>(p - p0) * D;
-      if (p >= cv.sink && p < cv.B) {
-        const uint32_t g = (p - cv.sink) / cv.layout.group, t = (p - cv.sink) % cv.layout.group;
-        const uint32_t pe = std::min({p1, cv.B, cv.sink + (g + 1) * cv.layout.group});
-        const uint8_t* rec = cv.body + (static_cast<size_t>(g) * cv.n_head_kv + h) * cv.layout.bytes;
-        decode_record_rows(cv.layout, rec, t, t + (pe - p), cv.codebooks, k + o, v + o);
-        p = pe;
-      } else {
-        stored_row(h, p, k + o, v + o);
-        ++p;
-      }
-    }
+  // The codec's rows (resolve_rows: resolve_row's floats, record factors read once per call).
+  void decode_codec_rows(uint32_t h, uint32_t p0, uint32_t p1, uint32_t, float* k, float* v) const {
+    resolve_rows(view_, *rows_, h, p0, p1, k, v);
   }
 
-  // Bit offsets of the codes of tokens 0..15 of a record (per side, [16][D]) and the step
-  // per further 16 tokens: code_bit() is linear in t / 16 for every scalar layout.
-  struct CodeBits {
-    std::vector<uint32_t> off;
-    uint32_t step = 0;
-  };
-  static CodeBits code_bits(const RecordLayout& l, Side side) {
-    CodeBits c;
-    c.off.resize(16u * l.head_dim);
-    for (uint32_t t = 0; t < 16; ++t)
-      for (uint32_t d = 0; d < l.head_dim; ++d) c.off[t * l.head_dim + d] = code_bit(l, side, t, d);
-    c.step = code_bit(l, side, 16, 0) - code_bit(l, side, 0, 0);
-    return c;
-  }
-
-  // Rows [ta, tb) of one record, as decode_k_row / decode_v_row compute them (same
-  // operations in the same order, so the same floats), with the per-channel scales read
-  // once instead of once per row and the code addresses from a table.
-  void decode_record_rows(const RecordLayout& l, const uint8_t* rec, uint32_t ta, uint32_t tb,
-                          const TrellisCodebooks& cb, float* k, float* v) const {
-    const uint32_t D = l.head_dim;
-    const float* F = fmt::f16_table();
-    std::vector<float> ksc(D), kzp(D), vch(D), qk(D), qv(D);
-    for (uint32_t d = 0; d < D; ++d) {
-      const uint32_t i = k_ch_idx(l, d);
-      ksc[d] = F[load_u16(rec + l.k_scale + 2 * i)];
-      kzp[d] = F[load_u16(rec + l.k_zero + 2 * i)];
-      vch[d] = F[load_u16(rec + l.v_ch + 2 * v_ch_idx(l, d))];
-    }
-    const bool trellis = l.body == Body::trellis;
-    const uint16_t* ktab = trellis ? codebook_table(cb, Side::k, l.bits_k) : nullptr;
-    const uint16_t* vtab = trellis ? codebook_table(cb, Side::v, l.bits_v) : nullptr;
-    for (uint32_t t = ta; t < tb; ++t) {
-      if (trellis) {
-        for (uint32_t d = 0; d < D; ++d) qk[d] = F[ktab[trellis::window_at(l, rec, Side::k, t, d)]];
-        for (uint32_t d = 0; d < D; ++d) qv[d] = F[vtab[trellis::window_at(l, rec, Side::v, t, d)]];
-      } else {
-        const uint32_t* ok = &kbits_.off[(t % 16) * D];
-        const uint32_t* ov = &vbits_.off[(t % 16) * D];
-        const uint32_t bk = (t / 16) * kbits_.step, bv = (t / 16) * vbits_.step;
-        const uint8_t* pk = rec + l.k_payload;
-        const uint8_t* pv = rec + l.v_payload;
-        for (uint32_t d = 0; d < D; ++d) qk[d] = static_cast<float>(get_bits(pk, ok[d] + bk, l.bits_k));
-        for (uint32_t d = 0; d < D; ++d) qv[d] = static_cast<float>(get_bits(pv, ov[d] + bv, l.bits_v));
-      }
-      float* kr = k + static_cast<size_t>(t - ta) * D;
-      float* vr = v + static_cast<size_t>(t - ta) * D;
-      const float tok = F[load_u16(rec + l.k_tok + 2 * t)];
-      const float vs = F[load_u16(rec + l.v_scale + 2 * t)], vz = F[load_u16(rec + l.v_zero + 2 * t)];
-      for (uint32_t d = 0; d < D; ++d) kr[d] = op::fmul(op::fadd(op::fmul(qk[d], ksc[d]), kzp[d]), tok);
-      for (uint32_t d = 0; d < D; ++d) vr[d] = op::fmul(op::fadd(op::fmul(qv[d], vs), vz), vch[d]);
-    }
-  }
-
-  // The row resolution rule of CODEC-SPEC §8.2 with the codec's fast row decoders.
   void stored_row(uint32_t h, uint32_t p, float* k, float* v) const override {
-    const CacheView& cv = view_;
-    const uint32_t D = cv.layout.head_dim;
-    const RowLocation r = locate_row(cv, p, h);
-    if (r.kind == RowLocation::record) {
-      decode_k_row(cv.layout, r.rec, r.t, k, cv.codebooks);
-      decode_v_row(cv.layout, r.rec, r.t, v, cv.codebooks);
-      return;
-    }
-    if (r.kind == RowLocation::sink_f16) {
-      const float* F = fmt::f16_table();
-      for (uint32_t d = 0; d < D; ++d) {
-        k[d] = F[r.f16[d]];
-        v[d] = F[r.f16[D + d]];
-      }
-      return;
-    }
-    const uint32_t rb = cv.row_bytes();
-    if (cv.staging == StagingType::f16 || cv.staging == StagingType::tq6_0) {
-      const RowFormat f = cv.staging == StagingType::f16 ? RowFormat::f16 : RowFormat::tq6_0;
-      fmt::decode_row(f, r.entry, D, k);
-      fmt::decode_row(f, r.entry + rb, D, v);
-      return;
-    }
-    staging_decode_row(cv.staging, r.entry, D, k);
-    staging_decode_row(cv.staging, r.entry + rb, D, v);
+    resolve_rows(view_, *rows_, h, p, p + 1, k, v);
   }
 
   LayerShape s_;
@@ -579,7 +484,7 @@ class SjLayer final : public InspectableKv, private RowSource {
   std::vector<float> kmean_;     // kmean=sink: [head][D], f16 values
   std::vector<uint16_t> exact_;  // exact=k|v: that side's rotated rows as f16, [position][head][D]
   std::unique_ptr<SequenceCache> cache_;
-  CodeBits kbits_, vbits_;  // scalar bodies only
+  std::unique_ptr<RecordRows> rows_;  // made with cache_, for its layout
   mutable CacheView view_;
 };
 
@@ -669,24 +574,6 @@ class SjArm final : public KvArm {
   std::shared_ptr<EdgeRegistry> reg_;
 };
 
-// "K/V" or "K/Vt" -> bits and body.
-void parse_widths(const std::string& spec, const std::string& w, bool allow_t, CodecConfig& c) {
-  std::string s = w;
-  bool t = false;
-  if (!s.empty() && s.back() == 't') {
-    if (!allow_t) bad(spec, "KVarN arms have a scalar body ('t' is SJ only)");
-    t = true;
-    s.pop_back();
-  }
-  const auto kv = split(s, '/');
-  if (kv.size() != 2 || kv[0].size() != 1 || kv[1].size() != 1 || !isdigit(static_cast<unsigned char>(kv[0][0])) ||
-      !isdigit(static_cast<unsigned char>(kv[1][0])))
-    bad(spec, "widths '" + w + "' are not K/V bits such as 4/4 or 3/2t");
-  c.bits_k = static_cast<uint32_t>(kv[0][0] - '0');
-  c.bits_v = static_cast<uint32_t>(kv[1][0] - '0');
-  c.body = t ? Body::trellis : Body::scalar;
-}
-
 std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealers) {
   if (spec.empty()) bad(spec, "empty spec");
   const auto parts = split(spec, ':');
@@ -707,9 +594,12 @@ std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealer
   if (head == "kvarn" || head == "sj") {
     const bool sj = head == "sj";
     if (parts.size() < 2) bad(spec, "missing widths, e.g. " + head + ":4/4");
+    if (!sj && !parts[1].empty() && parts[1].back() == 't') bad(spec, "KVarN arms have a scalar body ('t' is SJ only)");
+    // The codec's configuration grammar (config.h parse_config) plus the arm options below;
+    // head_dim (D=) is the model's.
     CodecConfig c;
-    parse_widths(spec, parts[1], sj, c);
-    uint32_t kvarn_tail = 0;
+    std::string err;
+    if (!parse_config_head(head, parts[1], &c, &err)) bad(spec, err);
     SjOptions opt;
     std::shared_ptr<const ArmCodebooks> cb;
     bool seen_axis = false;
@@ -719,31 +609,11 @@ std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealer
       const std::string key = parts[i].substr(0, eq), val = parts[i].substr(eq + 1);
       if (!sj) {
         if (key != "tail") bad(spec, "KVarN arms take only tail=N (the exact fp16 tail), not '" + key + "'");
-        kvarn_tail = parse_u32(spec, key, val);
-        continue;
+        if (val.find('/') != std::string::npos) bad(spec, key + "=" + val + " is not a non-negative integer");  // fixed tail
       }
-      if (key == "axis") {
-        if (val == "channel") c.trellis_axis = TrellisAxis::channel;
-        else if (val == "token") c.trellis_axis = TrellisAxis::token;
-        else bad(spec, "axis must be token or channel");
-        seen_axis = true;
-      } else if (key == "staging") {
-        if (!parse_staging(val, &c.staging)) bad(spec, "staging must be tq6_0, q8_0 or f16");
-      } else if (key == "tail") {
-        const auto tt = split(val, '/');
-        if (tt.size() > 2) bad(spec, "tail is N or N/MAX");
-        c.tail = parse_u32(spec, key, tt[0]);
-        c.tail_max = tt.size() == 2 ? parse_u32(spec, key, tt[1]) : 0;
-      } else if (key == "sink") {
-        c.sink = parse_u32(spec, key, val);
-      } else if (key == "iters") {
-        c.iters = parse_u32(spec, key, val);
-      } else if (key == "G") {
-        c.group = parse_u32(spec, key, val);
-      } else if (key == "rot") {
-        c.rotation_block = parse_u32(spec, key, val);
-      } else if (key == "flush") {
-        c.flush_chunk = parse_u32(spec, key, val);
+      if (key == "axis") seen_axis = true;
+      if (key == "D") {
+        bad(spec, "unknown option '" + key + "'");
       } else if (key == "tier") {
         if (val != "edge") bad(spec, "tier must be edge");
         opt.tier_edge = true;
@@ -774,7 +644,11 @@ std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealer
         }
         cb = books;
       } else {
-        bad(spec, "unknown option '" + key + "'");
+        switch (parse_config_field(key, val, !sj, &c, &err)) {
+          case ConfigField::applied: break;
+          case ConfigField::unknown: bad(spec, "unknown option '" + key + "'");
+          case ConfigField::invalid: bad(spec, err);
+        }
       }
     }
     if (cb) {
@@ -785,9 +659,6 @@ std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealer
     }
     if (seen_axis && c.body != Body::trellis && c.trellis_axis == TrellisAxis::channel)
       bad(spec, "axis=channel needs a trellis body (e.g. sj:3/2t:axis=channel)");
-    if (!sj) {
-      c = kvarn_config(128, c.bits_k, c.bits_v, kvarn_tail);
-    }
     // Geometry that does not depend on the model: checked at a head_dim of 128 now, and
     // again against the real head_dim when the layer is made.
     CodecConfig probe = c;

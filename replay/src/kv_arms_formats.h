@@ -6,8 +6,11 @@
 // block_turbo3_0 / block_turbo4_0 and the CUDA writer k_set_rows_turbo*): one 128-value
 // group per block, fp16 corrected norm, centroid codes of the group rotated by the fork's
 // signed Walsh-Hadamard transform. Written from the published layouts, not copied.
-// tq5_0 is sjkv's reconstruction from the note's description: tq6_0's construction (CODEC-SPEC
-// §3.1) at 5 bits, with our own Lloyd-Max table (tq5_tables.h) and bit order.
+// tq5_0 is sjkv's reconstruction from the note's description: tq6_0's construction (docs/SPEC.md
+// §4.2) at 5 bits, with our own Lloyd-Max table (tq5_tables.h) and bit order.
+// f16, q8_0 and tq6_0 rows are the codec's staging rows (docs/SPEC.md §4), encoded and decoded
+// by the codec; its q8_0 block is llama.cpp's byte for byte on finite input with a normal
+// binary32 block scale (tests/test_staging.cpp, StagingQ8.BlockIsLlamaCppQ8_0OnFiniteInput).
 #pragma once
 
 #include <algorithm>
@@ -15,8 +18,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <vector>
 
+#include "sjkv/decode_fast.h"
 #include "sjkv/fp16.h"
 #include "sjkv/layout.h"
 #include "sjkv/staging.h"
@@ -28,20 +31,34 @@ namespace fmt {
 
 enum class RowFormat : uint32_t { f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, turbo3, turbo4, tq5_0, tq6_0 };
 
-// Values per block and bytes per block (ggml-common.h sizes; turbo from the fork).
-inline uint32_t block_values(RowFormat f) {
+// The formats that are codec staging rows, and their staging type.
+inline bool codec_staging(RowFormat f, StagingType* t) {
   switch (f) {
-    case RowFormat::f32: case RowFormat::f16: case RowFormat::bf16: return 1;
-    case RowFormat::turbo3: case RowFormat::turbo4: case RowFormat::tq5_0: case RowFormat::tq6_0: return 128;
+    case RowFormat::f16: *t = StagingType::f16; return true;
+    case RowFormat::q8_0: *t = StagingType::q8_0; return true;
+    case RowFormat::tq6_0: *t = StagingType::tq6_0; return true;
+    default: return false;
+  }
+}
+
+// Values per block and bytes per block (the codec's for its rows, ggml-common.h sizes for
+// the others; turbo from the fork).
+inline uint32_t block_values(RowFormat f) {
+  StagingType st = StagingType::f16;
+  if (codec_staging(f, &st)) return staging_block_values(st);
+  switch (f) {
+    case RowFormat::f32: case RowFormat::bf16: return 1;
+    case RowFormat::turbo3: case RowFormat::turbo4: case RowFormat::tq5_0: return 128;
     default: return 32;
   }
 }
 
 inline uint32_t block_bytes(RowFormat f) {
+  StagingType st = StagingType::f16;
+  if (codec_staging(f, &st)) return staging_row_bytes(st, staging_block_values(st));
   switch (f) {
     case RowFormat::f32: return 4;
-    case RowFormat::f16: case RowFormat::bf16: return 2;
-    case RowFormat::q8_0: return 34;    // fp16 d, 32 int8
+    case RowFormat::bf16: return 2;
     case RowFormat::q4_0: return 18;    // fp16 d, 16 B nibbles
     case RowFormat::q4_1: return 20;    // fp16 d, fp16 m, 16 B nibbles
     case RowFormat::q5_0: return 22;    // fp16 d, 4 B high bits, 16 B nibbles
@@ -50,7 +67,7 @@ inline uint32_t block_bytes(RowFormat f) {
     case RowFormat::turbo3: return 50;  // fp16 norm, 32 B low 2 bits, 16 B high bit
     case RowFormat::turbo4: return 66;  // fp16 norm, 64 B nibbles (the fork's later layout without rnorm)
     case RowFormat::tq5_0: return 82;   // fp16 norm, 80 B of 5-bit codes
-    case RowFormat::tq6_0: return kTq6BlockBytes;
+    default: break;
   }
   return 0;
 }
@@ -87,17 +104,8 @@ inline void turbo_signs(float* x, const uint32_t* w) {
     if ((w[i / 32] >> (i % 32)) & 1u) x[i] = -x[i];
 }
 
-// F(h) for every fp16 pattern, built once from the codec's exact widening: the same floats,
-// one load instead of the bit manipulation (rows and scales are decoded per attention).
-inline const float* f16_table() {
-  static const std::vector<float> table = [] {
-    std::vector<float> t(65536);
-    for (uint32_t h = 0; h < 65536; ++h) t[h] = f16_to_f32(static_cast<uint16_t>(h));
-    return t;
-  }();
-  return table.data();
-}
-inline float f16f(const uint8_t* p) { return f16_table()[load_u16(p)]; }
+// A block's fp16 scale, widened through the codec's table (scales are decoded per attention).
+inline float f16f(const uint8_t* p) { return f16_to_f32_table()[load_u16(p)]; }
 
 inline uint16_t f32_to_bf16(float x) {  // ggml_compute_fp32_to_bf16: RNE, NaN kept quiet
   const uint32_t u = f32_bits(x);
@@ -109,15 +117,6 @@ inline float bf16_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t
 // ggml casts the shifted value to int8_t (truncation toward zero) before MIN(); the values
 // reaching it are in [0, 2*levels], so an int cast truncates the same way.
 inline int trunc_int(float x) { return static_cast<int>(x); }
-
-inline void q8_0_block(const float* x, uint8_t* y) {
-  float amax = 0.0f;
-  for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[j]));
-  const float d = amax / 127.0f;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  store_u16(y, f32_to_f16(d));
-  for (int j = 0; j < 32; ++j) y[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(x[j] * id)));
-}
 
 // Signed absolute maximum: the value of largest magnitude, first one on ties.
 inline float signed_amax(const float* x, int n) {
@@ -280,25 +279,6 @@ inline void turbo4_group(const float* x, uint8_t* y) {
   for (int i = 0; i < 128; ++i) y[2 + i / 2] = static_cast<uint8_t>(y[2 + i / 2] | (idx[i] << (4 * (i % 2))));
 }
 
-// tq6_decode_block (staging.h) with the 64 centroids widened once and four codes per step:
-// the same products F(norm) * centroid, so the same floats.
-inline void tq6_decode_block_fast(const uint8_t* blk, float* out) {
-  static const std::vector<float> cent = [] {
-    std::vector<float> c(64);
-    for (uint32_t k = 0; k < 64; ++k) c[k] = tq6_centroid(k);
-    return c;
-  }();
-  const float n = f16_table()[load_u16(blk)];
-  const float* c = cent.data();
-  for (uint32_t j = 0; j < 32; ++j) {
-    const uint32_t lo0 = blk[2 + 2 * j], lo1 = blk[3 + 2 * j], hi = blk[66 + j];
-    out[4 * j + 0] = op::fmul(c[(lo0 & 15u) | ((hi & 3u) << 4)], n);
-    out[4 * j + 1] = op::fmul(c[(lo0 >> 4) | (((hi >> 2) & 3u) << 4)], n);
-    out[4 * j + 2] = op::fmul(c[(lo1 & 15u) | (((hi >> 4) & 3u) << 4)], n);
-    out[4 * j + 3] = op::fmul(c[(lo1 >> 4) | (((hi >> 6) & 3u) << 4)], n);
-  }
-}
-
 // tq5_0 block (128 values, 82 bytes): fp16 corrected norm, then the 128 5-bit codes packed
 // little-endian, code i in bits 5i .. 5i+4 of bytes 2 .. 81 (so codes 8g .. 8g+7 fill bytes
 // 2 + 5g .. 6 + 5g). Encode is tq6_encode_block's at 5 bits: norm, normalise, code = the
@@ -337,7 +317,7 @@ inline void tq5_encode_block(const float* x, uint8_t* out) {
 }
 
 inline void tq5_decode_block(const uint8_t* blk, float* out) {
-  const float n = f16_table()[load_u16(blk)];
+  const float n = f16f(blk);
   for (uint32_t g = 0; g < 16; ++g) {
     uint64_t w = 0;
     for (uint32_t b = 0; b < 5; ++b) w |= static_cast<uint64_t>(blk[2 + 5 * g + b]) << (8 * b);
@@ -349,10 +329,16 @@ inline void tq5_decode_block(const uint8_t* blk, float* out) {
 inline bool encode_row(RowFormat f, const float* x, uint32_t d, uint8_t* out) {
   for (uint32_t i = 0; i < d; ++i)
     if (!std::isfinite(x[i])) return false;
+  // A codec row that overflows fp16 is stored as the codec writes it (inf scale or value):
+  // only non-finite input is refused here.
+  StagingType st = StagingType::f16;
+  if (codec_staging(f, &st)) {
+    staging_encode_row_checked(st, x, d, out);
+    return true;
+  }
   const uint32_t bv = block_values(f), bb = block_bytes(f);
   switch (f) {
     case RowFormat::f32: std::memcpy(out, x, 4u * d); return true;
-    case RowFormat::f16: for (uint32_t i = 0; i < d; ++i) store_u16(out + 2 * i, f32_to_f16(x[i])); return true;
     case RowFormat::bf16: for (uint32_t i = 0; i < d; ++i) store_u16(out + 2 * i, f32_to_bf16(x[i])); return true;
     default: break;
   }
@@ -360,7 +346,6 @@ inline bool encode_row(RowFormat f, const float* x, uint32_t d, uint8_t* out) {
     const float* xb = x + b * bv;
     uint8_t* yb = out + b * bb;
     switch (f) {
-      case RowFormat::q8_0: q8_0_block(xb, yb); break;
       case RowFormat::q4_0: q4_0_block(xb, yb); break;
       case RowFormat::q4_1: q4_1_block(xb, yb); break;
       case RowFormat::q5_0: q5_0_block(xb, yb); break;
@@ -369,7 +354,6 @@ inline bool encode_row(RowFormat f, const float* x, uint32_t d, uint8_t* out) {
       case RowFormat::turbo3: turbo3_group(xb, yb); break;
       case RowFormat::turbo4: turbo4_group(xb, yb); break;
       case RowFormat::tq5_0: tq5_encode_block(xb, yb); break;
-      case RowFormat::tq6_0: tq6_encode_block(xb, yb); break;
       default: break;
     }
   }
@@ -378,14 +362,11 @@ inline bool encode_row(RowFormat f, const float* x, uint32_t d, uint8_t* out) {
 
 // Decode as ggml's dequantize_row_* does: F(d) * code (+ F(m)).
 inline void decode_row(RowFormat f, const uint8_t* in, uint32_t d, float* x) {
+  StagingType st = StagingType::f16;
+  if (codec_staging(f, &st)) return staging_decode_row_fast(st, in, d, x);
   const uint32_t bv = block_values(f), bb = block_bytes(f);
   switch (f) {
     case RowFormat::f32: std::memcpy(x, in, 4u * d); return;
-    case RowFormat::f16: {
-      const float* t = f16_table();
-      for (uint32_t i = 0; i < d; ++i) x[i] = t[load_u16(in + 2 * i)];
-      return;
-    }
     case RowFormat::bf16: for (uint32_t i = 0; i < d; ++i) x[i] = bf16_to_f32(load_u16(in + 2 * i)); return;
     default: break;
   }
@@ -393,11 +374,6 @@ inline void decode_row(RowFormat f, const uint8_t* in, uint32_t d, float* x) {
     const uint8_t* y = in + b * bb;
     float* xb = x + b * bv;
     switch (f) {
-      case RowFormat::q8_0: {
-        const float s = f16f(y);
-        for (int j = 0; j < 32; ++j) xb[j] = static_cast<float>(static_cast<int8_t>(y[2 + j])) * s;
-        break;
-      }
       case RowFormat::q4_0: {
         const float s = f16f(y);
         for (int j = 0; j < 16; ++j) {
@@ -456,7 +432,6 @@ inline void decode_row(RowFormat f, const uint8_t* in, uint32_t d, float* x) {
         break;
       }
       case RowFormat::tq5_0: tq5_decode_block(y, xb); break;
-      case RowFormat::tq6_0: tq6_decode_block_fast(y, xb); break;
       default: break;
     }
   }

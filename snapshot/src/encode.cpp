@@ -8,6 +8,7 @@
 #include <string>
 
 #include "sjkv/cache.h"
+#include "sjkv/cache_view.h"
 #include "sjkv/hadamard.h"
 #include "sjkv/trellis.h"
 
@@ -164,7 +165,8 @@ void decode_position(const Snapshot& s, const SnapshotLayer& sl, uint32_t p, uin
   const CodecConfig& c = s.config;
   const uint32_t H = s.kv_heads, D = c.head_dim;
   const uint32_t rb = staging_row_bytes(c.staging, D);
-  if (p < c.sink) {
+  const RowPosition rp = row_position(p, c.sink, s.B, c.group);
+  if (rp.region == RowPosition::sink) {
     const size_t i = static_cast<size_t>(p) * H + h;
     if (c.sink_type == SinkType::f16) {
       for (uint32_t d = 0; d < D; ++d) {
@@ -177,15 +179,15 @@ void decode_position(const Snapshot& s, const SnapshotLayer& sl, uint32_t p, uin
     }
     return;
   }
-  if (p < s.B) {
+  if (rp.region == RowPosition::body) {
     const RecordLayout l = c.layout();
-    const uint32_t g = (p - c.sink) / c.group, t = (p - c.sink) % c.group;
-    const uint8_t* rec = &sl.body[(static_cast<size_t>(g) * H + h) * l.bytes];
+    const uint8_t* rec = &sl.body[(static_cast<size_t>(rp.g) * H + h) * l.bytes];
     const TrellisCodebooks cb = snapshot_codebooks(s);
-    decode_k_row(l, rec, t, k, cb);
-    decode_v_row(l, rec, t, v, cb);
+    decode_k_row(l, rec, rp.t, k, cb);
+    decode_v_row(l, rec, rp.t, v, cb);
     return;
   }
+  // The snapshot keeps the tail in position order from ring_from(), not in ring slots.
   const size_t i = static_cast<size_t>(p - s.ring_from()) * H + h;
   staging_decode_row(c.staging, &sl.ring_k[i * rb], D, k);
   staging_decode_row(c.staging, &sl.ring_v[i * rb], D, v);

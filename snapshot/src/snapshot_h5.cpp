@@ -1,9 +1,9 @@
 // Snapshot files (docs/FORMAT.md section 3) and the consistency rules shared by the writer
 // and the reader.
-#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "h5util.h"
 #include "sjkv/config.h"
@@ -223,12 +223,12 @@ std::string layer_defect(const Snapshot& s, size_t li) {
 // ---- reading helpers --------------------------------------------------------------------
 
 std::string enum_attr(const h5::Reader& r, hid_t obj, const char* name, const std::string& display,
-                      std::initializer_list<const char*> allowed) {
+                      const std::vector<std::string>& allowed) {
   const std::string v = r.string_attr(obj, name, display);
   std::string list;
-  for (const char* a : allowed) {
+  for (const std::string& a : allowed) {
     if (v == a) return v;
-    list += (list.empty() ? "" : ", ") + std::string(a);
+    list += (list.empty() ? "" : ", ") + a;
   }
   r.fail("attribute " + display + ": unknown value '" + v + "' (expected one of " + list + ")");
 }
@@ -371,8 +371,9 @@ Snapshot read_snapshot(const std::string& path, EmbeddedCodebooks* codebooks_out
   c.balance = enum_attr(r, root, "balance", "balance", {"final", "best"}) == "best" ? BalanceMode::best_of
                                                                                     : BalanceMode::final_scales;
   c.iters = r.u32_attr(root, "iters");
-  const std::string staging = enum_attr(r, root, "staging", "staging", {"tq6_0", "f16", "q8_0"});
-  c.staging = staging == "tq6_0" ? StagingType::tq6_0 : staging == "f16" ? StagingType::f16 : StagingType::q8_0;
+  // The codec's names, listed in code order when refused, and its one parser.
+  const std::string staging = enum_attr(r, root, "staging", "staging", staging_names_by_code());
+  parse_staging(staging, &c.staging);
   c.sink_type = enum_attr(r, root, "sink_type", "sink_type", {"f16", "inherit"}) == "inherit" ? SinkType::inherit
                                                                                              : SinkType::f16;
   c.sink = r.u32_attr(root, "sink");

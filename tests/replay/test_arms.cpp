@@ -18,6 +18,7 @@
 #include "../../replay/src/attend_tile.h"
 #include "../../replay/src/kv_arms_formats.h"
 #include "sjkv/cache_view.h"
+#include "sjkv/config.h"
 #include "sjkv/fp16.h"
 #include "sjkv/hadamard.h"
 #include "sjkv/io/codebook.h"
@@ -253,6 +254,45 @@ TEST(Arms, InvalidSpecsAreRejectedWithAReason) {
   EXPECT_THROW(make_arm("turbo4")->make_layer(shape(64, 4, 2, 1024)), std::invalid_argument);
 }
 
+// The codec part of an SJ spec is the codec's configuration grammar (config.h parse_config):
+// its fields, values and refusals; head_dim stays the model's and KVarN arms keep a fixed tail.
+TEST(Arms, CodecFieldsAreTheCodecGrammar) {
+  auto name_of = [](const std::string& spec) {
+    return inspect(make_arm(spec)->make_layer(shape(128, 4, 2, 2048)))->storage_name();
+  };
+  EXPECT_EQ(name_of("sj:4/4:tail=128"), "sj:4/4:D=128:G=128:staging=tq6_0:sink=128:tail=128/0:rot=128:iters=16");
+  EXPECT_EQ(name_of("sj:3/2t:staging=q8_0:sink=128(inherit):tail=256/512:rot=64:iters=8"),
+            "sj:3/2t:D=128:G=128:staging=q8_0:sink=128(inherit):tail=256/512:rot=64:iters=8");
+  EXPECT_EQ(name_of("kvarn:4/4:tail=128"), kvarn_config(128, 4, 4, 128).name());
+  // An inherited sink serves the codec's rows too.
+  const uint32_t N = 400;
+  const Data d = make_data(N, 128, 4, 2, 37);
+  const RunResult r = run_arm("sj:4/4:sink=128(inherit):staging=q8_0:tail=128", d, N, 64, {});
+  const InspectableKv* kv = dynamic_cast<const InspectableKv*>(r.layer.get());
+  const CacheView view = kv->codec_cache()->view(0);
+  ASSERT_EQ(view.sink_inherit, 1u);
+  ASSERT_GT(view.B, view.sink);
+  std::vector<float> K(static_cast<size_t>(N) * 128), V(K.size()), kr(128), vr(128);
+  kv->stored_rows(1, 0, N, K.data(), V.data());
+  for (uint32_t p = 0; p < N; ++p) {
+    resolve_row(view, p, 1, kr.data(), vr.data());
+    ASSERT_EQ(std::memcmp(kr.data(), &K[static_cast<size_t>(p) * 128], 128 * sizeof(float)), 0) << p;
+    ASSERT_EQ(std::memcmp(vr.data(), &V[static_cast<size_t>(p) * 128], 128 * sizeof(float)), 0) << p;
+  }
+  for (const auto& c : std::vector<std::pair<std::string, std::string>>{
+           {"sj:4/4:D=64", "unknown option 'D'"},
+           {"sj:4/4:iters=8(best)", "(best)"},
+           {"kvarn:4/4:tail=128/256", "tail=128/256 is not a non-negative integer"}}) {
+    SCOPED_TRACE(c.first);
+    try {
+      make_arm(c.first);
+      ADD_FAILURE() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(c.second), std::string::npos) << e.what();
+    }
+  }
+}
+
 // ---------------------------------------------------------------- quantizers by hand
 
 std::vector<uint8_t> enc(RowFormat f, const std::vector<float>& x) {
@@ -362,18 +402,6 @@ TEST(ArmQuantizers, Bf16RoundsToNearestEven) {
   EXPECT_EQ(fmt::f32_to_bf16(f32_from_bits(0x3F808000u)), 0x3F80);  // tie -> even
   EXPECT_EQ(fmt::f32_to_bf16(f32_from_bits(0x3F818000u)), 0x3F82);  // tie -> even (up)
   EXPECT_EQ(fmt::f32_to_bf16(f32_from_bits(0x3F808001u)), 0x3F81);
-}
-
-TEST(ArmQuantizers, Tq6FastDecodeEqualsTheCodec) {
-  std::vector<float> x(256 * 16), a(x.size()), b(x.size());
-  fill_rows(16, 256, x.data());
-  std::vector<uint8_t> blk(98);
-  for (size_t o = 0; o < x.size(); o += 128) {
-    ASSERT_TRUE(tq6_encode_block(&x[o], blk.data()));
-    tq6_decode_block(blk.data(), &a[o]);
-    fmt::tq6_decode_block_fast(blk.data(), &b[o]);
-  }
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
 }
 
 TEST(ArmQuantizers, TurboSignsAsTheForkPrintsThem) {

@@ -38,9 +38,24 @@ struct CacheView {
   SJKV_HD uint32_t row_bytes() const { return staging_row_bytes(staging, layout.head_dim); }
 };
 
-// Where position p of KV head h is stored, by the row resolution rule of §8.2: row t of a
-// body record, an fp16 sink entry (K: D halves, then V), or a staged entry (the K staging row,
-// then the V row, row_bytes() each) in the staged sink or the ring.
+// The region of position p (docs/SPEC.md §9.2, resolved in the order of §9.3): the sink
+// [0, sink), the body [sink, B) as row t of group g's record, or the staged tail [max(B, sink), N).
+// The one position rule of the codec: the cache view, snapshot decoding and replay use it.
+struct RowPosition {
+  enum Region : uint32_t { sink, body, tail } region;
+  uint32_t g;  // body: group
+  uint32_t t;  // body: token within the group
+};
+
+SJKV_HD inline RowPosition row_position(uint32_t p, uint32_t sink, uint32_t B, uint32_t group) {
+  if (p < sink) return RowPosition{RowPosition::sink, 0, 0};
+  if (p < B) return RowPosition{RowPosition::body, (p - sink) / group, (p - sink) % group};
+  return RowPosition{RowPosition::tail, 0, 0};
+}
+
+// Where position p of KV head h is stored, by row_position: row t of a body record, an fp16
+// sink entry (K: D halves, then V), or a staged entry (the K staging row, then the V row,
+// row_bytes() each) in the staged sink or the ring.
 struct RowLocation {
   enum Kind : uint32_t { record, sink_f16, staged } kind;
   const uint8_t* rec;    // record: the record, t its token
@@ -51,18 +66,19 @@ struct RowLocation {
 
 SJKV_HD inline RowLocation locate_row(const CacheView& v, uint32_t p, uint32_t h) {
   RowLocation r{RowLocation::staged, nullptr, 0, nullptr, nullptr};
-  if (p >= v.sink && p < v.B) {
-    const uint32_t g = (p - v.sink) / v.layout.group;
+  const RowPosition rp = row_position(p, v.sink, v.B, v.layout.group);
+  const size_t rb = v.row_bytes();
+  if (rp.region == RowPosition::body) {
     r.kind = RowLocation::record;
-    r.t = (p - v.sink) % v.layout.group;
-    r.rec = v.body + (static_cast<size_t>(g) * v.n_head_kv + h) * v.layout.bytes;
-  } else if (p < v.sink && !v.sink_inherit) {
+    r.t = rp.t;
+    r.rec = v.body + (static_cast<size_t>(rp.g) * v.n_head_kv + h) * v.layout.bytes;
+  } else if (rp.region == RowPosition::sink && !v.sink_inherit) {
     r.kind = RowLocation::sink_f16;
     r.f16 = v.sink_f16 + (static_cast<size_t>(p) * v.n_head_kv + h) * 2 * v.layout.head_dim;
+  } else if (rp.region == RowPosition::sink) {
+    r.entry = v.sink_staged + (static_cast<size_t>(p) * v.n_head_kv + h) * 2 * rb;
   } else {
-    const size_t rb = v.row_bytes();
-    r.entry = p < v.sink ? v.sink_staged + (static_cast<size_t>(p) * v.n_head_kv + h) * 2 * rb
-                         : v.ring + (static_cast<size_t>(ring_slot(p, v.sink, v.cap)) * v.n_head_kv + h) * 2 * rb;
+    r.entry = v.ring + (static_cast<size_t>(ring_slot(p, v.sink, v.cap)) * v.n_head_kv + h) * 2 * rb;
   }
   return r;
 }

@@ -37,9 +37,13 @@ struct CodecConfig {
   uint32_t rotation() const { return rotation_block ? rotation_block : (head_dim < 256 ? head_dim : 256); }
   RecordLayout layout() const { return make_layout(head_dim, group, bits_k, bits_v, resolved_body(), trellis_axis); }
   // e.g. "sj:4/4:D=128:G=128:staging=tq6_0:sink=128:tail=4096/8192:rot=128:iters=16"; a
-  // channel-axis trellis adds ":axis=channel" after the widths ("sj:3/2t:axis=channel:D=...")
+  // channel-axis trellis adds ":axis=channel" after the widths ("sj:3/2t:axis=channel:D=...").
+  // The grammar is parse_config's, below.
   std::string name() const;
 };
+
+bool operator==(const CodecConfig& a, const CodecConfig& b);
+inline bool operator!=(const CodecConfig& a, const CodecConfig& b) { return !(a == b); }
 
 // KVarN-faithful sealing as the note describes it: 8 passes keeping the best scales, each
 // group sealed as soon as it fills (tail 0, fixed), 128-token fp16 sink.
@@ -82,5 +86,32 @@ inline constexpr StagingType kStagingTypes[] = {StagingType::tq6_0, StagingType:
 bool parse_staging(const std::string& name, StagingType* t);
 // staging_name of every kStagingTypes entry, in that order (for a command line's choices).
 std::vector<std::string> staging_names();
+// The same names in the order of the types' codes (0, 1, 2), as files list them.
+std::vector<std::string> staging_names_by_code();
+
+// The configuration grammar (docs/SPEC.md §9.1), printed by CodecConfig::name() and read by
+// parse_config:
+//   config := ("sj" | "kvarn") ":" widths { ":" field }
+//   widths := K "/" V ["t"]                       one digit each; "t" a trellis body, else scalar
+//   field  := "axis=" ("token" | "channel") | "D=" N | "G=" N | "staging=" staging_name
+//           | "sink=" N ["(inherit)"] | "tail=" N ["/" MAX] | "rot=" N | "iters=" N ["(best)"]
+//           | "flush=" N
+// "sj:" starts from CodecConfig{}, "kvarn:" from kvarn_config(128, K, V) (best-of balancing;
+// "(best)", which name() prints there, is refused after "sj:"). "sink=N" is an f16 sink,
+// "tail=N" a fixed tail (tail_max 0); a later field overrides an earlier one. name() prints
+// the resolved body and rotation and never flush, so parse_config(c.name()) is c with body =
+// resolved_body(), rotation_block = rotation() and flush_chunk = 0. Syntax only: whether the
+// result can be served is can_implement's question. On failure *error says why, naming the
+// offending part, and *out is untouched.
+bool parse_config(const std::string& text, CodecConfig* out, std::string* error);
+
+// The parts of parse_config, for grammars that embed this one (sjkv-replay's arm specs).
+// "sj" or "kvarn" and the widths: the configuration a name with no fields denotes.
+bool parse_config_head(const std::string& prefix, const std::string& widths, CodecConfig* out, std::string* error);
+// One "key=value" field applied to *c (kvarn: the name began "kvarn:"). unknown: not a key
+// of the grammar (*c and *error untouched); invalid: *error says why (*c untouched).
+enum class ConfigField { applied, unknown, invalid };
+ConfigField parse_config_field(const std::string& key, const std::string& value, bool kvarn, CodecConfig* c,
+                               std::string* error);
 
 }  // namespace sjkv

@@ -109,9 +109,17 @@ SJKV_HD inline uint32_t tq6_block_code(const uint8_t* blk, uint32_t i) {
   return lo | (hi << 4);
 }
 
+// Value i = fmul(C[code_i], F(norm)) (docs/SPEC.md §4.2); four codes per step, from two qs
+// bytes and one qh byte, so a row decodes without per-value address arithmetic.
 SJKV_HD inline void tq6_decode_block(const uint8_t* blk, float* out) {
   const float n = f16_to_f32(load_u16(blk));
-  for (uint32_t i = 0; i < kTq6BlockValues; ++i) out[i] = op::fmul(tq6_centroid(tq6_block_code(blk, i)), n);
+  for (uint32_t j = 0; j < kTq6BlockValues / 4; ++j) {
+    const uint32_t lo0 = blk[2 + 2 * j], lo1 = blk[3 + 2 * j], hi = blk[66 + j];
+    out[4 * j + 0] = op::fmul(tq6_centroid((lo0 & 15u) | ((hi & 3u) << 4)), n);
+    out[4 * j + 1] = op::fmul(tq6_centroid((lo0 >> 4) | (((hi >> 2) & 3u) << 4)), n);
+    out[4 * j + 2] = op::fmul(tq6_centroid((lo1 & 15u) | (((hi >> 4) & 3u) << 4)), n);
+    out[4 * j + 3] = op::fmul(tq6_centroid((lo1 >> 4) | (((hi >> 6) & 3u) << 4)), n);
+  }
 }
 
 // q8_0 (sjkv extension): d = amax/127 in binary32, stored as fp16; q = roundf(x/d) with ties
