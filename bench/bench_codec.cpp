@@ -336,7 +336,7 @@ BENCHMARK(BM_DecodeKVRow)
 // ---- BM_AttentionRef: one query row over a small cache (sink, body, ring) ----------------
 // D = 128, 4/4 scalar, tq6_0 staging, sink 128, fixed tail 256, 2048 positions: about 13
 // sealed groups behind the ring. Args: query position count N. Measures the reference loop
-// (§9.1), which resolves and decodes every position; a tolerance reference, not a kernel.
+// (docs/SPEC.md §9.7), which resolves and decodes every position; a tolerance reference, not a kernel.
 void BM_AttentionRef(benchmark::State& state) {
   const uint32_t n_pos = static_cast<uint32_t>(state.range(0));
   constexpr uint32_t kD = 128, kUbatch = 128;

@@ -5,7 +5,7 @@
 // the format allows:
 //  - sample stds follow the reduction contract: a row's std takes 8 lanes, one chunk per
 //    lane, and the 8 chunk sums are combined by xor shuffles 1, 2, 4, which is exactly the
-//    pairwise tree of CODEC-SPEC §5.3 (binary64 addition is commutative); a column's std
+//    pairwise tree of docs/SPEC.md §6.3 (binary64 addition is commutative); a column's std
 //    takes one thread with 8 independent chunk accumulators (coalesced reads);
 //  - order-dependent scans (row min/max with strict min/max, refit sums, imbalance
 //    max/min) run sequentially in the spec's order, one thread per row;

@@ -14,14 +14,14 @@ then within about 1e-11 of the fixed point, far below binary32's resolution; sma
 are lost in double rounding at 64 levels). The levels are then scaled by sigma = 1/sqrt(128).
 
 Check (printed to stderr on every run): the same routine at 64 levels must reproduce the
-published tq6_0 centroids and midpoints (CODEC-SPEC 3.1, six decimals) to the printed
+published tq6_0 centroids and midpoints (docs/SPEC.md §4.2, Appendix A; six decimals) to the printed
 precision, which validates both the method and the scale.
 """
 import math
 import struct
 import sys
 
-TQ6_CENTROIDS_POS = [  # the positive half of the published tq6_0 table (CODEC-SPEC 3.1)
+TQ6_CENTROIDS_POS = [  # the positive half of the published tq6_0 table (docs/SPEC.md §4.2, Appendix A)
     0.002953, 0.008863, 0.014787, 0.020733, 0.026710, 0.032729, 0.038798, 0.044929,
     0.051133, 0.057422, 0.063809, 0.070310, 0.076940, 0.083717, 0.090663, 0.097801,
     0.105157, 0.112765, 0.120663, 0.128895, 0.137517, 0.146600, 0.156230, 0.166522,

@@ -204,7 +204,7 @@ void pack_codes(const RecordLayout& l, Side side, const uint8_t* codes, uint8_t*
   pack_stream(codes, static_cast<size_t>(G) * D, side == Side::k ? l.bits_k : l.bits_v, payload);
 }
 
-// One side after balancing and the §5.4 row affine (scales and zeros already written).
+// One side after balancing and the docs/SPEC.md §6.5 row affine (scales and zeros already written).
 struct SideState {
   Tiles w;       // cur [R][C] and curT [C][R] hold bal; M and MT are free
   uint32_t R, C, b;
@@ -279,7 +279,7 @@ void seal_side(const RecordLayout& l, Side side, const uint16_t* rows, size_t st
   write_column_scales(l, side, st, rec);
 }
 
-// ---- Trellis (§6) ------------------------------------------------------------------------
+// ---- Trellis (docs/SPEC.md §7) -----------------------------------------------------------
 //
 // The Viterbi recursion runs with the vector lanes across the 64 states. At step i the
 // windows of branch j of states s..s+W-1 are contiguous (w = s + 64 j), so one vector

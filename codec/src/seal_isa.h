@@ -6,7 +6,7 @@
 namespace sjkv {
 
 // Nibble index (8*lane + nibble) inside a 16x16 fragment tile of element (tt, dd), at
-// [tt*16 + dd], for the K or V side (§4.3 (b)).
+// [tt*16 + dd], for the K or V side (docs/SPEC.md §5.5 (c)).
 const uint8_t* fragment_tile_positions(Side side);
 
 #define SJKV_DECLARE_ISA(ns)                                                                         \

@@ -284,7 +284,7 @@ struct EdgeRegistry {
 };
 
 // Trellis tables an arm seals with instead of the built-in reference ones ("cb=FILE[+FILE]"):
-// raw table pairs (CODEC-SPEC section 12), one per width.
+// raw table pairs (docs/SPEC.md §12.2), one per width.
 struct ArmCodebooks {
   std::vector<RawCodebook> pairs;
   const RawCodebook* of(uint32_t bits) const {

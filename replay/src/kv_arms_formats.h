@@ -10,7 +10,7 @@
 // §4.2) at 5 bits, with our own Lloyd-Max table (tq5_tables.h) and bit order.
 // f16, q8_0 and tq6_0 rows are the codec's staging rows (docs/SPEC.md §4), encoded and decoded
 // by the codec; its q8_0 block is llama.cpp's byte for byte on finite input with a normal
-// binary32 block scale (tests/test_staging.cpp, StagingQ8.BlockIsLlamaCppQ8_0OnFiniteInput).
+// binary32 block scale (tests/codec/test_staging.cpp, StagingQ8.BlockIsLlamaCppQ8_0OnFiniteInput).
 #pragma once
 
 #include <algorithm>

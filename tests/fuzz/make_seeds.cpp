@@ -3,7 +3,7 @@
 // files made by the project's own writers (write_capture, encode_capture + write_snapshot,
 // write_trajectory) or, for the
 // formats sjkv only reads, by the documented byte layouts (the same layouts the writers in
-// tests/test_importers.cpp and tests/test_gguf.cpp use), plus a few invalid ones. With
+// tests/snapshot/test_importers.cpp and tests/snapshot/test_gguf.cpp use), plus a few invalid ones. With
 // REJECT_DIR (tests/reject) it also copies some of the must-reject HDF5 files. The output is
 // deterministic; files a fuzzer found later (crash-*, regress-*) are left alone.
 #include <sys/stat.h>
@@ -319,7 +319,7 @@ void llama_seeds() {
   write_bytes("llama_state", "invalid-version4.bin", future);
 }
 
-// ---- GGUF (layout: replay/include/sjkv/gguf.h) ---------------------------------------------------
+// ---- GGUF (layout: snapshot/include/sjkv/io/gguf.h) ---------------------------------------------------
 
 struct Gguf {
   std::vector<Bytes> kvs;

@@ -4,7 +4,7 @@
 //   q.K(t)      = Ktok[t] * (sum_d q[d]*Kz[d] + sum_d (q[d]*Ks[d]) * code(t,d))
 //   sum_t p_t V = Vch[d]  * (sum_t p_t*Vz[t] + sum_t (p_t*Vs[t]) * code(t,d))
 // and the inner loops are one multiply-add per code and query row; the factors are applied
-// once per record. Equal to the reference up to rounding (a tolerance, not bits: §9.1's
+// once per record. Equal to the reference up to rounding (a tolerance, not bits: docs/SPEC.md §9.7's
 // attention is a tolerance reference).
 #pragma once
 

@@ -1,4 +1,4 @@
-// Log-domain variance balancing and the per-row affine (CODEC-SPEC §5.3-5.4): the
+// Log-domain variance balancing and the per-row affine (docs/SPEC.md §6.3-6.5): the
 // per-element formulas, once, for the scalar reference, the vectorised CPU path and CUDA.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Host cache of one sequence: per-layer sink, staging ring and sealed body, driven by the
-// journal policy at ubatch boundaries exactly as an engine would (CODEC-SPEC §8.2-8.5).
+// journal policy at ubatch boundaries exactly as an engine would (docs/SPEC.md §9.2-9.6).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Read-only view of one layer's cache regions and the reference attention over them
-// (CODEC-SPEC §8.2, §9.1). Plain pointers so the same code runs on host and device.
+// (docs/SPEC.md §9.2-9.3, §9.7). Plain pointers so the same code runs on host and device.
 //
 // Layouts (per layer):
 //   sink_f16    [sink][n_head_kv][K: D halves | V: D halves]          (sink_type f16)
@@ -108,7 +108,7 @@ SJKV_HD inline float dot_seq(const float* a, const float* b, uint32_t n) {
 }
 
 // One query row against KV head h over positions [0, min(N, qpos+1)), single-pass online
-// softmax in binary32 (§9.1). q and out are D floats in the rotated basis; kbuf and vbuf
+// softmax in binary32 (§9.7). q and out are D floats in the rotated basis; kbuf and vbuf
 // are D floats of scratch. expf is the platform's: a tolerance reference, not a format.
 SJKV_HD inline void attention_ref(const CacheView& v, const float* q, uint32_t h, uint32_t qpos, float scale,
                                   float* out, float* kbuf, float* vbuf) {

@@ -1,10 +1,10 @@
-// Reference trellis codebooks (CODEC-SPEC §6.1, §12): fp16 bit patterns of the token-axis
+// Reference trellis codebooks (docs/SPEC.md §7.1, §12.1, Appendix B): fp16 bit patterns of the token-axis
 // tables trained for the public reference codec, github.com/JakeATX/sj-kvarn-codec (MIT).
 // 3-bit: window L = 9, 512 entries per side; 2-bit: L = 8, 256 entries per side.
 //
 // GENERATED from the reference table files data/codebooks/reference-3bit.bin and
 // reference-2bit.bin (K table then V table, little-endian uint16); do not edit by hand.
-// The SHA-256 strings are those of the table files (checked by tests/test_trellis.cpp).
+// The SHA-256 strings are those of the table files (checked by tests/codec/test_trellis.cpp).
 // These are the default codebooks until sjkv ships tables it trains itself; any other table
 // can be passed at run time through TrellisCodebooks (sjkv/trellis.h).
 #pragma once

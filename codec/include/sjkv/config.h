@@ -1,4 +1,4 @@
-// Codec configuration and the up-front support check (CODEC-SPEC §4.1, §8.1).
+// Codec configuration and the up-front support check (docs/SPEC.md §5.2, §9.1).
 #pragma once
 
 #include <string>
@@ -73,10 +73,10 @@ enum class Unsupported : uint32_t {
 
 const char* describe(Unsupported u);
 
-// Record geometry only (§4.1 layout validation).
+// Record geometry only (§5.2 layout validation).
 Unsupported can_implement_record(uint32_t head_dim, uint32_t group, uint32_t bits_k, uint32_t bits_v, Body body,
                                  TrellisAxis axis = TrellisAxis::token);
-// Full cache configuration (layer init validation of §8.1 plus sjkv's extensions).
+// Full cache configuration (layer init validation of §9.1 plus sjkv's extensions).
 Unsupported can_implement(const CodecConfig& c);
 
 const char* staging_name(StagingType t);

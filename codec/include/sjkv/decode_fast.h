@@ -1,7 +1,7 @@
 // Host fast paths of the decoders (docs/SPEC.md §2.2, §4, §8, §9.3) for readers that decode
 // many rows per attention pass (sjkv-replay's codec arms). Each gives the floats of its
 // reference bit for bit (f16_to_f32, staging_decode_row, decode_k_row_ref / decode_v_row_ref,
-// resolve_row); tests/test_decode_fast.cpp holds them to that.
+// resolve_row); tests/codec/test_decode_fast.cpp holds them to that.
 #pragma once
 
 #include <cstdint>

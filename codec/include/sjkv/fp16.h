@@ -1,4 +1,4 @@
-// binary32 <-> binary16 exactly as CODEC-SPEC §1: round to nearest even, no flush to zero,
+// binary32 <-> binary16 exactly as docs/SPEC.md §2: round to nearest even, no flush to zero,
 // |x| >= 65520 -> infinity, every NaN -> canonical 0x7E00 with the sign kept.
 #pragma once
 
@@ -43,7 +43,7 @@ SJKV_HD inline float f16_to_f32(uint16_t h) {
   return sign ? -v : v;
 }
 
-// The seal input rounding of CODEC-SPEC §5.1: a value as it reads back from fp16.
+// The seal input rounding of docs/SPEC.md §4.6: a value as it reads back from fp16.
 SJKV_HD inline float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
 
 }  // namespace sjkv

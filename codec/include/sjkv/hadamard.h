@@ -1,4 +1,4 @@
-// Orthonormal Sylvester-Hadamard transform (CODEC-SPEC §2). Its own inverse.
+// Orthonormal Sylvester-Hadamard transform (docs/SPEC.md §3). Its own inverse.
 #pragma once
 
 #include "sjkv/hd.h"

@@ -1,4 +1,4 @@
-// FNV-1a 64 with the format's non-standard offset basis (CODEC-SPEC §10.1, §13 item 1):
+// FNV-1a 64 with the format's non-standard offset basis (docs/SPEC.md §12.3):
 // 1469598103934665603, the usual constant missing its last digit. Every hash of the format
 // (test vectors, state checksums, codebook identity) uses it; do not "fix" it.
 #pragma once

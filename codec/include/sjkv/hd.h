@@ -1,6 +1,6 @@
 // Host-device plumbing shared by the CPU codec and the CUDA kernels.
 //
-// The format fixes one IEEE-754 rounding per operation (CODEC-SPEC §0). On the host we
+// The format fixes one IEEE-754 rounding per operation (docs/SPEC.md §1). On the host we
 // compile with -ffp-contract=off and SSE arithmetic (FLT_EVAL_METHOD == 0), so plain
 // operators are exact; on the device nvcc would contract a*b+c, so the helpers below use
 // the _rn intrinsics there. Every per-element formula of the codec goes through them.
@@ -66,7 +66,7 @@ SJKV_HD inline double f64_from_bits(uint64_t u) {
 #endif
 }
 
-// One-rounding binary32 / binary64 operations (CODEC-SPEC §0.1).
+// One-rounding binary32 / binary64 operations (docs/SPEC.md §1.1).
 namespace op {
 #if defined(__CUDA_ARCH__)
 __device__ inline float fadd(float a, float b) { return __fadd_rn(a, b); }
@@ -96,7 +96,7 @@ inline double fma64(double a, double b, double c) { return __builtin_fma(a, b, c
 inline float rne_int(float x) { return __builtin_rintf(x); }
 #endif
 
-// Strict min/max of CODEC-SPEC §0.1: on equality the first argument is kept.
+// Strict min/max of docs/SPEC.md §1.1: on equality the first argument is kept.
 template <class T>
 SJKV_HD inline T minS(T a, T b) { return (b < a) ? b : a; }
 template <class T>

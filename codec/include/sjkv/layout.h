@@ -1,4 +1,4 @@
-// Record geometry and bit addressing (CODEC-SPEC §4).
+// Record geometry and bit addressing (docs/SPEC.md §5).
 //
 // One record: one KV head over one group of G tokens. Fields, in byte order:
 //   K payload (D*bits_k/8)*G | V payload (D*bits_v/8)*G | Kscale[D] | Kzero[D] | Ktok[G] |
@@ -12,12 +12,12 @@ namespace sjkv {
 enum class Body : uint32_t { scalar = 0, trellis = 1, automatic = 2 };
 enum class Side : uint32_t { k = 0, v = 1 };
 // Which axis a trellis sequence runs along (sjkv extension, docs/CODEC.md "Trellis axis").
-// token (format version 1, CODEC-SPEC §6): one sequence per channel d along the G tokens,
+// token (format version 1, docs/SPEC.md §7.2): one sequence per channel d along the G tokens,
 // code (t, d) at payload bit (d*G + t)*b. channel: one sequence per token row t along its D
 // channels, code (t, d) at payload bit (t*D + d)*b. Scalar bodies ignore it (always token).
 enum class TrellisAxis : uint32_t { token = 0, channel = 1 };
 
-// AUTO -> trellis for 3/3, 3/2 and 2/2, scalar otherwise (§4.1).
+// AUTO -> trellis for 3/3, 3/2 and 2/2, scalar otherwise (§5.1).
 SJKV_HD inline Body resolve_body(Body b, uint32_t bits_k, uint32_t bits_v) {
   if (b != Body::automatic) return b;
   const bool t = (bits_k == 2 || bits_k == 3) && (bits_v == 2 || bits_v == 3) && bits_v <= bits_k;
@@ -65,7 +65,7 @@ SJKV_HD inline RecordLayout make_layout(uint32_t d, uint32_t g, uint32_t bits_k,
   return l;
 }
 
-// Stored index of channel d's K scale/zero and V channel scale (§4.4).
+// Stored index of channel d's K scale/zero and V channel scale (§5.6).
 SJKV_HD inline uint32_t k_ch_idx(const RecordLayout& l, uint32_t d) {
   if (!l.k_fragment()) return d;
   const uint32_t c = d / 16, dd = d % 16, jj = dd / 2, e = dd % 2;
@@ -78,7 +78,7 @@ SJKV_HD inline uint32_t v_ch_idx(const RecordLayout& l, uint32_t d) {
   return (dd % 8) * (l.head_dim / 8) + 2 * c + dd / 8;
 }
 
-// Bit offset of the code of (token t, channel d) inside one side's payload (§4.3).
+// Bit offset of the code of (token t, channel d) inside one side's payload (§5.5).
 SJKV_HD inline uint32_t code_bit(const RecordLayout& l, Side side, uint32_t t, uint32_t d) {
   const uint32_t b = side == Side::k ? l.bits_k : l.bits_v;
   if (l.body == Body::trellis)

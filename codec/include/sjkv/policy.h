@@ -1,4 +1,4 @@
-// Journal policy of the SJ-KVaRN cache (CODEC-SPEC §8.3, §8.4): decides when the exact
+// Journal policy of the SJ-KVaRN cache (docs/SPEC.md §9.4, §9.5): decides when the exact
 // tail (ring) is sealed into group records, how far an idle step may seal, and where a
 // truncation resumes. Pure integer state, no allocation, so the same code runs on the
 // host and inside a kernel.
@@ -15,17 +15,17 @@
 
 namespace sjkv {
 
-// Returned by JournalPolicy::truncate while a seal is pending (§8.4 NO_POS).
+// Returned by JournalPolicy::truncate while a seal is pending (§9.5 NO_POS).
 constexpr uint32_t kNoPos = 0xFFFFFFFFu;
 
-// group_floor(sink, G, pos) of §8.4: positions inside the sink are kept exactly; past it,
+// group_floor(sink, G, pos) of §9.5: positions inside the sink are kept exactly; past it,
 // round down to a group boundary because only whole records can be kept or dropped.
 SJKV_HD inline uint32_t group_floor(uint32_t sink, uint32_t group, uint32_t pos) {
   if (pos <= sink) return pos;
   return sink + group * ((pos - sink) / group);
 }
 
-// Ring rows needed (§8.3): the longest tail, plus one partly filled group, plus two
+// Ring rows needed (§9.4): the longest tail, plus one partly filled group, plus two
 // ubatches (a seal may read the previous ubatch's rows while this one is written),
 // rounded up to 128 rows. Example: defaults with n_ubatch 512 -> 9344.
 SJKV_HD inline uint32_t ring_capacity(uint32_t tail, uint32_t tail_max, uint32_t group,
@@ -47,13 +47,13 @@ SJKV_HD inline bool ring_capacity_valid(uint32_t tail, uint32_t tail_max, uint32
   return tail <= kMaxTail && tail_max <= kMaxTail && group <= (1u << 16) && n_ubatch >= 1 && n_ubatch <= kMaxUbatch;
 }
 
-// Ring slot of position p (§8.3). Precondition: p >= sink (sink positions have their own
+// Ring slot of position p (§9.4). Precondition: p >= sink (sink positions have their own
 // storage and never reach the ring).
 SJKV_HD inline uint32_t ring_slot(uint32_t p, uint32_t sink, uint32_t cap) {
   return (p - sink) % cap;
 }
 
-// Per-sequence policy state (§8.4). Trivial on purpose: it is copied to the device and
+// Per-sequence policy state (§9.5). Trivial on purpose: it is copied to the device and
 // saved in the sequence state, so it has no constructor; call init() before use.
 struct JournalPolicy {
   uint32_t sink;         // first position that goes through the ring / body

@@ -1,4 +1,4 @@
-// Sealing and decoding one record, reference form (CODEC-SPEC §5, §6, §7). Plain loops in the
+// Sealing and decoding one record, reference form (docs/SPEC.md §6, §7, §8). Plain loops in the
 // spec's order, usable from host and device (one thread per record). The vectorised CPU
 // path (seal.h) must give the same bytes; tests hold it to that.
 #pragma once
@@ -29,8 +29,8 @@ struct TrellisScratch {
   float* cbf;
 };
 
-// Tile of one side from G fp16 rows of D values, balanced (§5.2-5.3), then the per-row
-// affine of §5.4: s.lo / s.step per row and the scale/zero written for every row.
+// Tile of one side from G fp16 rows of D values, balanced (§6.2-6.4), then the per-row
+// affine of §6.5: s.lo / s.step per row and the scale/zero written for every row.
 SJKV_HD inline void seal_side_prepare_ref(const RecordLayout& l, Side side, const uint16_t* rows, size_t stride,
                                           uint32_t iters, BalanceMode mode, RecordScratch s, uint8_t* rec) {
   const uint32_t D = l.head_dim, G = l.group;
@@ -63,7 +63,7 @@ SJKV_HD inline void seal_side_prepare_ref(const RecordLayout& l, Side side, cons
   }
 }
 
-// Column scales of §5.4, written last: Ktok[t] (K) or Vch[v_ch_idx(d)] (V).
+// Column scales of §6.7, written last: Ktok[t] (K) or Vch[v_ch_idx(d)] (V).
 SJKV_HD inline void seal_side_columns_ref(const RecordLayout& l, Side side, RecordScratch s, uint8_t* rec) {
   const bool is_k = side == Side::k;
   const uint32_t C = is_k ? l.group : l.head_dim;
@@ -102,7 +102,7 @@ SJKV_HD inline void seal_record_scalar_ref(const RecordLayout& l, const uint16_t
   seal_side_scalar_ref(l, Side::v, v_rows, stride, iters, mode, s, rec);
 }
 
-// One side of a trellis record (§6), in the spec's order of events: row min/max and the
+// One side of a trellis record (§7), in the spec's order of events (§7.5): row min/max and the
 // initial scale/zero of every row, Viterbi for every sequence (every channel on the token
 // axis, every token row on the channel axis), refit of every row of the balanced tile,
 // column scales. `table` is the side's codebook (2^(6+b) fp16 entries).
@@ -193,7 +193,7 @@ SJKV_HD inline void decode_v_row_scalar(const RecordLayout& l, const uint8_t* re
   }
 }
 
-// Trellis K row t: q = F(cbK[w]) (§7), same operation order as the scalar decoder.
+// Trellis K row t: q = F(cbK[w]) (§8), same operation order as the scalar decoder.
 SJKV_HD inline void decode_k_row_trellis(const RecordLayout& l, const uint8_t* rec, uint32_t t, float* out,
                                          const TrellisCodebooks& cb = TrellisCodebooks{}) {
   const uint16_t* table = codebook_table(cb, Side::k, l.bits_k);

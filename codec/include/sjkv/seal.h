@@ -54,7 +54,7 @@ class SealWorkspace {
 };
 
 // K and V: G rows of D fp16 bit patterns each (element (t, d) at rows[t*row_stride + d]),
-// already in the rotated basis and rounded as the cache stages them (§5.1). `out` receives
+// already in the rotated basis and rounded as the cache stages them (docs/SPEC.md §4.6). `out` receives
 // layout.bytes bytes. Fails on NaN/Inf inputs (naming side, token, channel), on layouts
 // can_implement_record() rejects and, for trellis bodies, on a non-finite codebook entry
 // (ErrorCode::unsupported naming the side and entry); `out` is then zero-filled. Trellis
@@ -71,7 +71,7 @@ Status seal_records(const RecordLayout& layout, const SealOptions& opt, size_t n
                     const uint16_t* const* k_rows, const uint16_t* const* v_rows, size_t row_stride,
                     uint8_t* out, SealPath path = SealPath::fast, int n_threads = 0);
 
-// Viterbi codes of one trellis sequence of n targets (CODEC-SPEC §6.3) on the vectorised
+// Viterbi codes of one trellis sequence of n targets (docs/SPEC.md §7.3) on the vectorised
 // path: the same codes as trellis::viterbi_ref, for training and other bulk encoders.
 // cbf: the 2^(6+bits) codebook values as binary32; scratch: viterbi_scratch_bytes(n) bytes;
 // codes and wins (the window of each code) receive n entries.

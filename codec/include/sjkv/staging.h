@@ -1,4 +1,4 @@
-// Staging rows (CODEC-SPEC §3): one head's D rotated values of K or V at one position.
+// Staging rows (docs/SPEC.md §4): one head's D rotated values of K or V at one position.
 //   tq6_0 (code 0): D/128 blocks of 98 bytes (norm fp16, 64 B low nibbles, 32 B high pairs)
 //   f16   (code 1): D halves
 //   q8_0  (code 2, sjkv extension, not in format version 1 of the reference): D/32 blocks of
@@ -146,7 +146,7 @@ SJKV_HD inline bool q8_encode_block(const float* x, uint8_t* out) {
     if (q != q) q = 0.0f;  // NaN input: a defined byte, the call already reports failure
     q = op::minS(op::maxS(q, -127.0f), 127.0f);
     out[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(q));
-    // The seal reads fp16(d*q) (§5.1): a block whose read-back overflows fp16 is refused.
+    // The seal reads fp16(d*q) (§4.6): a block whose read-back overflows fp16 is refused.
     fits = fits && (f32_to_f16(op::fmul(dh, q)) & 0x7c00u) != 0x7c00u;
   }
   return finite && fits;
@@ -228,7 +228,7 @@ SJKV_HD inline float staging_decode_value(StagingType t, const uint8_t* in, uint
   return 0.0f;
 }
 
-// The seal input of a staged row (CODEC-SPEC §5.1): decode, then round every value to fp16.
+// The seal input of a staged row (docs/SPEC.md §4.6): decode, then round every value to fp16.
 SJKV_HD inline void staging_seal_input(StagingType t, const uint8_t* in, uint32_t d, float* scratch,
                                        uint16_t* out) {
   staging_decode_row(t, in, d, scratch);

@@ -1,4 +1,4 @@
-// Deterministic generators of the format's test inputs (CODEC-SPEC §10.1-10.3): the
+// Deterministic generators of the format's test inputs (docs/SPEC.md §13.1): the
 // xorshift64 stream, fill_group (outlier channels, per-token factors) and fill_rows. They
 // regenerate the reference test vectors and serve as realistic synthetic tiles.
 #pragma once
@@ -49,7 +49,7 @@ SJKV_HD inline void fill_group(uint32_t D, uint32_t G, uint64_t seed, uint16_t* 
   fill_group_side(rng, D, G, V, chf);
 }
 
-// fill_rows(64, 256) of §10.3: binary32 rows, the last overwritten with zeros.
+// fill_rows(64, 256) of §13.1: binary32 rows, the last overwritten with zeros.
 SJKV_HD inline void fill_rows(uint32_t rows, uint32_t n, float* x) {
   XorShift64 rng(0xD1B54A32D192ED03ull);
   for (uint32_t r = 0; r < rows; ++r) {

@@ -1,4 +1,4 @@
-// tq6_0 tables (CODEC-SPEC §3.1): 64 Lloyd-Max levels for N(0, 1/128) and the 63 decision
+// tq6_0 tables (docs/SPEC.md §4.2, Appendix A): 64 Lloyd-Max levels for N(0, 1/128) and the 63 decision
 // midpoints, as binary32 bit patterns of the published decimal literals. Source: the public
 // reference codec, github.com/JakeATX/sj-kvarn-codec (MIT). The midpoints are used as given:
 // 36 of them differ from the mean of their neighbouring centroids.

@@ -1,4 +1,4 @@
-// Trellis bodies (CODEC-SPEC §6): codebooks, the window of a code, the Viterbi recursion of
+// Trellis bodies (docs/SPEC.md §7): codebooks, the window of a code, the Viterbi recursion of
 // one channel, the "norm" refit and the decoded value q(t, d) = F(cb[w]). The per-element
 // formulas live here once, for the reference seal (record.h), the vectorised CPU sealer
 // (seal_fast.cpp) and CUDA.
@@ -27,7 +27,7 @@ namespace sjkv {
 
 constexpr uint32_t kTrellisHistoryBits = 6;
 constexpr uint32_t kTrellisStates = 64;   // 2^6
-constexpr uint32_t kTrellisGroup = 128;   // trellis records need G = 128 (§4.1)
+constexpr uint32_t kTrellisGroup = 128;   // trellis records need G = 128 (§5.2)
 constexpr uint32_t kTrellisMaxEntries = 1024;  // 4-bit window L = 10
 
 SJKV_HD inline uint32_t trellis_window_len(uint32_t bits) { return kTrellisHistoryBits + bits; }
@@ -80,7 +80,7 @@ SJKV_HD inline const uint16_t* codebook_table(const TrellisCodebooks& cb, Side s
   return t ? t : reference_codebook(side, bits);
 }
 
-// Codebook identity (§11): FNV-1a 64 with the format's basis over the K table as
+// Codebook identity (§12.3): FNV-1a 64 with the format's basis over the K table as
 // little-endian uint16 (2^(6+bits_k) entries), continued over the V table. The reference
 // tables give 3/3 d3b4c98ce0f8406c, 3/2 8098c9fada170179, 2/2 99ad6255c4c521a1.
 inline uint64_t codebook_id(uint32_t bits_k, uint32_t bits_v, const TrellisCodebooks& cb = TrellisCodebooks{}) {
@@ -104,7 +104,7 @@ inline uint64_t codebook_id(const RecordLayout& l, const TrellisCodebooks& cb = 
 }
 
 // Entry w = H(w >> 6): the code value itself, which makes the trellis reproduce scalar RTN
-// levels (the "identity" codebook of §12). `out` receives 2^(6+bits) entries.
+// levels (the "identity" codebook of §7.1). `out` receives 2^(6+bits) entries.
 inline void identity_codebook(uint32_t bits, uint16_t* out) {
   const uint32_t n = trellis_entries(bits);
   for (uint32_t w = 0; w < n; ++w) out[w] = f32_to_f16(static_cast<float>(w >> kTrellisHistoryBits));
@@ -129,7 +129,7 @@ inline long first_unusable_entry(const uint16_t* table, uint32_t bits) {
 namespace trellis {
 
 // Window of code i of one channel's sequence whose first code is at payload bit `seq_bit`
-// (§6.2): the stream bits [i*b - 6, i*b + b) as a little-endian number, bits before the
+// (§7.2): the stream bits [i*b - 6, i*b + b) as a little-endian number, bits before the
 // sequence start reading 0.
 SJKV_HD inline uint32_t window(const uint8_t* payload, uint32_t seq_bit, uint32_t b, uint32_t i) {
   const uint32_t pos = i * b;
@@ -152,7 +152,7 @@ SJKV_HD inline uint32_t window_at(const RecordLayout& l, const uint8_t* rec, Sid
 // The state after taking window w (the 6 newest bits of the window).
 SJKV_HD inline uint32_t next_state(uint32_t w, uint32_t b) { return w >> b; }
 
-// Viterbi target of one value (§6.3): (bal - lo) / step with the row's §5.4 affine.
+// Viterbi target of one value (§7.3): (bal - lo) / step with the row's §6.5 affine.
 SJKV_HD inline float target(float x, float lo, float step) { return op::fdiv(op::fsub(x, lo), step); }
 
 // Cost of one branch: fsub, fmul, fadd in this order, each rounded once.
@@ -161,7 +161,7 @@ SJKV_HD inline float branch_cost(float y, float cbf, float phi_next) {
   return op::fadd(op::fmul(d, d), phi_next);
 }
 
-// Viterbi search of one sequence, exactly as §6.3: y[0..n-1] targets, cbf[2^(6+b)] decoded
+// Viterbi search of one sequence, exactly as §7.3: y[0..n-1] targets, cbf[2^(6+b)] decoded
 // table entries; scratch phi[2*64] and choice[n*64]; codes[0..n-1] receive the path from
 // start state 0. Backward recursion with no termination cost; for every state the branches
 // run j = 0, 1, ... with a strict `<`, so ties keep the smallest j and a state whose costs
@@ -199,7 +199,7 @@ SJKV_HD inline void viterbi_ref(const float* y, uint32_t n, uint32_t b, const fl
   }
 }
 
-// Refit ("norm" mode, §6.4): binary64 sums of one row in column order.
+// Refit ("norm" mode, §7.4): binary64 sums of one row in column order.
 struct RefitSums {
   double sx = 0.0, sy = 0.0, sxx = 0.0, syy = 0.0;
 };
@@ -214,7 +214,7 @@ SJKV_HD inline void refit_add(RefitSums& r, float bal, float yhat) {
 }
 
 // Moment-matching affine a*yhat + bz of a row of n values. False when the row keeps its
-// §5.4 affine: no spread in the reconstruction or the values, or a degenerate solution.
+// §6.5 affine: no spread in the reconstruction or the values, or a degenerate solution.
 SJKV_HD inline bool refit_solve(const RefitSums& r, uint32_t n_values, double* a_out, double* bz_out) {
   using namespace op;
   const double n = static_cast<double>(n_values);
@@ -239,7 +239,7 @@ SJKV_HD inline void refit_store(float s_row, double a, double bz, uint16_t* scal
 
 }  // namespace trellis
 
-// Decoded value q(t, d) of a trellis side: F(cb[w]) with w the window of (t, d) (§7).
+// Decoded value q(t, d) of a trellis side: F(cb[w]) with w the window of (t, d) (§8).
 SJKV_HD inline float trellis_q(const RecordLayout& l, const uint8_t* rec, Side side, uint32_t t, uint32_t d,
                                const uint16_t* table) {
   return f16_to_f32(table[trellis::window_at(l, rec, side, t, d)]);

@@ -1,4 +1,4 @@
-// Fused decode attention over a compressed cache on the GPU (CODEC-SPEC §9.1 semantics):
+// Fused decode attention over a compressed cache on the GPU (docs/SPEC.md §9.7 semantics):
 // sink, sealed body records and staging ring are read straight from their bytes; the
 // decoded cache is never written to memory.
 //

@@ -1,6 +1,6 @@
 // Device code of the tuned seal, decode and staging kernels (kernels/seal_kernels.cu).
 // Included inside namespace sjkv::cuda::<anonymous> by the .cu file and, on the host, by
-// tests/test_seal_simt.cpp, which runs these very functions under a thread-per-lane
+// tests/codec/test_seal_simt.cpp, which runs these very functions under a thread-per-lane
 // emulation of the CUDA execution model (barriers, warp shuffles, atomics), so the
 // kernels' indexing, synchronisation and bytes are checked on machines without a GPU.
 // Not a standalone header: the includer provides the CUDA names (or their emulation) and
@@ -326,7 +326,7 @@ __device__ void balance(const Tile& T, uint32_t iters, BalanceMode mode, const S
   }
 }
 
-// Balance, then the per-row affine of §5.4 (seal_side_prepare_ref), one thread per row.
+// Balance, then the per-row affine of docs/SPEC.md §6.5 (seal_side_prepare_ref), one thread per row.
 __device__ void prepare(const RecordLayout& l, const Tile& T, uint32_t iters, BalanceMode mode,
                         const SealScratch& s, uint8_t* rec) {
   balance(T, iters, mode, s);

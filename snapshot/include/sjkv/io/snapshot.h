@@ -25,7 +25,7 @@ struct Snapshot {
   CodecConfig config;
   uint32_t kv_heads = 0;
   uint32_t n_ubatch = 0;  // the ubatch the policy was driven with (ring capacity depends on it)
-  // policy state (CODEC-SPEC §8.4) and stored end N
+  // policy state (docs/SPEC.md §9.5) and stored end N
   uint32_t B = 0, B_prev = 0, N = 0, draining = 0;
   uint64_t codebook_id = 0;  // 0 for scalar bodies
   // Trellis bodies: the tables the records were sealed with (fp16 bit patterns, K and V),

@@ -18,7 +18,7 @@ struct EmbeddedCodebooks {
   std::vector<uint16_t> v_table;  // fp16 bit patterns, 2^(6 + bits_v) entries
 };
 
-// CODEC-SPEC §11 codebook identity: FNV-1a-64 (non-standard basis) over the K table as
+// docs/SPEC.md §12.3 codebook identity: FNV-1a-64 (non-standard basis) over the K table as
 // little-endian uint16, continued over the V table.
 uint64_t codebook_id_of(const std::vector<uint16_t>& k_table, const std::vector<uint16_t>& v_table);
 

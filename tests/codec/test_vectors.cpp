@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "golden.h"
+#include "../golden.h"
 #include "sjkv/hash.h"
 #include "sjkv/seal.h"
 #include "sjkv/staging.h"

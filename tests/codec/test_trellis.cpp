@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "golden.h"
+#include "../golden.h"
 #include "sjkv/cache_view.h"
 #include "sjkv/codebook_tables.h"
 #include "sjkv/hadamard.h"

@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "model_dir.h"
+#include "../model_dir.h"
 #include "sjkv/io/model_geometry.h"
 
 namespace {
@@ -780,7 +780,7 @@ TEST(GgufRejectFixtures, GeneratorWritesEachDefect) {
   }
 }
 
-// SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/test_gguf --gtest_filter='GgufRejectFixtures.*'
+// SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/snapshot/test_gguf --gtest_filter='GgufRejectFixtures.*'
 // writes tests/reject/gguf/ (files and README.md) and the copies in tests/fuzz/corpus/gguf/.
 // (Defined before the checks below so that one run regenerates and then checks.)
 TEST(GgufRejectFixtures, Regenerate) {
@@ -795,11 +795,11 @@ TEST(GgufRejectFixtures, Regenerate) {
             "Each `.gguf` file below is a small GGUF header with one defect; `GgufFile::open` must refuse it\n"
             "with `sjkv::FileError` (`<path>: <defect>`, one line) whose defect contains the text in the last\n"
             "column. `valid-control.gguf` is the small valid file most of them are edited from: it must open.\n"
-            "`tests/test_gguf.cpp` holds the recipes and checks the files\n"
+            "`tests/snapshot/test_gguf.cpp` holds the recipes and checks the files\n"
             "(`GgufRejectFixtures.*`: every file is in the table, its bytes are what its recipe writes, and it\n"
-            "is refused with its defect); `replay/include/sjkv/gguf.h` lists the reader's checks. The fuzz\n"
+            "is refused with its defect); `snapshot/include/sjkv/io/gguf.h` lists the reader's checks. The fuzz\n"
             "corpus holds a copy of each as `tests/fuzz/corpus/gguf/reject-<name>.gguf`. Regenerate with\n\n"
-            "    SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/test_gguf --gtest_filter='GgufRejectFixtures.*'\n\n"
+            "    SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/snapshot/test_gguf --gtest_filter='GgufRejectFixtures.*'\n\n"
             "| file | defect | message contains |\n|---|---|---|\n";
   for (const StoredCase& c : stored_cases()) {
     const std::vector<uint8_t> b = c.make();
@@ -818,7 +818,7 @@ TEST(GgufRejectFixtures, StoredFilesRefusedWithTheirDefect) {
     const std::string p = stored_dir() + "/" + c.name + ".gguf";
     known.insert(std::string(c.name) + ".gguf");
     ASSERT_TRUE(std::filesystem::is_regular_file(p))
-        << p << " is missing; regenerate: SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/test_gguf "
+        << p << " is missing; regenerate: SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/snapshot/test_gguf "
                 "--gtest_filter='GgufRejectFixtures.*'";
     EXPECT_EQ(read_all(p), c.make()) << c.name << ": the stored file is not what its recipe writes; regenerate";
     if (*c.expect == 0) {

@@ -15,7 +15,7 @@
 #include <random>
 #include <string>
 
-#include "fake_logits.h"
+#include "../replay/fake_logits.h"
 #include "sjkv/io/file_error.h"
 #include "sjkv/io/zstd_filter.h"
 #include "sjkv/replay/score.h"
@@ -181,7 +181,7 @@ void expect_rejected(const std::string& path, const std::string& defect_part) {
 // damaged sparse files are megabytes at a 262,144-token vocabulary, so those are made and
 // checked in memory only): file name and a part of the defect the reader must name. They are
 // the damaged files HiddenEncoding.RejectsDamagedFiles makes;
-// SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/test_trajectory rewrites them.
+// SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/snapshot/test_trajectory rewrites them.
 const std::pair<const char*, const char*> kRejectFixtures[] = {
     {"hidden-inf-hidden-value.h5", "reference position 2: hidden state value 9 is not finite"},
     {"hidden-top-id-out-of-range.h5", "reference position 1: top token id 262145 is out of range"},

@@ -847,7 +847,7 @@ TEST(RejectFixtures, CommittedFilesRefused) {
   EXPECT_GE(n, 15u);
 }
 
-// SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/test_files --gtest_filter=RejectFixtures.*
+// SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/snapshot/test_files --gtest_filter=RejectFixtures.*
 TEST(RejectFixtures, Regenerate) {
   const char* dir = std::getenv("SJKV_REGENERATE_REJECT_DIR");
   if (!dir || !*dir) GTEST_SKIP() << "set SJKV_REGENERATE_REJECT_DIR to rewrite tests/reject/";
@@ -855,10 +855,10 @@ TEST(RejectFixtures, Regenerate) {
   readme << "# Must-reject files\n\n"
             "Each file below is a small capture or snapshot with one defect. Every sjkv reader must\n"
             "refuse it with `sjkv::FileError` (the CLIs: exit 2 and one line `<tool>: <path>: <defect>`)\n"
-            "whose defect contains the text in the last column. `tests/test_files.cpp` checks them\n"
+            "whose defect contains the text in the last column. `tests/snapshot/test_files.cpp` checks them\n"
             "(`RejectFixtures.CommittedFilesRefused`) and builds more cases the same way\n"
             "(`Files/Reject.*`); docs/FORMAT.md section 5 lists the rules. Regenerate with\n\n"
-            "    SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/test_files --gtest_filter='RejectFixtures.*'\n\n"
+            "    SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/snapshot/test_files --gtest_filter='RejectFixtures.*'\n\n"
             "| file | reader | defect | message contains |\n|---|---|---|---|\n";
   g_low_entropy = true;
   for (const RejectCase& c : reject_cases()) {
@@ -871,11 +871,11 @@ TEST(RejectFixtures, Regenerate) {
            << " | `" << c.expect << "` |\n";
   }
   readme << "\nGGUF files (model headers for `GgufFile::open`): one per named defect under `gguf/`, listed\n"
-            "with their expected messages in `gguf/README.md`; `tests/test_gguf.cpp` writes and checks them\n"
+            "with their expected messages in `gguf/README.md`; `tests/snapshot/test_gguf.cpp` writes and checks them\n"
             "(`GgufRejectFixtures.*`).\n";
   readme << "\nTrajectory files (`sjkv-replay`, hidden encoding): one per named defect under `trajectory/`,\n"
-            "with their expected messages in `kRejectFixtures` of `tests/replay/test_trajectory.cpp`, which\n"
-            "writes (`SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/test_trajectory`) and checks them\n"
+            "with their expected messages in `kRejectFixtures` of `tests/snapshot/test_trajectory.cpp`, which\n"
+            "writes (`SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/snapshot/test_trajectory`) and checks them\n"
             "(`TrajectoryRejectFixtures.*`).\n";
   g_low_entropy = false;
 }
