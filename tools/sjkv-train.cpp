@@ -17,6 +17,7 @@
 #include "sjkv/io/codebook.h"
 #include "sjkv/io/lloyd_checkpoint.h"
 #include "sjkv/io/sha256.h"
+#include "sjkv/io/text.h"
 #include "sjkv/train/pipeline.h"
 #include "sjkv/train/train.h"
 #include "sjkv/trellis.h"
@@ -46,19 +47,6 @@ struct TrainArgs {
   uint32_t sink = 128, iters = 16;
   ImportOptions io;
 };
-
-std::string num(double v) {
-  if (!std::isfinite(v)) return "null";
-  char b[64];
-  std::snprintf(b, sizeof b, "%.9g", v);
-  return b;
-}
-
-std::string hex_id(uint64_t id) {
-  char b[24];
-  std::snprintf(b, sizeof b, "%016" PRIx64, id);
-  return b;
-}
 
 int run_train(const TrainArgs& a) {
   if (a.bits < 2 || a.bits > 4) throw cli::UsageError("--bits must be 2, 3 or 4");
@@ -140,8 +128,8 @@ int run_train(const TrainArgs& a) {
     if (!a.quiet) {
       training->finish();
       std::fprintf(stderr, "%s %s iter %2u: train mse %.6f  held-out mse %s  held-out real-value mse %s  entries used %u/%u\n",
-                   kTool, side_name(s), it.iter, it.train_mse, num(it.heldout_mse).c_str(),
-                   num(it.heldout_real_mse).c_str(), it.entries_used, ne);
+                   kTool, side_name(s), it.iter, it.train_mse, json_number(it.heldout_mse).c_str(),
+                   json_number(it.heldout_real_mse).c_str(), it.entries_used, ne);
     }
   };
   const TrainReport rep = train_and_evaluate(run);
@@ -157,7 +145,7 @@ int run_train(const TrainArgs& a) {
   if (a.json) {
     std::ostringstream o;
     o << "{\n  \"tool_version\": " << json_string(kVersion) << ",\n  \"bits\": " << a.bits << ",\n  \"window_length\": "
-      << trellis_window_len(a.bits) << ",\n  \"axis\": " << json_string(a.axis) << ",\n  \"codebook_id\": \"" << hex_id(cid)
+      << trellis_window_len(a.bits) << ",\n  \"axis\": " << json_string(a.axis) << ",\n  \"codebook_id\": \"" << hex64(cid)
       << "\",\n  \"raw_sha256\": \"" << rsha << "\",\n  \"seed\": " << a.seed << ",\n  \"split_rng\": "
       << json_string(SplitDrawer::rng_name()) << ",\n  \"train_tiles\": " << rep.train_tiles
       << ",\n  \"heldout_tiles\": " << rep.heldout_tiles << ",\n  \"outputs\": [";
@@ -167,27 +155,27 @@ int run_train(const TrainArgs& a) {
       o << (s ? ", " : "") << "\"" << (s == 0 ? "k" : "v") << "\": [";
       for (size_t i = 0; i < res[s].history.size(); ++i) {
         const auto& it = res[s].history[i];
-        o << (i ? ", " : "") << "{\"iter\": " << it.iter << ", \"train_mse\": " << num(it.train_mse)
-          << ", \"heldout_mse\": " << num(it.heldout_mse) << ", \"heldout_real_mse\": " << num(it.heldout_real_mse)
+        o << (i ? ", " : "") << "{\"iter\": " << it.iter << ", \"train_mse\": " << json_number(it.train_mse)
+          << ", \"heldout_mse\": " << json_number(it.heldout_mse) << ", \"heldout_real_mse\": " << json_number(it.heldout_real_mse)
           << ", \"entries_used\": " << it.entries_used << "}";
       }
       o << "]";
     }
     o << "},\n  \"stop\": {\"k\": " << json_string(res[0].stop) << ", \"v\": " << json_string(res[1].stop)
-      << "},\n  \"init\": " << json_string(init_name) << ",\n  \"train_mse\": {\"k\": " << num(res[0].train_mse_f16) << ", \"v\": " << num(res[1].train_mse_f16)
+      << "},\n  \"init\": " << json_string(init_name) << ",\n  \"train_mse\": {\"k\": " << json_number(res[0].train_mse_f16) << ", \"v\": " << json_number(res[1].train_mse_f16)
       << "},\n  \"heldout_mse\": {";
     for (int s = 0; s < 2; ++s)
-      o << (s ? ", " : "") << "\"" << (s == 0 ? "k" : "v") << "\": {\"scalar\": " << num(row[s].scalar)
-        << ", \"identity\": " << num(row[s].identity) << ", \"reference\": " << num(row[s].reference)
-        << ", \"trained\": " << num(row[s].trained) << "}";
+      o << (s ? ", " : "") << "\"" << (s == 0 ? "k" : "v") << "\": {\"scalar\": " << json_number(row[s].scalar)
+        << ", \"identity\": " << json_number(row[s].identity) << ", \"reference\": " << json_number(row[s].reference)
+        << ", \"trained\": " << json_number(row[s].trained) << "}";
     o << "},\n  \"heldout_real_mse\": {";
     for (int s = 0; s < 2; ++s)
-      o << (s ? ", " : "") << "\"" << (s == 0 ? "k" : "v") << "\": {\"identity\": " << num(real[s].identity)
-        << ", \"reference\": " << num(real[s].reference) << ", \"trained\": " << num(real[s].trained) << "}";
+      o << (s ? ", " : "") << "\"" << (s == 0 ? "k" : "v") << "\": {\"identity\": " << json_number(real[s].identity)
+        << ", \"reference\": " << json_number(real[s].reference) << ", \"trained\": " << json_number(real[s].trained) << "}";
     o << "}\n}\n";
     std::cout << o.str();
   } else if (!a.quiet) {
-    std::printf("codebook %u-bit %s axis, id %s, raw sha256 %s\n", a.bits, a.axis.c_str(), hex_id(cid).c_str(), rsha.c_str());
+    std::printf("codebook %u-bit %s axis, id %s, raw sha256 %s\n", a.bits, a.axis.c_str(), hex64(cid).c_str(), rsha.c_str());
     std::printf("wrote %s.sjcb, %s.bin%s\n", a.prefix.c_str(), a.prefix.c_str(),
                 token_axis ? (", " + a.prefix + ".h").c_str() : " (no C header for a channel-axis table)");
     std::printf("from %s: K %u iterations (%s), V %u iterations (%s)\n", init_name.c_str(), res[0].iterations,
@@ -196,13 +184,13 @@ int run_train(const TrainArgs& a) {
                 rep.heldout_tiles);
     std::printf("  side  %10s %10s %10s %10s\n", "scalar", "identity", "reference", "trained");
     for (int s = 0; s < 2; ++s)
-      std::printf("  %-4s  %10s %10s %10s %10s\n", s == 0 ? "K" : "V", num(row[s].scalar).c_str(),
-                  num(row[s].identity).c_str(), num(row[s].reference).c_str(), num(row[s].trained).c_str());
+      std::printf("  %-4s  %10s %10s %10s %10s\n", s == 0 ? "K" : "V", json_number(row[s].scalar).c_str(),
+                  json_number(row[s].identity).c_str(), json_number(row[s].reference).c_str(), json_number(row[s].trained).c_str());
     std::printf("held-out MSE on the real values (sealed with the fp16 tables, refit, decoded; rotated basis):\n");
     std::printf("  side  %10s %10s %10s %10s\n", "scalar", "identity", "reference", "trained");
     for (int s = 0; s < 2; ++s)
-      std::printf("  %-4s  %10s %10s %10s %10s\n", s == 0 ? "K" : "V", "-", num(real[s].identity).c_str(),
-                  num(real[s].reference).c_str(), num(real[s].trained).c_str());
+      std::printf("  %-4s  %10s %10s %10s %10s\n", s == 0 ? "K" : "V", "-", json_number(real[s].identity).c_str(),
+                  json_number(real[s].reference).c_str(), json_number(real[s].trained).c_str());
   }
   return cli::kOk;
 }
@@ -218,7 +206,7 @@ int run_inspect(const std::string& path, bool json) {
     o << "{\n  \"file\": " << json_string(path) << ",\n  \"kind\": \"" << kn << "\",\n  \"file_sha256\": \"" << file_sha
       << "\",\n  \"bits\": " << c.table.bits << ",\n  \"window_length\": " << trellis_window_len(c.table.bits)
       << ",\n  \"axis\": \"" << axis_name(c.axis) << "\",\n  \"entries\": " << c.table.k.size()
-      << ",\n  \"codebook_id\": \"" << hex_id(c.codebook_id) << "\",\n  \"raw_sha256\": \"" << c.raw_sha256
+      << ",\n  \"codebook_id\": \"" << hex64(c.codebook_id) << "\",\n  \"raw_sha256\": \"" << c.raw_sha256
       << "\",\n  \"hashes_ok\": true";
     if (kind == CodebookFileKind::container) {
       o << ",\n  \"version\": " << c.version << ",\n  \"provenance\": {\"tool_version\": " << json_string(p.tool_version)
@@ -227,9 +215,9 @@ int run_inspect(const std::string& path, bool json) {
         o << (i ? ", " : "") << "{\"path\": " << json_string(p.inputs[i].path) << ", \"sha256\": \"" << p.inputs[i].sha256 << "\"}";
       o << "], \"seed\": " << p.seed << ", \"iterations\": " << p.iterations << ", \"train_tiles_k\": " << p.train_tiles_k
         << ", \"train_tiles_v\": " << p.train_tiles_v << ", \"heldout_tiles_k\": " << p.heldout_tiles_k
-        << ", \"heldout_tiles_v\": " << p.heldout_tiles_v << ", \"train_mse_k\": " << num(p.train_mse_k)
-        << ", \"train_mse_v\": " << num(p.train_mse_v) << ", \"heldout_mse_k\": " << num(p.heldout_mse_k)
-        << ", \"heldout_mse_v\": " << num(p.heldout_mse_v) << ", \"extra\": {";
+        << ", \"heldout_tiles_v\": " << p.heldout_tiles_v << ", \"train_mse_k\": " << json_number(p.train_mse_k)
+        << ", \"train_mse_v\": " << json_number(p.train_mse_v) << ", \"heldout_mse_k\": " << json_number(p.heldout_mse_k)
+        << ", \"heldout_mse_v\": " << json_number(p.heldout_mse_v) << ", \"extra\": {";
       for (size_t i = 0; i < p.extra.size(); ++i)
         o << (i ? ", " : "") << json_string(p.extra[i].first) << ": " << json_string(p.extra[i].second);
       o << "}}";
@@ -252,7 +240,7 @@ int run_inspect(const std::string& path, bool json) {
   if (kind == CodebookFileKind::container) std::printf("version       %u\n", c.version);
   std::printf("bits          %u\nwindow        L = %u\naxis          %s\nentries       %zu per side\n", c.table.bits,
               trellis_window_len(c.table.bits), axis_name(c.axis), c.table.k.size());
-  std::printf("codebook id   %s (FNV-1a-64, format basis, K then V)%s\n", hex_id(c.codebook_id).c_str(),
+  std::printf("codebook id   %s (FNV-1a-64, format basis, K then V)%s\n", hex64(c.codebook_id).c_str(),
               kind == CodebookFileKind::container ? ": matches the tables" : "");
   std::printf("raw sha256    %s%s\n", c.raw_sha256.c_str(),
               kind == CodebookFileKind::container ? ": matches the tables"
@@ -264,8 +252,8 @@ int run_inspect(const std::string& path, bool json) {
     std::printf("  seed             %" PRIu64 "\n  iterations       %u\n", p.seed, p.iterations);
     std::printf("  tiles            train K %" PRIu64 " V %" PRIu64 ", held-out K %" PRIu64 " V %" PRIu64 "\n",
                 p.train_tiles_k, p.train_tiles_v, p.heldout_tiles_k, p.heldout_tiles_v);
-    std::printf("  train mse        K %s  V %s\n  held-out mse     K %s  V %s\n", num(p.train_mse_k).c_str(),
-                num(p.train_mse_v).c_str(), num(p.heldout_mse_k).c_str(), num(p.heldout_mse_v).c_str());
+    std::printf("  train mse        K %s  V %s\n  held-out mse     K %s  V %s\n", json_number(p.train_mse_k).c_str(),
+                json_number(p.train_mse_v).c_str(), json_number(p.heldout_mse_k).c_str(), json_number(p.heldout_mse_v).c_str());
     for (const auto& kv : p.extra) std::printf("  %-16s %s\n", kv.first.c_str(), kv.second.c_str());
   }
   for (int s = 0; s < 2; ++s) {

@@ -1,6 +1,9 @@
 #include "sjkv/io/text.h"
 
+#include <cinttypes>
+#include <cmath>
 #include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 namespace sjkv {
@@ -37,6 +40,19 @@ std::string json_string(const std::string& s) {
   }
   flush(s.size());
   return o + "\"";
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.9g", v);
+  return b;
+}
+
+std::string hex64(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof b, "%016" PRIx64, v);
+  return b;
 }
 
 }  // namespace sjkv

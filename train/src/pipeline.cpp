@@ -12,25 +12,12 @@
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/file_error.h"
 #include "sjkv/io/sha256.h"
+#include "sjkv/io/text.h"
 #include "sjkv/trellis.h"
 
 namespace sjkv::train {
 
 namespace {
-
-// Numbers in the checkpoint key and the provenance, as they have always been written.
-std::string num(double v) {
-  if (!std::isfinite(v)) return "null";
-  char b[64];
-  std::snprintf(b, sizeof b, "%.9g", v);
-  return b;
-}
-
-std::string hex_id(uint64_t id) {
-  char b[24];
-  std::snprintf(b, sizeof b, "%016" PRIx64, id);
-  return b;
-}
 
 std::vector<float> decoded(const uint16_t* t, uint32_t n) {
   std::vector<float> f(n);
@@ -77,7 +64,7 @@ TrainReport train_and_evaluate(const TrainRun& a) {
       throw FileError(a.init, "is a " + std::to_string(c.table.bits) + "-bit codebook; --bits is " + std::to_string(a.bits));
     init_k = c.table.k;
     init_v = c.table.v;
-    init_name = "file " + a.init + " (" + hex_id(c.codebook_id) + ")";
+    init_name = "file " + a.init + " (" + hex64(c.codebook_id) + ")";
   }
 
   TargetOptions to;
@@ -115,8 +102,8 @@ TrainReport train_and_evaluate(const TrainRun& a) {
   std::string run_text = a.tool_version + "\n";
   for (const CodebookInput& in : prov.inputs) run_text += "input " + in.sha256 + "\n";
   run_text += "bits " + std::to_string(a.bits) + " axis " + axis + " seed " + std::to_string(a.seed) + " heldout " +
-              num(a.heldout) + " tol " + num(a.tol) + " max_iters " + std::to_string(a.max_iters) + " init " + init_name +
-              " staging " + staging + " sink " + std::to_string(a.sink) + " iters " + std::to_string(a.iters) +
+              json_number(a.heldout) + " tol " + json_number(a.tol) + " max_iters " + std::to_string(a.max_iters) +
+              " init " + init_name + " staging " + staging + " sink " + std::to_string(a.sink) + " iters " + std::to_string(a.iters) +
               (a.assume_rotated ? " assume_rotated" : "") + " head_dim " + std::to_string(a.io.head_dim) + " kv_sections " +
               std::to_string(a.io.kv_sections) + " layers";
   for (auto l : a.io.layers) run_text += " " + std::to_string(l);
@@ -214,9 +201,9 @@ TrainReport train_and_evaluate(const TrainRun& a) {
                 {"iterations_v", std::to_string(res[1].iterations)},
                 {"stop_k", res[0].stop},
                 {"stop_v", res[1].stop},
-                {"tol", num(a.tol)},
+                {"tol", json_number(a.tol)},
                 {"max_iters", std::to_string(a.max_iters)},
-                {"heldout_fraction", num(a.heldout)},
+                {"heldout_fraction", json_number(a.heldout)},
                 {"split_rng", SplitDrawer::rng_name()},
                 {"seal", "staging=" + staging + " sink=" + std::to_string(a.sink) + " iters=" + std::to_string(a.iters) +
                              (a.assume_rotated ? " assume_rotated" : "")},

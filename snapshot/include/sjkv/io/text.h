@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace sjkv {
@@ -56,6 +57,11 @@ inline size_t invalid_utf8_at(const std::string& t) {
 // and DEL as \u00XX), and each byte that is not valid UTF-8 (a damaged file's model name, say)
 // replaced by \ufffd, so the output is always valid JSON. Escaped by nlohmann-json.
 std::string json_string(const std::string& s);
+
+// A number as sjkv's JSON and provenance write it: %.9g, or null when not finite.
+std::string json_number(double v);
+// 16 lower-case hex digits (codebook ids, hashes).
+std::string hex64(uint64_t v);
 
 // A CSV field (RFC 4180): quoted, with quotes doubled, when it holds a comma, quote or line
 // break; as it is otherwise. read_positions_csv splits what this writes.
