@@ -67,19 +67,6 @@ CodecConfig config_from(const EncodeArgs& a) {
   return c;
 }
 
-std::string fmt(const char* f, double x) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, x);
-  return b;
-}
-
-std::string hex64(uint64_t x) {
-  char b[20];
-  std::snprintf(b, sizeof b, "%016" PRIx64, x);
-  return b;
-}
-
-std::string json_num(double x) { return std::isfinite(x) ? fmt("%.9g", x) : "null"; }
 
 
 int run_encode(const EncodeArgs& a) {
@@ -171,8 +158,8 @@ int run_inspect(const std::string& path, const std::string& against, const Impor
   std::ostringstream o;
   auto stats_json = [](const ErrorStats& e) -> std::string {
     if (e.values == 0) return "{\"values\": 0, \"mse\": null, \"snr_db\": null, \"max_abs\": null, \"cosine\": null}";
-    return "{\"values\": " + std::to_string(e.values) + ", \"mse\": " + json_num(e.mse) + ", \"snr_db\": " +
-           json_num(e.snr_db) + ", \"max_abs\": " + json_num(e.max_abs) + ", \"cosine\": " + json_num(e.cosine) + "}";
+    return "{\"values\": " + std::to_string(e.values) + ", \"mse\": " + json_number(e.mse) + ", \"snr_db\": " +
+           json_number(e.snr_db) + ", \"max_abs\": " + json_number(e.max_abs) + ", \"cosine\": " + json_number(e.cosine) + "}";
   };
   if (json) {
     o << "{\n  \"file\": " << json_string(path) << ",\n  \"config\": " << json_string(c.name()) << ",\n";
@@ -189,15 +176,15 @@ int run_inspect(const std::string& path, const std::string& against, const Impor
       return std::string("    ") + json_string(name) + ": {\"from\": " + std::to_string(from) + ", \"to\": " +
              std::to_string(to) + ", \"bytes_per_layer_head\": " + std::to_string(ob) + ", \"bytes_total\": " +
              std::to_string(ob * layers * heads) + ", \"bits_per_value\": " +
-             json_num(RegionBits::ratio(ob, vals)) + ", \"share_occupied\": " + json_num(RegionBits::ratio(ob, occ.values)) +
+             json_number(RegionBits::ratio(ob, vals)) + ", \"share_occupied\": " + json_number(RegionBits::ratio(ob, occ.values)) +
              ", \"allocated_bytes_total\": " + std::to_string(ab * layers * heads) + "}";
     };
     o << "  \"regions\": {\n"
       << region_json("sink", 0, s.n_sink(), occ.sink_bytes, alloc.sink_bytes, occ.sink_values) << ",\n"
       << region_json("body", c.sink, s.B, occ.body_bytes, alloc.body_bytes, occ.body_values) << ",\n"
       << region_json("ring", s.ring_from(), s.N, occ.ring_bytes, alloc.ring_bytes, occ.ring_values) << "\n  },\n";
-    o << "  \"bits_per_value\": {\"occupied\": " << json_num(occ.total_bits()) << ", \"allocated\": "
-      << json_num(alloc.total_bits()) << ", \"note_formula\": " << json_num(note) << ", \"ring_capacity\": " << cap
+    o << "  \"bits_per_value\": {\"occupied\": " << json_number(occ.total_bits()) << ", \"allocated\": "
+      << json_number(alloc.total_bits()) << ", \"note_formula\": " << json_number(note) << ", \"ring_capacity\": " << cap
       << "}";
     if (!cmp.empty()) {
       o << ",\n  \"against\": [\n";
@@ -349,12 +336,12 @@ int run_plan(const PlanArgs& a) {
     }
     const double bpt = bytes_per_token(g, opt).value();
     if (a.json) {
-      o << (first ? "" : ",\n") << "    {\"format\": " << json_string(opt.label()) << ", \"bytes_per_token\": " << json_num(bpt)
+      o << (first ? "" : ",\n") << "    {\"format\": " << json_string(opt.label()) << ", \"bytes_per_token\": " << json_number(bpt)
         << ", \"contexts\": [";
       for (size_t i = 0; i < ctx.size(); ++i) {
         const uint64_t b = total_bytes(g, opt, ctx[i], ps);
-        o << (i ? ", " : "") << "{\"n_ctx\": " << ctx[i] << ", \"bytes\": " << b << ", \"gib\": " << json_num(to_gib(b))
-          << ", \"bits_per_value\": " << json_num(allocated_bits_per_value(g, opt, ctx[i], ps)) << "}";
+        o << (i ? ", " : "") << "{\"n_ctx\": " << ctx[i] << ", \"bytes\": " << b << ", \"gib\": " << json_number(to_gib(b))
+          << ", \"bits_per_value\": " << json_number(allocated_bits_per_value(g, opt, ctx[i], ps)) << "}";
       }
       o << "]";
       if (budget) {
