@@ -23,6 +23,7 @@
 #include "sjkv/replay/model.h"
 #include "sjkv/replay/results.h"
 #include "sjkv/replay/run.h"
+#include "sjkv/replay/score_set.h"
 #include "sjkv/replay/tokenizer.h"
 #include "sjkv/replay/compare.h"
 #include "sjkv/replay/reference.h"
@@ -269,106 +270,78 @@ int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vec
   check_score_args(sa);
   std::vector<std::unique_ptr<KvArm>> arms;
   for (const std::string& a : sa.arms) arms.push_back(arm_or_usage(a, "--arms", l.device.sealers()));
-  const std::string baseline = sa.baseline.empty() ? sa.arms[0] : sa.baseline;
+  ScorePlan plan;
+  plan.arms = sa.arms;
+  plan.baseline = sa.baseline.empty() ? sa.arms[0] : sa.baseline;
+  plan.bootstrap.replicates = sa.replicates;
+  plan.bootstrap.seed = sa.boot_seed;
+  plan.ubatch = ma.ubatch_given ? ma.ubatch : 0;
 
-  std::vector<Trajectory> trajs;
+  ScoreSet set;
+  set.paths = paths;
   for (size_t pi = 0; pi < paths.size(); ++pi) {
-    const std::string& p = paths[pi];
-    Trajectory t = read_trajectory(pi < read_from.size() ? read_from[pi] : p);
-    if (t.model_sha256 != l.sha256)
-      throw FileError(p, "recorded with model " + t.model_file + " (SHA-256 " + t.model_sha256 + "), but the model is " +
-                             l.path + " (SHA-256 " + l.sha256 + ")");
-    if (!trajs.empty() && t.settings.reference != trajs[0].settings.reference)
-      throw FileError(p, "recorded with reference arm '" + t.settings.reference + "', but " + paths[0] + " with '" +
-                             trajs[0].settings.reference + "'; score trajectories of one reference together");
-    const uint32_t ubatch = ma.ubatch_given ? ma.ubatch : t.settings.ubatch;
-    check_arms_fit(l, sa.arms, t.prompt_tokens + t.generated(), ubatch, "--arms");
-    trajs.push_back(std::move(t));
+    Trajectory t = read_trajectory(pi < read_from.size() ? read_from[pi] : paths[pi]);
+    check_score_trajectory(t, paths[pi], l.path, l.sha256, set.trajectories.empty() ? nullptr : &set.trajectories[0],
+                           paths[0]);
+    check_arms_fit(l, sa.arms, t.prompt_tokens + t.generated(), score_ubatch(plan, t), "--arms");
+    set.trajectories.push_back(std::move(t));
   }
 
-  Results res;
-  res.model_file = base_name(l.path);
-  res.model_sha256 = l.sha256;
-  res.settings = trajs[0].settings;
-  res.baseline = baseline;
-  res.bootstrap.replicates = sa.replicates;
-  res.bootstrap.seed = sa.boot_seed;
-  for (size_t i = 0; i < trajs.size(); ++i) res.trajectories.push_back({base_name(paths[i]), trajs[i].prompt_tokens, trajs[i].generated()});
   // --per-arm: an arm whose folder is complete was scored by an earlier run.
   std::vector<std::string> arm_dirs(arms.size());
-  std::vector<bool> todo(arms.size(), true);
+  std::vector<const KvArm*> run(arms.size());
   std::unique_ptr<MadeFolder> out_dir;  // removed again when this run made it and wrote nothing into it
+  for (size_t a = 0; a < arms.size(); ++a) run[a] = arms[a].get();
   if (sa.per_arm) {
     out_dir = std::make_unique<MadeFolder>(sa.out);
     for (size_t a = 0; a < arms.size(); ++a) {
       arm_dirs[a] = sa.out + "/" + arm_folder(sa.arms[a]);
       for (size_t b = 0; b < a; ++b)
         if (arm_dirs[b] == arm_dirs[a]) throw cli::UsageError("--arms lists '" + sa.arms[a] + "' twice");
-      todo[a] = !path_exists(arm_dirs[a] + "/results.json");
-      if (!todo[a]) note(ma, "skipping " + sa.arms[a] + ": " + arm_dirs[a] + " is complete");
+      if (path_exists(arm_dirs[a] + "/results.json")) {
+        run[a] = nullptr;
+        note(ma, "skipping " + sa.arms[a] + ": " + arm_dirs[a] + " is complete");
+      }
     }
   }
-  std::vector<const KvArm*> run_arms;
-  std::vector<size_t> run_index;
-  for (size_t a = 0; a < arms.size(); ++a)
-    if (todo[a]) {
-      run_arms.push_back(arms[a].get());
-      run_index.push_back(a);
-    }
-  for (size_t a = 0; a < arms.size(); ++a) res.arms.push_back(ArmRows{sa.arms[a], {}, {}});
-  std::vector<size_t> unsealed(arms.size(), 0);
-  auto arm_note = [&](size_t a) {
-    if (!unsealed[a]) return;
-    res.arms[a].note = "no group was sealed on " + std::to_string(unsealed[a]) + " of " + std::to_string(trajs.size()) +
-                       " trajectories (context shorter than sink + group + tail): those numbers compare the exact "
-                       "sink and staging rows only, not the compressed body";
-    std::fprintf(stderr, "%s: warning: %s: %s\n", kTool, sa.arms[a].c_str(), res.arms[a].note.c_str());
+  auto warn = [&](const ArmRows& a) {
+    if (!a.note.empty()) std::fprintf(stderr, "%s: warning: %s: %s\n", kTool, a.arm.c_str(), a.note.c_str());
   };
-  for (size_t i = 0; i < trajs.size(); ++i) {
-    // Hidden encoding: recompute the reference rows once for all arms, checked bit for bit.
-    std::unique_ptr<ReferenceRows> ref;
-    try {
-      ref = std::make_unique<ReferenceRows>(*l.model, trajs[i]);
-    } catch (const std::invalid_argument& e) {
-      throw FileError(paths[i], e.what());
-    }
-    const uint32_t ubatch = ma.ubatch_given ? ma.ubatch : trajs[i].settings.ubatch;
-    std::vector<std::unique_ptr<cli::Progress>> bars(run_arms.size());
-    auto progress = [&](size_t k) {
-      note(ma, "scoring " + run_arms[k]->spec() + " on " + base_name(paths[i]) + " (" +
-                   std::to_string(trajs[i].generated()) + " positions, ubatch " + std::to_string(ubatch) + ")");
-      bars[k] = std::make_unique<cli::Progress>(run_arms[k]->spec(), ma.quiet);
-      return bars[k]->callback();
-    };
-    score_arms(*l.model, run_arms, trajs[i], ubatch,
-               [&](size_t k, std::vector<ScoreRow>&& rows, const ScoreDetail& d) {
-                 bars[k].reset();
-                 const size_t a = run_index[k];
-                 res.arms[a].rows.push_back(std::move(rows));
-                 if (d.codec && !d.sealed) ++unsealed[a];
-                 if (!sa.per_arm || i + 1 != trajs.size()) return;
-                 arm_note(a);
-                 Results one = res;
-                 one.arms = {res.arms[a]};
-                 one.baseline = sa.arms[a];
-                 write_results(arm_dirs[a], one, summarize(one));
-                 out_dir->keep();
-                 note(ma, "wrote " + arm_dirs[a] + "/");
-               },
-               progress, ref.get());
-  }
+  std::vector<std::unique_ptr<cli::Progress>> bars(arms.size());
+  ScoreCallbacks cb;
+  cb.start = [&](size_t i, size_t a) {
+    const Trajectory& t = set.trajectories[i];
+    note(ma, "scoring " + arms[a]->spec() + " on " + base_name(paths[i]) + " (" + std::to_string(t.generated()) +
+                 " positions, ubatch " + std::to_string(score_ubatch(plan, t)) + ")");
+    bars[a] = std::make_unique<cli::Progress>(arms[a]->spec(), ma.quiet);
+    return bars[a]->callback();
+  };
+  cb.finished = [&](size_t i, size_t a, const Results& so_far) {
+    bars[a].reset();
+    if (!sa.per_arm || i + 1 != paths.size()) return;
+    warn(so_far.arms[a]);
+    Results one = so_far;
+    one.arms = {so_far.arms[a]};
+    one.baseline = sa.arms[a];
+    write_results(arm_dirs[a], one, summarize(one));
+    out_dir->keep();
+    note(ma, "wrote " + arm_dirs[a] + "/");
+  };
+  const Results res = score_set(*l.model, base_name(l.path), l.sha256, set, run, plan, cb);
+
   if (sa.per_arm) {
     Results done = res;
     done.arms.clear();
-    for (size_t a : run_index) done.arms.push_back(res.arms[a]);
+    for (size_t a = 0; a < arms.size(); ++a)
+      if (run[a]) done.arms.push_back(res.arms[a]);
     if (done.arms.empty()) return cli::kOk;
     done.baseline = done.arms[0].arm;
     for (const ArmRows& a : done.arms)
-      if (a.arm == baseline) done.baseline = baseline;
+      if (a.arm == plan.baseline) done.baseline = plan.baseline;
     std::cout << summary_text(summarize(done));
     return cli::kOk;
   }
-  for (size_t a = 0; a < arms.size(); ++a) arm_note(a);
+  for (const ArmRows& a : res.arms) warn(a);
   const Report rep = summarize(res);
   write_results(sa.out, res, rep, also);
   note(ma, "wrote " + sa.out + "/results.json, positions.csv, summary.md and three SVG plots");

@@ -12,6 +12,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "fake_logits.h"
 #include "tiny_model.h"
@@ -22,6 +23,8 @@
 #include "sjkv/replay/results.h"
 #include "sjkv/replay/run.h"
 #include "sjkv/replay/score.h"
+#include "sjkv/replay/score_set.h"
+#include "sjkv/replay/arms.h"
 
 using namespace sjkv;
 using namespace sjkv::replay;
@@ -647,4 +650,95 @@ TEST(HiddenReplay, AnotherOutputStepIsRefused) {
   in.encoding = RefEncoding::sparse;
   const Trajectory ts = record_trajectory(m, f16, in);
   for (const ScoreRow& r : score_trajectory(other, f16, ts, 4)) EXPECT_GE(r.kl, 0.0);
+}
+
+// ---- a set of trajectories scored together (sjkv-replay score) ------------------------------
+
+namespace {
+
+Trajectory tiny_trajectory(TinyModel& m, const KvArm& ref, uint32_t prompt_tokens, uint32_t generate) {
+  RecordInput in = tiny_input(generate);
+  in.prompt.resize(prompt_tokens);
+  for (uint32_t i = 0; i < prompt_tokens; ++i) in.prompt[i] = static_cast<int32_t>((i * 7919u + 5u) % 4096u);
+  in.settings.reference = ref.spec();
+  return record_trajectory(m, ref, in);
+}
+
+}  // namespace
+
+TEST(ScoreSet, EachArmsRowsAreItsOwnReplayAndTheUnsealedArmSaysSo) {
+  TinyModel m(4096);
+  const PlainArm f32(false), f16(true);
+  const std::unique_ptr<KvArm> kvarn = make_arm("kvarn:4/4:tail=0");
+  ScoreSet set;
+  set.paths = {"dir/long.h5", "short.h5"};
+  set.trajectories.push_back(tiny_trajectory(m, f32, 300, 6));
+  set.trajectories.push_back(tiny_trajectory(m, f32, 11, 5));
+  ScorePlan plan;
+  plan.arms = {"f32", "kvarn:4/4:tail=0", "f16", "skipped"};
+  plan.baseline = "f16";
+  plan.bootstrap.replicates = 300;
+  plan.ubatch = 8;
+  std::vector<std::pair<size_t, size_t>> started, finished;
+  ScoreCallbacks cb;
+  cb.start = [&](size_t i, size_t a) {
+    started.emplace_back(i, a);
+    return ProgressFn();
+  };
+  cb.finished = [&](size_t i, size_t a, const Results& so_far) {
+    finished.emplace_back(i, a);
+    EXPECT_EQ(so_far.arms[a].rows.size(), i + 1);
+    EXPECT_EQ(so_far.arms[a].note.empty(), !(a == 1 && i == 1)) << i << " " << a;
+  };
+  const Results r = score_set(m, "tiny.gguf", std::string(64, '0'), set, {&f32, kvarn.get(), &f16, nullptr}, plan, cb);
+  const std::vector<std::pair<size_t, size_t>> order = {{0, 0}, {0, 1}, {0, 2}, {1, 0}, {1, 1}, {1, 2}};
+  EXPECT_EQ(started, order);
+  EXPECT_EQ(finished, order);
+
+  EXPECT_EQ(r.model_file, "tiny.gguf");
+  EXPECT_EQ(r.baseline, "f16");
+  EXPECT_EQ(r.bootstrap.replicates, 300u);
+  EXPECT_EQ(r.settings.reference, "f32");
+  ASSERT_EQ(r.trajectories.size(), 2u);
+  EXPECT_EQ(r.trajectories[0].name, "long.h5");
+  EXPECT_EQ(r.trajectories[0].prompt_tokens, 300u);
+  EXPECT_EQ(r.trajectories[1].generated, 5u);
+  ASSERT_EQ(r.arms.size(), 4u);
+  EXPECT_TRUE(r.arms[3].rows.empty());
+  EXPECT_EQ(r.arms[1].note, "no group was sealed on 1 of 2 trajectories (context shorter than sink + group + tail): "
+                            "those numbers compare the exact sink and staging rows only, not the compressed body");
+  const KvArm* arms[] = {&f32, kvarn.get(), &f16};
+  for (size_t a = 0; a < 3; ++a)
+    for (size_t i = 0; i < 2; ++i) {
+      const std::vector<ScoreRow> alone = score_trajectory(m, *arms[a], set.trajectories[i], 8);
+      ASSERT_EQ(r.arms[a].rows[i].size(), alone.size());
+      for (size_t j = 0; j < alone.size(); ++j) {
+        EXPECT_EQ(0, std::memcmp(&alone[j].kl, &r.arms[a].rows[i][j].kl, sizeof(double))) << a << " " << i << " " << j;
+        EXPECT_EQ(alone[j].bits_occupied, r.arms[a].rows[i][j].bits_occupied);
+      }
+    }
+  for (const ScoreRow& row : r.arms[0].rows[0]) EXPECT_EQ(row.kl, 0.0);  // the reference arm itself
+}
+
+TEST(ScoreSet, TrajectoriesOfAnotherModelOrReferenceAreRefused) {
+  TinyModel m(4096);
+  const PlainArm f32(false), f16(true);
+  const Trajectory a = tiny_trajectory(m, f32, 11, 3), b = tiny_trajectory(m, f16, 11, 3);
+  EXPECT_NO_THROW(check_score_trajectory(a, "a.h5", "tiny.gguf", std::string(64, '0')));
+  EXPECT_NO_THROW(check_score_trajectory(a, "a2.h5", "tiny.gguf", std::string(64, '0'), &a, "a.h5"));
+  try {
+    check_score_trajectory(a, "a.h5", "other.gguf", std::string(64, '1'));
+    ADD_FAILURE() << "another model accepted";
+  } catch (const FileError& e) {
+    EXPECT_EQ(e.path(), "a.h5");
+    EXPECT_NE(e.defect().find("recorded with model tiny.gguf"), std::string::npos) << e.what();
+    EXPECT_NE(e.defect().find("other.gguf"), std::string::npos) << e.what();
+  }
+  try {
+    check_score_trajectory(b, "b.h5", "tiny.gguf", std::string(64, '0'), &a, "a.h5");
+    ADD_FAILURE() << "another reference accepted";
+  } catch (const FileError& e) {
+    EXPECT_EQ(e.path(), "b.h5");
+    EXPECT_NE(e.defect().find("reference arm 'f16', but a.h5 with 'f32'"), std::string::npos) << e.what();
+  }
 }
