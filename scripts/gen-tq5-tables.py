@@ -111,7 +111,7 @@ def main():
 // 31 decision thresholds, each the midpoint of its two neighbouring levels, as binary32 bit
 // patterns. Computed in double by scripts/gen-tq5-tables.py (Lloyd-Max iteration on the
 // Gaussian density to a fixed point, levels scaled by 1/sqrt(128)), rounded to binary32 once;
-// the same routine at 64 levels reproduces tq6_0's published centroids (CODEC-SPEC 3.1).
+// the same routine at 64 levels reproduces tq6_0's published centroids (docs/SPEC.md 4.2).
 // Generated file: edit the script, not this header.
 #pragma once
 

@@ -11,7 +11,7 @@ check, "PASS <name>" or "FAIL <name>: <detail>", which the shell script counts.
         a llama.cpp sequence state ('ggsq' v3): 3 layers, 2 heads x 64, 300 shuffled cells,
         K f16 (or ggml type T), V f32 transposed (v_trans = 1)
   policy SINK TAIL TAIL_MAX G UBATCH N
-        the journal policy state (CODEC-SPEC 8.4) after encoding N positions: "B B_prev draining"
+        the journal policy state (docs/SPEC.md 9.5) after encoding N positions: "B B_prev draining"
   check-inspect JSON key=value...     the fields of `inspect --json` against the configuration
   check-against JSON key=value...     error statistics of `inspect --against --json`
   check-sink-dump DUMP KVD SINK       a sink dump equals the fp16 rows of the .kvd input

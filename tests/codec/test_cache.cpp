@@ -1,4 +1,4 @@
-// Host cache driven like an engine (CODEC-SPEC §8.2-8.5): policy steps against an
+// Host cache driven like an engine (docs/SPEC.md §9.2-9.6): policy steps against an
 // independent JournalPolicy, sealed records against the reference seal of the staged rows
 // (§5.1), ring slots, sink entries, row resolution, reference attention (§9.1) against
 // independent double-precision softmax, typed store errors, and bits-per-value accounting

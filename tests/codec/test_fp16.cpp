@@ -1,4 +1,4 @@
-// fp16 conversion (CODEC-SPEC §1): H against an independent nearest-half search, the
+// fp16 conversion (docs/SPEC.md §2): H against an independent nearest-half search, the
 // round trip over every half, the listed edge cases, and x86 F16C where the CPU has it.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Hadamard rotation (CODEC-SPEC §2): the scale table, exact small cases, self-inverse and
+// Hadamard rotation (docs/SPEC.md §3): the scale table, exact small cases, self-inverse and
 // orthonormality on random data, and per-block independence of hadamard_blocks.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Journal policy (CODEC-SPEC §8.3, §8.4): the deterministic cases the spec lists, the default
+// Journal policy (docs/SPEC.md §9.4, §9.5): the deterministic cases the spec lists, the default
 // decode schedule figures, and a randomized run checked against a separate model of the rules
 // plus the invariants an engine relies on (tail kept exact, ring never overrun, whole groups).
 #include <gtest/gtest.h>
@@ -348,7 +348,7 @@ TEST(PolicyDefaultSchedule, CommitsAndLongestTail) {
 
 // ---- Randomized run against a separate model ---------------------------------------------
 
-// xorshift64 of CODEC-SPEC §10.1.
+// xorshift64 of docs/SPEC.md §13.1.
 struct XorShift64 {
   uint64_t s;
   uint32_t next() {

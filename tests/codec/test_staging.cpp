@@ -1,4 +1,4 @@
-// Staging rows (CODEC-SPEC §3, §10.3/§10.4, Appendix A): tq6_0 golden hashes and check
+// Staging rows (docs/SPEC.md §4, §13.1-13.2, Appendix A): tq6_0 golden hashes and check
 // values, a from-the-spec reference encoder, code selection, error bounds, the q8_0
 // extension, f16 staging, the encode_row status flag and the seal input rounding.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Trellis bodies (CODEC-SPEC §6): reference codebooks and their identity, the window of a
+// Trellis bodies (docs/SPEC.md §7): reference codebooks and their identity, the window of a
 // code, the Viterbi recursion, Appendix A check values, every fast path against the
 // reference on many tiles, thread counts, run-time codebooks, refit skip rules and the
 // decode error against scalar records of the same bits.

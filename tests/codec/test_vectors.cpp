@@ -1,4 +1,4 @@
-// The reference codec's test vectors (CODEC-SPEC §10): regenerate the inputs, seal, decode
+// The reference codec's test vectors (docs/SPEC.md §13): regenerate the inputs, seal, decode
 // and hash; every scalar and trellis line and the tq6_0 line must match byte for byte.
 #include <gtest/gtest.h>
 
@@ -126,7 +126,8 @@ TEST(Vectors, Tq6Line) {
   }
 }
 
-// CODEC-SPEC Appendix A: intermediate values of the D = 128 group, for a readable failure.
+// The D = 128 group's intermediate values that docs/SPEC.md §13.1 points to (CODEC-SPEC Appendix A),
+// for a readable failure.
 TEST(Vectors, AppendixACheckValues) {
   XorShift64 a(0x9E3779B97F4A7C15ull ^ 1);
   EXPECT_EQ(a.next(), 4123618861u);

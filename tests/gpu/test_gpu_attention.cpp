@@ -1,4 +1,4 @@
-// Fused decode attention on the GPU against the CPU reference attention (CODEC-SPEC §9.1) over
+// Fused decode attention on the GPU against the CPU reference attention (docs/SPEC.md §9.7) over
 // caches built by SequenceCache (journal policy, real seals), every body and staging type.
 //
 // Tolerance, FlashAttention style: both results are compared with a binary64 softmax over
