@@ -19,6 +19,7 @@
 #include "sjkv/io/load.h"
 #include "sjkv/io/model_geometry.h"
 #include "sjkv/io/snapshot_file.h"
+#include "sjkv/io/state_stream.h"
 #include "sjkv/plan.h"
 #include "sjkv/policy.h"
 
@@ -131,6 +132,30 @@ int run_encode(const EncodeArgs& a) {
   return cli::kOk;
 }
 
+// What a sequence-state stream does not hold: the ubatch and any trained trellis tables.
+struct StreamArgs {
+  uint32_t ubatch = 512;
+  std::vector<std::string> codebooks;
+};
+
+StateImportOptions stream_options(const StreamArgs& a) {
+  StateImportOptions o;
+  o.n_ubatch = a.ubatch;
+  for (const std::string& f : a.codebooks) {
+    sjkv::CodebookFileKind kind;
+    o.codebooks.push_back(sjkv::read_codebook_any(f, &kind).table);
+  }
+  return o;
+}
+
+void add_stream_options(CLI::App* c, StreamArgs& a, const char* what) {
+  c->add_option("--ubatch", a.ubatch, std::string(what) + ": the ubatch the sequence runs with (the stream does not "
+                                      "store it; the ring capacity depends on it)")
+      ->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+  c->add_option("--codebook", a.codebooks, std::string(what) + ": trellis tables (.sjcb, raw .bin or C header) the "
+                                           "stream's codebook identity names, when not the built-in ones");
+}
+
 RegionBits occupied_of(const Snapshot& s) { return occupied_bits(s.config, s.B, s.N); }
 
 RegionBits allocated_of(const Snapshot& s) {
@@ -138,8 +163,9 @@ RegionBits allocated_of(const Snapshot& s) {
   return allocated_bits(s.config, s.N, cap, s.B, s.N);
 }
 
-int run_inspect(const std::string& path, const std::string& against, const ImportOptions& io, bool json) {
-  const Snapshot s = read_snapshot(path);
+int run_inspect(const std::string& path, const std::string& against, const ImportOptions& io, const StreamArgs& sa,
+                bool json) {
+  const Snapshot s = read_snapshot_any(path, stream_options(sa));
   std::vector<RegionComparison> cmp;
   if (!against.empty()) {
     const Capture ref = load_capture_any(against, io);
@@ -243,9 +269,9 @@ int run_inspect(const std::string& path, const std::string& against, const Impor
   return cli::kOk;
 }
 
-int run_decode(const std::string& in, const std::string& out, bool rotated, bool quiet) {
+int run_decode(const std::string& in, const std::string& out, const StreamArgs& sa, bool rotated, bool quiet) {
   check_output(out, "-o", {in});
-  const Snapshot s = read_snapshot(in);
+  const Snapshot s = read_snapshot_any(in, stream_options(sa));
   Capture cap;
   try {
     cap = decode_snapshot(s, rotated);
@@ -260,7 +286,7 @@ int run_decode(const std::string& in, const std::string& out, bool rotated, bool
 
 int run_dump(const std::string& in, uint32_t layer, const std::string& region, const std::string& out) {
   check_output(out, "-o", {in});
-  const Snapshot s = read_snapshot(in);
+  const Snapshot s = read_snapshot_any(in);
   uint32_t index = static_cast<uint32_t>(s.layers.size());
   for (uint32_t i = 0; i < s.layers.size(); ++i)
     if (s.layers[i].layer_id == layer) index = i;
@@ -274,6 +300,37 @@ int run_dump(const std::string& in, uint32_t layer, const std::string& region, c
   AtomicOutput ao(out);
   write_file_bytes(ao.temp_path(), bytes.data(), bytes.size(), out);
   ao.commit();
+  return cli::kOk;
+}
+
+int run_export(const std::string& in, const std::string& out, bool quiet) {
+  check_output(out, "-o", {in});
+  const Snapshot s = read_snapshot_any(in);
+  const std::string why = state_stream_refusal(s);
+  if (!why.empty()) throw FileError(in, "cannot be written as a sequence-state stream: " + why);
+  const std::vector<uint8_t> bytes = state_stream_bytes(s);
+  write_file_atomic(out, bytes.data(), bytes.size());
+  if (quiet) return cli::kOk;
+  std::fprintf(stderr, "%s: %s -> %s (sequence-state stream v1, %zu bytes, %zu layers, N=%u B=%u, %s)\n", kTool,
+               in.c_str(), out.c_str(), bytes.size(), s.layers.size(), s.N, s.B, s.config.name().c_str());
+  bool renumbered = false;
+  for (size_t i = 0; i < s.layers.size(); ++i) renumbered |= s.layers[i].layer_id != i;
+  if (renumbered)
+    std::fprintf(stderr, "%s: note: the stream numbers layers 0..%zu; the snapshot's layer ids and model, source and "
+                         "token ids are not part of it\n", kTool, s.layers.size() - 1);
+  return cli::kOk;
+}
+
+int run_import(const std::string& in, const std::string& out, const StreamArgs& sa, bool quiet) {
+  std::vector<std::string> inputs = sa.codebooks;
+  inputs.push_back(in);
+  check_output(out, "-o", inputs);
+  const StateImportOptions opt = stream_options(sa);
+  const Snapshot s = read_state_stream(in, opt);
+  write_snapshot(out, s);
+  if (!quiet)
+    std::fprintf(stderr, "%s: %s -> %s (%zu layers, N=%u B=%u, %s, ubatch %u)\n", kTool, in.c_str(), out.c_str(),
+                 s.layers.size(), s.N, s.B, s.config.name().c_str(), s.n_ubatch);
   return cli::kOk;
 }
 
@@ -463,17 +520,37 @@ int main(int argc, char** argv) {
 
   std::string dec_in, dec_out;
   bool dec_rot = false, dec_quiet = false;
-  auto* dec = app.add_subcommand("decode", "Decode a snapshot back into a capture");
-  dec->add_option("snapshot", dec_in, "Snapshot file")->required();
+  StreamArgs dec_sa, ins_sa;
+  auto* dec = app.add_subcommand("decode", "Decode a snapshot (or a sequence-state stream) back into a capture");
+  dec->add_option("snapshot", dec_in, "Snapshot file or sequence-state stream")->required();
   dec->add_option("-o,--output", dec_out, "Capture file to write")->required();
   dec->add_flag("--rotated", dec_rot, "Keep the rotated basis (default: back to the model basis)");
+  add_stream_options(dec, dec_sa, "A stream");
   dec->add_flag("-q,--quiet", dec_quiet, "No summary on stderr");
+
+  std::string exp_in, exp_out;
+  bool exp_quiet = false;
+  auto* exp = app.add_subcommand("export", "Write a snapshot as the reference library's sequence-state stream (state "
+                                           "version 1), the bytes an engine restores a sequence from");
+  exp->add_option("snapshot", exp_in, "Snapshot file (or a stream)")->required();
+  exp->add_option("-o,--output", exp_out, "Stream file to write (.sjkvseq)")->required();
+  exp->add_flag("-q,--quiet", exp_quiet, "No summary on stderr");
+
+  std::string imp_in, imp_out;
+  bool imp_quiet = false;
+  StreamArgs imp_sa;
+  auto* imp = app.add_subcommand("import", "Make a snapshot of a sequence-state stream an engine saved (checked "
+                                           "field by field, checksum included)");
+  imp->add_option("stream", imp_in, "Sequence-state stream (.sjkvseq)")->required();
+  imp->add_option("-o,--output", imp_out, "Snapshot file to write")->required();
+  add_stream_options(imp, imp_sa, "The stream");
+  imp->add_flag("-q,--quiet", imp_quiet, "No summary on stderr");
 
   std::string ins_in, ins_against;
   bool ins_json = false;
-  auto* ins = app.add_subcommand("inspect", "Configuration, regions, bytes and bits per value of a snapshot; with "
-                                            "--against, its error per layer and region");
-  ins->add_option("snapshot", ins_in, "Snapshot file")->required();
+  auto* ins = app.add_subcommand("inspect", "Configuration, regions, bytes and bits per value of a snapshot (or a "
+                                            "sequence-state stream); with --against, its error per layer and region");
+  ins->add_option("snapshot", ins_in, "Snapshot file or sequence-state stream")->required();
   ins->add_option("--against", ins_against, "Reference capture (or .kvd / llama.cpp state)");
   ins->add_flag("--json", ins_json, "JSON output");
   ImportOptions ins_io;
@@ -481,6 +558,7 @@ int main(int argc, char** argv) {
   ins->add_option("--layers", ins_io.layers, "llama.cpp state reference: layers to keep, as positions in the file");
   ins->add_option("--layer-ids", ins_io.layer_ids, "llama.cpp state reference: the model's layer number of each kept layer");
   ins->add_option("--kv-sections", ins_io.kv_sections, "llama.cpp state reference: cache sections to read (0 = all)");
+  add_stream_options(ins, ins_sa, "A stream");
 
   std::string dump_in, dump_region_name, dump_out;
   uint32_t dump_layer = 0;
@@ -525,8 +603,10 @@ int main(int argc, char** argv) {
   }
 
   if (enc->parsed()) return cli::guarded(kTool, [&] { return run_encode(ea); });
-  if (dec->parsed()) return cli::guarded(kTool, [&] { return run_decode(dec_in, dec_out, dec_rot, dec_quiet); });
-  if (ins->parsed()) return cli::guarded(kTool, [&] { return run_inspect(ins_in, ins_against, ins_io, ins_json); });
+  if (dec->parsed()) return cli::guarded(kTool, [&] { return run_decode(dec_in, dec_out, dec_sa, dec_rot, dec_quiet); });
+  if (ins->parsed()) return cli::guarded(kTool, [&] { return run_inspect(ins_in, ins_against, ins_io, ins_sa, ins_json); });
+  if (exp->parsed()) return cli::guarded(kTool, [&] { return run_export(exp_in, exp_out, exp_quiet); });
+  if (imp->parsed()) return cli::guarded(kTool, [&] { return run_import(imp_in, imp_out, imp_sa, imp_quiet); });
   if (dmp->parsed()) return cli::guarded(kTool, [&] { return run_dump(dump_in, dump_layer, dump_region_name, dump_out); });
   if (pl->parsed()) return cli::guarded(kTool, [&] { return run_plan(pa); });
   if (d->parsed()) {

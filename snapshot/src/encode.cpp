@@ -48,6 +48,69 @@ std::string position_error(const Status& st, const Capture& cap) {
 
 }  // namespace
 
+Snapshot snapshot_of_cache(const SequenceCache& seq, uint32_t n_ubatch, const TrellisCodebooks& codebooks) {
+  const CodecConfig& cfg = seq.config();
+  Snapshot s;
+  s.config = cfg;
+  s.config.rotation_block = cfg.rotation();
+  s.kv_heads = seq.shape().n_head_kv;
+  s.n_ubatch = n_ubatch;
+  s.B = seq.policy().B;
+  s.B_prev = seq.policy().B_prev;
+  s.N = seq.n_stored();
+  s.draining = seq.policy().draining;
+  if (s.config.resolved_body() == Body::trellis) {
+    const RecordLayout l = s.config.layout();
+    const uint16_t* k = codebook_table(codebooks, Side::k, l.bits_k);
+    const uint16_t* v = codebook_table(codebooks, Side::v, l.bits_v);
+    s.codebook_k.assign(k, k + (size_t{1} << (6 + l.bits_k)));
+    s.codebook_v.assign(v, v + (size_t{1} << (6 + l.bits_v)));
+    s.codebook_id = codebook_id(l, codebooks);
+  }
+  const uint32_t H = s.kv_heads, D = cfg.head_dim;
+  const uint32_t rb = staging_row_bytes(cfg.staging, D);
+  for (uint32_t l = 0; l < seq.shape().n_layers; ++l) {
+    const LayerCache& lc = seq.layer(l);
+    SnapshotLayer sl;
+    sl.layer_id = l;
+    const uint32_t ns = s.n_sink();
+    if (cfg.sink_type == SinkType::f16) {
+      sl.sink_k.resize(static_cast<size_t>(ns) * H * D);
+      sl.sink_v.resize(sl.sink_k.size());
+      for (uint32_t p = 0; p < ns; ++p)
+        for (uint32_t h = 0; h < H; ++h) {
+          const uint16_t* e = lc.sink_f16().data() + (static_cast<size_t>(p) * H + h) * 2 * D;
+          std::memcpy(&sl.sink_k[(static_cast<size_t>(p) * H + h) * D], e, 2 * D);
+          std::memcpy(&sl.sink_v[(static_cast<size_t>(p) * H + h) * D], e + D, 2 * D);
+        }
+    } else {
+      sl.sink_k_staged.resize(static_cast<size_t>(ns) * H * rb);
+      sl.sink_v_staged.resize(sl.sink_k_staged.size());
+      for (uint32_t p = 0; p < ns; ++p)
+        for (uint32_t h = 0; h < H; ++h) {
+          const uint8_t* e = lc.sink_staged().data() + (static_cast<size_t>(p) * H + h) * 2 * rb;
+          std::memcpy(&sl.sink_k_staged[(static_cast<size_t>(p) * H + h) * rb], e, rb);
+          std::memcpy(&sl.sink_v_staged[(static_cast<size_t>(p) * H + h) * rb], e + rb, rb);
+        }
+    }
+    const size_t body_bytes = static_cast<size_t>(s.n_groups()) * H * lc.layout().bytes;
+    sl.body.assign(lc.body().begin(), lc.body().begin() + static_cast<std::ptrdiff_t>(body_bytes));
+    const uint32_t nr = s.n_ring(), from = s.ring_from();
+    sl.ring_k.resize(static_cast<size_t>(nr) * H * rb);
+    sl.ring_v.resize(sl.ring_k.size());
+    for (uint32_t i = 0; i < nr; ++i) {
+      const uint32_t slot = ring_slot(from + i, cfg.sink, lc.cap());
+      for (uint32_t h = 0; h < H; ++h) {
+        const uint8_t* e = lc.ring().data() + (static_cast<size_t>(slot) * H + h) * 2 * rb;
+        std::memcpy(&sl.ring_k[(static_cast<size_t>(i) * H + h) * rb], e, rb);
+        std::memcpy(&sl.ring_v[(static_cast<size_t>(i) * H + h) * rb], e + rb, rb);
+      }
+    }
+    s.layers.push_back(std::move(sl));
+  }
+  return s;
+}
+
 Snapshot encode_capture(const Capture& cap, const EncodeOptions& opt) {
   cap.check_consistent();
   CodecConfig cfg = opt.config;
@@ -86,68 +149,12 @@ Snapshot encode_capture(const Capture& cap, const EncodeOptions& opt) {
   Status st = seq.begin_ubatch(N, 1);
   if (!st.ok()) throw std::invalid_argument("final policy step: " + st.message());
 
-  Snapshot s;
-  s.config = cfg;
-  if (rotate) s.config.rotation_block = cfg.rotation();
-  else s.config.rotation_block = cap.rotation_block ? cap.rotation_block : cfg.rotation();
-  s.kv_heads = cap.kv_heads;
-  s.n_ubatch = opt.n_ubatch;
-  s.B = seq.policy().B;
-  s.B_prev = seq.policy().B_prev;
-  s.N = N;
-  s.draining = seq.policy().draining;
-  if (s.config.resolved_body() == Body::trellis) {
-    const RecordLayout l = s.config.layout();
-    const uint16_t* k = codebook_table(so.codebooks, Side::k, l.bits_k);
-    const uint16_t* v = codebook_table(so.codebooks, Side::v, l.bits_v);
-    s.codebook_k.assign(k, k + (size_t{1} << (6 + l.bits_k)));
-    s.codebook_v.assign(v, v + (size_t{1} << (6 + l.bits_v)));
-    s.codebook_id = codebook_id(l, so.codebooks);
-  }
+  Snapshot s = snapshot_of_cache(seq, opt.n_ubatch, so.codebooks);
+  if (!rotate) s.config.rotation_block = cap.rotation_block ? cap.rotation_block : cfg.rotation();
   s.model = cap.model;
   s.source = cap.source;
   s.token_ids = cap.token_ids;
-  const uint32_t H = cap.kv_heads, D = cap.head_dim;
-  const uint32_t rb = staging_row_bytes(cfg.staging, D);
-  for (uint32_t l = 0; l < shape.n_layers; ++l) {
-    const LayerCache& lc = seq.layer(l);
-    SnapshotLayer sl;
-    sl.layer_id = cap.layers[l].layer_id;
-    const uint32_t ns = s.n_sink();
-    if (cfg.sink_type == SinkType::f16) {
-      sl.sink_k.resize(static_cast<size_t>(ns) * H * D);
-      sl.sink_v.resize(sl.sink_k.size());
-      for (uint32_t p = 0; p < ns; ++p)
-        for (uint32_t h = 0; h < H; ++h) {
-          const uint16_t* e = lc.sink_f16().data() + (static_cast<size_t>(p) * H + h) * 2 * D;
-          std::memcpy(&sl.sink_k[(static_cast<size_t>(p) * H + h) * D], e, 2 * D);
-          std::memcpy(&sl.sink_v[(static_cast<size_t>(p) * H + h) * D], e + D, 2 * D);
-        }
-    } else {
-      sl.sink_k_staged.resize(static_cast<size_t>(ns) * H * rb);
-      sl.sink_v_staged.resize(sl.sink_k_staged.size());
-      for (uint32_t p = 0; p < ns; ++p)
-        for (uint32_t h = 0; h < H; ++h) {
-          const uint8_t* e = lc.sink_staged().data() + (static_cast<size_t>(p) * H + h) * 2 * rb;
-          std::memcpy(&sl.sink_k_staged[(static_cast<size_t>(p) * H + h) * rb], e, rb);
-          std::memcpy(&sl.sink_v_staged[(static_cast<size_t>(p) * H + h) * rb], e + rb, rb);
-        }
-    }
-    const size_t body_bytes = static_cast<size_t>(s.n_groups()) * H * lc.layout().bytes;
-    sl.body.assign(lc.body().begin(), lc.body().begin() + static_cast<std::ptrdiff_t>(body_bytes));
-    const uint32_t nr = s.n_ring(), from = s.ring_from();
-    sl.ring_k.resize(static_cast<size_t>(nr) * H * rb);
-    sl.ring_v.resize(sl.ring_k.size());
-    for (uint32_t i = 0; i < nr; ++i) {
-      const uint32_t slot = ring_slot(from + i, cfg.sink, lc.cap());
-      for (uint32_t h = 0; h < H; ++h) {
-        const uint8_t* e = lc.ring().data() + (static_cast<size_t>(slot) * H + h) * 2 * rb;
-        std::memcpy(&sl.ring_k[(static_cast<size_t>(i) * H + h) * rb], e, rb);
-        std::memcpy(&sl.ring_v[(static_cast<size_t>(i) * H + h) * rb], e + rb, rb);
-      }
-    }
-    s.layers.push_back(std::move(sl));
-  }
+  for (uint32_t l = 0; l < shape.n_layers; ++l) s.layers[l].layer_id = cap.layers[l].layer_id;
   return s;
 }
 

@@ -7,6 +7,7 @@
 #include "sjkv/io/file_error.h"
 #include "sjkv/io/kvd.h"
 #include "sjkv/io/llama_state.h"
+#include "sjkv/io/state_stream.h"
 
 namespace sjkv {
 
@@ -21,6 +22,7 @@ InputKind sniff_input(const std::string& path) {
     // An HDF5 file that is not a snapshot goes to the capture reader, which names its defect.
     return sniff_file(path) == FileKind::snapshot ? InputKind::snapshot : InputKind::capture;
   }
+  if (n == 8 && std::memcmp(b, kStateMagic, 8) == 0) return InputKind::state_stream;
   if (n >= 4) {
     const uint32_t magic = static_cast<uint32_t>(b[0]) | (static_cast<uint32_t>(b[1]) << 8) |
                            (static_cast<uint32_t>(b[2]) << 16) | (static_cast<uint32_t>(b[3]) << 24);
@@ -35,6 +37,7 @@ const char* input_kind_name(InputKind k) {
   switch (k) {
     case InputKind::capture: return "sjkv capture";
     case InputKind::snapshot: return "sjkv snapshot";
+    case InputKind::state_stream: return "sequence-state stream";
     case InputKind::kvd: return ".kvd tile dump";
     case InputKind::llama_seq_state: return "llama.cpp sequence state";
     case InputKind::llama_state: return "llama.cpp state";
@@ -65,6 +68,9 @@ Capture load_unchecked(const std::string& path, const ImportOptions& opt) {
     }
     case InputKind::snapshot:
       throw FileError(path, "is an sjkv snapshot, not a capture (decode it first with sjkv-encode decode)");
+    case InputKind::state_stream:
+      throw FileError(path, "is a sequence-state stream, not a capture (decode it with sjkv-encode decode, or make "
+                            "a snapshot of it with sjkv-encode import)");
     case InputKind::unknown: break;
   }
   throw FileError(path, "not a capture, .kvd dump or llama.cpp state file (unrecognised first bytes)");

@@ -22,7 +22,6 @@ namespace sjkv {
 namespace {
 
 constexpr const char* kSnapshotMagic = "sjkv-snapshot";
-constexpr uint32_t kRecordFormatVersion = 1;
 constexpr uint32_t kMaxGroup = 1024;
 
 const char* body_name(Body b) { return b == Body::trellis ? "trellis" : "scalar"; }
@@ -245,11 +244,26 @@ uint64_t codebook_id_of(const std::vector<uint16_t>& k_table, const std::vector<
   return h;
 }
 
-void check_snapshot_consistent(const Snapshot& snap, const EmbeddedCodebooks* codebooks) {
+EmbeddedCodebooks carried_codebooks(const Snapshot& snap) {
+  EmbeddedCodebooks cb;
+  cb.axis = axis_name(snap.config);
+  cb.bits_k = snap.config.bits_k;
+  cb.bits_v = snap.config.bits_v;
+  cb.k_table = snap.codebook_k;
+  cb.v_table = snap.codebook_v;
+  return cb;
+}
+
+std::string snapshot_header_defect(const Snapshot& snap, const EmbeddedCodebooks* codebooks) {
   const std::string axis = axis_name(snap.config);
   std::string d = config_defect(snap, axis);
   if (d.empty()) d = policy_defect(snap);
   if (d.empty()) d = codebook_defect(snap, axis, codebooks);
+  return d;
+}
+
+void check_snapshot_consistent(const Snapshot& snap, const EmbeddedCodebooks* codebooks) {
+  std::string d = snapshot_header_defect(snap, codebooks);
   if (d.empty()) d = list_defect(snap);
   for (size_t i = 0; d.empty() && i < snap.layers.size(); ++i) d = layer_defect(snap, i);
   if (!d.empty()) throw std::invalid_argument("snapshot: " + d);
@@ -257,16 +271,9 @@ void check_snapshot_consistent(const Snapshot& snap, const EmbeddedCodebooks* co
 
 void write_snapshot(const std::string& path, const Snapshot& snap, int zstd_level, const EmbeddedCodebooks* given) {
   // Without explicit tables, the ones the snapshot carries are embedded.
-  EmbeddedCodebooks carried;
+  const EmbeddedCodebooks carried = carried_codebooks(snap);
   const EmbeddedCodebooks* codebooks = given;
-  if (!codebooks && !snap.codebook_k.empty()) {
-    carried.axis = axis_name(snap.config);
-    carried.bits_k = snap.config.bits_k;
-    carried.bits_v = snap.config.bits_v;
-    carried.k_table = snap.codebook_k;
-    carried.v_table = snap.codebook_v;
-    codebooks = &carried;
-  }
+  if (!codebooks && !snap.codebook_k.empty()) codebooks = &carried;
   check_snapshot_consistent(snap, codebooks);
   const CodecConfig& c = snap.config;
   const Geometry g = geometry_of(snap);

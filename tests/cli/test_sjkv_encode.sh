@@ -116,13 +116,15 @@ check "--help documents the exit codes" grep -q "1 usage, 2 bad input, 3 interna
 
 declare -A HELP_OPTS=(
   [encode]="--output --bits --body --staging --sink --sink-type --tail --tail-max --ubatch --iters --kvarn --codebook --assume-rotated --head-dim --layers --layer-ids --kv-sections --threads --device --quiet"
-  [decode]="--output --rotated --quiet"
-  [inspect]="--against --json"
+  [decode]="--output --rotated --ubatch --codebook --quiet"
+  [inspect]="--against --json --ubatch --codebook"
+  [export]="--output --quiet"
+  [import]="--output --ubatch --codebook --quiet"
   [dump]="--layer --region --output"
   [plan]="--model --layers --kv-heads --head-dim --context --budget --ubatch --note-rule --note-12gb --json"
   [demo]="--head-dim --records --seed --threads --path --json --quiet"
 )
-for sub in encode decode inspect dump plan demo; do
+for sub in encode decode inspect export import dump plan demo; do
   expect_rc "$sub --help" 0 "$sub" --help
   for opt in ${HELP_OPTS[$sub]}; do
     check "$sub --help mentions $opt" grep -q -- "$opt\b" "$OUT"
@@ -446,6 +448,49 @@ else
   one_line_error "encode --device cuda" "--device cuda" "cuda"
   no_output_left "encode --device cuda" cuda.h5
 fi
+
+# ---------------------------------------------------------------------------------------------
+# Sequence-state streams: export and import round trips of every configuration state version 1
+# expresses, the ones it cannot refused, and a damaged stream refused.
+for spec in "${CONFIGS[@]}"; do
+  IFS='|' read -r name opts expect <<<"$spec"
+  read -r bk bv sink sink_type staging tail tail_max ub body <<<"$expect"
+  [ -e "$name.h5" ] || continue
+  case $name in
+    b42q8|g24|i22t) why="q8_0 staging" ;;
+    fkvarn) why="best-of balancing" ;;
+    *) why="" ;;
+  esac
+  if [ -n "$why" ]; then
+    expect_rc "export $name (refused)" 2 export "$name.h5" -o "$name.sjkvseq"
+    one_line_error "export $name" "$name.h5" "$why"
+    no_output_left "export $name" "$name.sjkvseq"
+    continue
+  fi
+  expect_rc "export $name" 0 export "$name.h5" -o "$name.sjkvseq"
+  check "export $name: the summary names the stream" grep -q "$name.h5 -> $name.sjkvseq (sequence-state stream v1" "$ERR"
+  expect_rc "import $name" 0 import "$name.sjkvseq" -o "$name.rt.h5" --ubatch "$ub" -q
+  expect_rc "export $name again" 0 export "$name.rt.h5" -o "$name.rt.sjkvseq" -q
+  check "export $name: the imported snapshot writes the same stream" cmp -s "$name.sjkvseq" "$name.rt.sjkvseq"
+  for region in sink body ring; do
+    expect_rc "dump $name.sjkvseq $region" 0 dump "$name.sjkvseq" --layer 0 --region "$region" -o "$name.s.$region.bin"
+    check "dump $name: the stream's $region is the snapshot's" cmp -s "$name.s.$region.bin" "$name.$region.bin"
+  done
+  expect_rc "decode $name.sjkvseq" 0 decode "$name.sjkvseq" -o "$name.s.dec.h5" -q --ubatch "$ub"
+  expect_rc "decode $name.h5" 0 decode "$name.h5" -o "$name.dec.h5" -q
+  json_of "$name.s.json" inspect "$name.sjkvseq" --json --ubatch "$ub"
+  pycheck check-inspect "$name.s.json" name="inspect $name.sjkvseq" bits_k="$bk" bits_v="$bv" head_dim=$D \
+    kv_heads=$H layers=1 sink="$sink" sink_type="$sink_type" staging="$staging" tail="$tail" tail_max="$tail_max" \
+    ubatch="$ub" N=$N body="${body:-scalar}"
+done
+expect_rc "import a damaged stream" 2 import "$REJECT_DIR/state/checksum.sjkvseq" -o bad.h5
+one_line_error "import a damaged stream" "checksum.sjkvseq" "checksum mismatch"
+no_output_left "import a damaged stream" bad.h5
+expect_rc "inspect a damaged stream" 2 inspect "$REJECT_DIR/state/trellis-4bit.sjkvseq"
+one_line_error "inspect a damaged stream" "trellis-4bit.sjkvseq" "trellis is not in state version 1"
+expect_rc "encode a stream (not a capture)" 2 encode a44.sjkvseq -o x.h5
+one_line_error "encode a stream" a44.sjkvseq "sjkv-encode import"
+no_output_left "encode a stream" x.h5
 
 # Nothing stray anywhere in the scratch tree
 stray=$(find "$SCRATCH" -name '.*.tmp-*' | head -3)

@@ -38,6 +38,11 @@ struct EncodeOptions {
 // position, side and value).
 Snapshot encode_capture(const Capture& cap, const EncodeOptions& opt);
 
+// The cache's state as a snapshot: its configuration (rotation block resolved), policy state
+// and regions, layer ids 0, 1, ...; `codebooks` are the tables it seals with (trellis).
+// No model, source or tokens.
+Snapshot snapshot_of_cache(const SequenceCache& seq, uint32_t n_ubatch, const TrellisCodebooks& codebooks = {});
+
 // Every stored position of every layer decoded (sink, body records, ring rows), in the
 // model basis unless keep_rotated (the inverse Hadamard uses the snapshot's rotation block).
 // std::invalid_argument when a decoded value does not fit fp16 (the capture cannot hold it).

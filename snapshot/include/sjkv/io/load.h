@@ -20,7 +20,7 @@ struct ImportOptions {
   uint32_t kv_sections = 0;          // cache sections to read (0: all; Gemma 3 writes full then SWA)
 };
 
-enum class InputKind { capture, snapshot, kvd, llama_seq_state, llama_state, unknown };
+enum class InputKind { capture, snapshot, state_stream, kvd, llama_seq_state, llama_state, unknown };
 
 InputKind sniff_input(const std::string& path);  // throws FileError when unreadable
 const char* input_kind_name(InputKind k);

@@ -9,6 +9,9 @@
 
 namespace sjkv {
 
+// The record and staging format version (docs/SPEC.md §0), in snapshot files and streams.
+constexpr uint32_t kRecordFormatVersion = 1;
+
 struct SnapshotLayer {
   uint32_t layer_id = 0;
   // sink_type f16: positions [0, min(N, sink)), fp16 bit patterns [n_sink][kv_heads][head_dim]

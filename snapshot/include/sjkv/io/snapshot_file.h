@@ -22,10 +22,16 @@ struct EmbeddedCodebooks {
 // little-endian uint16, continued over the V table.
 uint64_t codebook_id_of(const std::vector<uint16_t>& k_table, const std::vector<uint16_t>& v_table);
 
+// The tables a snapshot carries (codebook_k, codebook_v; empty for a scalar body) as embedded.
+EmbeddedCodebooks carried_codebooks(const Snapshot& snap);
+
 // Throws std::invalid_argument naming the first inconsistency: configuration, policy state,
 // region sizes of every layer, non-finite fp16 values, codebooks (required for a trellis
 // body, with a matching id; absent for scalar). The same rules as the reader's.
 void check_snapshot_consistent(const Snapshot& snap, const EmbeddedCodebooks* codebooks = nullptr);
+// The rules of check_snapshot_consistent that need no layers: configuration, policy state
+// (the ring within its capacity at n_ubatch) and codebooks. Empty when they hold.
+std::string snapshot_header_defect(const Snapshot& snap, const EmbeddedCodebooks* codebooks);
 
 // Writes `snap` atomically. The file stores the resolved body and rotation block, so
 // `config.body` = automatic and `config.rotation_block` = 0 read back resolved. Throws
