@@ -33,15 +33,14 @@ import tempfile
 
 TEXT = "/usr/share/common-licenses/GPL-3"
 TEXT_SHA256 = "3972dc9744f6499f0f9b2dbf76696f2ae7ad8af9b23dde66d6af86c9dfb36986"
-N_TOKENS = 64
-
-# file name, model (under the models folder), cache type, flash attention, kind. Each model has
-# one sequence state and one full state; between them every cache type and both flash settings.
+# file name, model (under the models folder), cache type, flash attention, kind, tokens. Each
+# model has one sequence state and one full state; between them every cache type and both flash
+# settings. The first is README's worked example: 128 tokens, so that records seal past a sink of 64.
 FIXTURES = [
-    ("gemma3-f16-fa.ggsq", "default.gguf", "f16", True, "seq"),
-    ("gemma3-f32-nofa.ggsn", "default.gguf", "f32", False, "full"),
-    ("smollm2-f32-nofa.ggsq", "smollm2.gguf", "f32", False, "seq"),
-    ("smollm2-f16-fa.ggsn", "smollm2.gguf", "f16", True, "full"),
+    ("gemma3-f16-fa.ggsq", "default.gguf", "f16", True, "seq", 128),
+    ("gemma3-f32-nofa.ggsn", "default.gguf", "f32", False, "full", 64),
+    ("smollm2-f32-nofa.ggsq", "smollm2.gguf", "f32", False, "seq", 64),
+    ("smollm2-f16-fa.ggsn", "smollm2.gguf", "f16", True, "full", 64),
 ]
 
 
@@ -74,7 +73,7 @@ def main():
     model_sha = {}
     tmp = tempfile.TemporaryDirectory(prefix="sjkv-f32-models-")
     f32_copy = {}
-    for name, model, cache, fa, kind in FIXTURES:
+    for name, model, cache, fa, kind, n_tokens in FIXTURES:
         src = os.path.join(models_dir(), model)
         if not os.path.exists(src):
             sys.exit(src + " is missing: run scripts/setup")
@@ -90,7 +89,7 @@ def main():
         ggml_type = {"f32": 0, "f16": 1}[cache]
         llm = llama_cpp.Llama(model_path=path, n_ctx=256, n_batch=128, n_ubatch=128, n_threads=2,
                               type_k=ggml_type, type_v=ggml_type, flash_attn=fa, verbose=False)
-        tokens = llm.tokenize(text, add_bos=True, special=False)[:N_TOKENS]
+        tokens = llm.tokenize(text, add_bos=True, special=False)[:n_tokens]
         llm.eval(tokens)
         arr = (llama_cpp.llama_token * len(tokens))(*tokens)
         dest = os.path.join(args.out, name)
@@ -106,14 +105,14 @@ def main():
         del llm
     with open(os.path.join(args.out, "README.md"), "w") as f:
         f.write("# llama.cpp state files\n\n"
-                "KV caches saved by llama.cpp itself (llama-cpp-python %s) after a prefill of the first %d tokens\n"
+                "KV caches saved by llama.cpp itself (llama-cpp-python %s) after a prefill of the first 64 or 128 tokens\n"
                 "of `%s` (SHA-256 `%s`), with F32 copies (llama.cpp's quantize tool, ftype ALL_F32)\n"
                 "of the models scripts/setup installs, so that llama.cpp multiplies the weights sjkv uses.\n"
                 "`tests/replay/test_llama_state_fixtures.cpp` imports each with sjkv's reader and checks its K/V\n"
                 "against sjkv's own forward pass over the file's tokens. Made with\n\n"
                 "    scripts/make-llama-state-fixtures.py tests/golden/llama_state\n\n"
                 "| file | model | cache | flash attention | state | tokens | bytes | SHA-256 |\n"
-                "|---|---|---|---|---|--:|--:|---|\n" % (llama_cpp.__version__, N_TOKENS, TEXT, TEXT_SHA256))
+                "|---|---|---|---|---|--:|--:|---|\n" % (llama_cpp.__version__, TEXT, TEXT_SHA256))
         for r in rows:
             f.write("| `%s` | %s | %s | %s | %s | %d | %d | `%s` |\n" % r)
         f.write("\nModels before the F32 copy (SHA-256): %s.\n" % ", ".join("`%s` `%s`" % kv for kv in sorted(model_sha.items())))

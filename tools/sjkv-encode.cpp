@@ -36,7 +36,7 @@ struct EncodeArgs {
   std::string input, output, bits = "4/4", body = "auto", staging = "tq6_0", sink_type = "f16", device = "auto";
   std::string axis = "token";
   std::vector<std::string> codebooks;
-  uint32_t sink = 128, tail = 4096, tail_max = 8192, ubatch = 512, iters = 16, head_dim = 0;
+  uint32_t sink = 128, tail = 4096, tail_max = 8192, ubatch = 512, iters = 16, head_dim = 0, group = 128;
   std::vector<uint32_t> layers, layer_ids;
   uint32_t kv_sections = 0;
   bool kvarn = false, assume_rotated = false, quiet = false;
@@ -65,6 +65,7 @@ CodecConfig config_from(const EncodeArgs& a) {
   }
   c.sink = a.sink;
   c.sink_type = a.sink_type == "inherit" ? SinkType::inherit : SinkType::f16;
+  c.group = a.group;
   return c;
 }
 
@@ -497,6 +498,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"token", "channel"}))->capture_default_str();
   enc->add_option("--staging", ea.staging, "Staging rows: tq6_0, q8_0 or f16")
       ->check(CLI::IsMember(staging_names()))->capture_default_str();
+  enc->add_option("--group", ea.group, "Tokens per sealed record: a multiple of 16 (scalar bodies), 128 for trellis")
+      ->capture_default_str();
   enc->add_option("--sink", ea.sink, "Sink positions kept exact")->capture_default_str();
   enc->add_option("--sink-type", ea.sink_type, "Sink storage: f16 or inherit (staging rows)")
       ->check(CLI::IsMember({"f16", "inherit"}))->capture_default_str();

@@ -115,7 +115,7 @@ done
 check "--help documents the exit codes" grep -q "1 usage, 2 bad input, 3 internal error" "$OUT"
 
 declare -A HELP_OPTS=(
-  [encode]="--output --bits --body --staging --sink --sink-type --tail --tail-max --ubatch --iters --kvarn --codebook --assume-rotated --head-dim --layers --layer-ids --kv-sections --threads --device --quiet"
+  [encode]="--output --bits --body --staging --group --sink --sink-type --tail --tail-max --ubatch --iters --kvarn --codebook --assume-rotated --head-dim --layers --layer-ids --kv-sections --threads --device --quiet"
   [decode]="--output --rotated --ubatch --codebook --quiet"
   [inspect]="--against --json --ubatch --codebook"
   [export]="--output --quiet"
@@ -491,6 +491,20 @@ one_line_error "inspect a damaged stream" "trellis-4bit.sjkvseq" "trellis is not
 expect_rc "encode a stream (not a capture)" 2 encode a44.sjkvseq -o x.h5
 one_line_error "encode a stream" a44.sjkvseq "sjkv-encode import"
 no_output_left "encode a stream" x.h5
+
+# README's worked example: a llama.cpp sequence state -> snapshot -> stream -> snapshot -> stream.
+LLAMA_SEQ=$REJECT_DIR/../golden/llama_state/gemma3-f16-fa.ggsq
+expect_rc "readme: encode a llama.cpp state" 0 encode "$LLAMA_SEQ" --head-dim 256 --kv-sections 1 --layer-ids 5 11 17 \
+  --sink 64 --group 32 --tail 0 --tail-max 0 -o gemma.h5
+expect_rc "readme: export" 0 export gemma.h5 -o gemma.sjkvseq
+check "readme: the stream has the bytes README states" test "$(stat -c %s gemma.sjkvseq)" = 256264
+expect_rc "readme: import" 0 import gemma.sjkvseq -o back.h5
+expect_rc "readme: export again" 0 export back.h5 -o back.sjkvseq
+check "readme: the same stream bytes" cmp -s gemma.sjkvseq back.sjkvseq
+expect_rc "readme: inspect the stream against llama.cpp's" 0 inspect gemma.sjkvseq --against "$LLAMA_SEQ" --head-dim 256 \
+  --kv-sections 1 --layer-ids 5 11 17
+check "readme: inspect shows the sealed body" grep -q '^| body | \[64, 128) | 59520 |' "$OUT"
+expect_rc "readme: decode the stream" 0 decode gemma.sjkvseq -o decoded.h5
 
 # Nothing stray anywhere in the scratch tree
 stray=$(find "$SCRATCH" -name '.*.tmp-*' | head -3)

@@ -32,14 +32,15 @@ struct Fixture {
   uint32_t kv_sections;      // Gemma 3: the full-attention section only
   std::vector<uint32_t> layer_ids;
   uint32_t layers;
+  uint32_t tokens;
 };
 
 const std::vector<Fixture>& fixtures() {
   static const std::vector<Fixture> f = {
-      {"gemma3-f16-fa.ggsq", "default.gguf", 256, 1, {5, 11, 17}, 3},
-      {"gemma3-f32-nofa.ggsn", "default.gguf", 256, 1, {5, 11, 17}, 3},
-      {"smollm2-f32-nofa.ggsq", "smollm2.gguf", 64, 0, {}, 30},
-      {"smollm2-f16-fa.ggsn", "smollm2.gguf", 64, 0, {}, 30},
+      {"gemma3-f16-fa.ggsq", "default.gguf", 256, 1, {5, 11, 17}, 3, 128},
+      {"gemma3-f32-nofa.ggsn", "default.gguf", 256, 1, {5, 11, 17}, 3, 64},
+      {"smollm2-f32-nofa.ggsq", "smollm2.gguf", 64, 0, {}, 30, 64},
+      {"smollm2-f16-fa.ggsn", "smollm2.gguf", 64, 0, {}, 30, 64},
   };
   return f;
 }
@@ -74,8 +75,8 @@ TEST_P(LlamaStateFixture, ReadsWithTheModelsGeometry) {
   const Capture c = import(f);
   EXPECT_EQ(c.head_dim, f.head_dim);
   EXPECT_EQ(c.layers.size(), f.layers);
-  EXPECT_EQ(c.tokens, 64u);
-  EXPECT_EQ(c.token_ids.size(), 64u);
+  EXPECT_EQ(c.tokens, f.tokens);
+  EXPECT_EQ(c.token_ids.size(), f.tokens);
   c.check_consistent();
 }
 
