@@ -592,6 +592,9 @@ TEST(RejectFixtures, Regenerate) {
             "with their expected messages in `kRejectFixtures` of `tests/snapshot/test_trajectory.cpp`, which\n"
             "writes (`SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/snapshot/test_trajectory`) and checks them\n"
             "(`TrajectoryRejectFixtures.*`).\n";
+  readme << "\nSequence-state streams (`sjkv-encode import`, `inspect`, `decode`): one per named defect under\n"
+            "`state/`, listed with their expected messages in `state/README.md`; `tests/snapshot/test_state_stream.cpp`\n"
+            "writes and checks them (`StateStreamRejectFixtures.*`).\n";
   g_low_entropy = false;
 }
 
