@@ -48,13 +48,14 @@ std::string position_error(const Status& st, const Capture& cap) {
 
 }  // namespace
 
-Snapshot snapshot_of_cache(const SequenceCache& seq, uint32_t n_ubatch, const TrellisCodebooks& codebooks) {
+Snapshot snapshot_of_cache(const SequenceCache& seq) {
   const CodecConfig& cfg = seq.config();
+  const TrellisCodebooks& codebooks = seq.seal_options().codebooks;
   Snapshot s;
   s.config = cfg;
   s.config.rotation_block = cfg.rotation();
   s.kv_heads = seq.shape().n_head_kv;
-  s.n_ubatch = n_ubatch;
+  s.n_ubatch = seq.shape().n_ubatch;
   s.B = seq.policy().B;
   s.B_prev = seq.policy().B_prev;
   s.N = seq.n_stored();
@@ -149,7 +150,7 @@ Snapshot encode_capture(const Capture& cap, const EncodeOptions& opt) {
   Status st = seq.begin_ubatch(N, 1);
   if (!st.ok()) throw std::invalid_argument("final policy step: " + st.message());
 
-  Snapshot s = snapshot_of_cache(seq, opt.n_ubatch, so.codebooks);
+  Snapshot s = snapshot_of_cache(seq);
   if (!rotate) s.config.rotation_block = cap.rotation_block ? cap.rotation_block : cfg.rotation();
   s.model = cap.model;
   s.source = cap.source;

@@ -1,7 +1,6 @@
 // The sequence-state stream, state version 1 (docs/SPEC.md §11).
 #include "sjkv/io/state_stream.h"
 
-#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -9,6 +8,7 @@
 #include "sjkv/hash.h"
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/encode.h"
+#include "sjkv/io/load.h"
 #include "sjkv/io/paths.h"
 #include "sjkv/io/snapshot_file.h"
 #include "sjkv/io/text.h"
@@ -48,13 +48,6 @@ void split_entries(const uint8_t* src, uint64_t entries, uint64_t row, uint8_t* 
   }
 }
 
-void put_u32_at(std::vector<uint8_t>& o, size_t at, uint32_t v) {
-  for (int i = 0; i < 4; ++i) o[at + i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void put_u64_at(std::vector<uint8_t>& o, size_t at, uint64_t v) {
-  for (int i = 0; i < 8; ++i) o[at + i] = static_cast<uint8_t>(v >> (8 * i));
-}
-
 }  // namespace
 
 std::string state_stream_refusal(const Snapshot& s) {
@@ -81,21 +74,16 @@ std::vector<uint8_t> state_stream_bytes(const Snapshot& s) {
   const CodecConfig& c = s.config;
   const uint64_t layer = static_cast<uint64_t>(layer_payload(c, s.kv_heads, s.B, s.N));
   const uint64_t payload = layer * s.layers.size();
-  std::vector<uint8_t> o(kStateHeaderBytes, 0);
+  std::vector<uint8_t> o(kStateMagic, kStateMagic + 8);
   o.reserve(kStateHeaderBytes + payload + kStateChecksumBytes);
-  std::memcpy(o.data(), kStateMagic, 8);
-  const uint32_t fields[] = {kStateVersion, kRecordFormatVersion, kStateHeaderBytes, c.head_dim, s.kv_heads, c.group,
-                             c.sink, static_cast<uint32_t>(c.sink_type), c.bits_k, c.bits_v,
-                             c.resolved_body() == Body::trellis ? 1u : 0u, c.iters, static_cast<uint32_t>(c.staging),
-                             c.tail, c.tail_max, c.flush_chunk, 1u, c.head_dim};
-  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; ++i) put_u32_at(o, 8 + 4 * i, fields[i]);
-  put_u64_at(o, 80, s.codebook_id);
-  put_u32_at(o, 88, static_cast<uint32_t>(s.layers.size()));
-  put_u32_at(o, 92, s.N);
-  put_u32_at(o, 96, s.B);
-  put_u32_at(o, 100, s.B_prev);
-  put_u32_at(o, 104, s.draining);
-  put_u64_at(o, 108, payload);
+  for (uint32_t v : {kStateVersion, kRecordFormatVersion, kStateHeaderBytes, c.head_dim, s.kv_heads, c.group, c.sink,
+                     static_cast<uint32_t>(c.sink_type), c.bits_k, c.bits_v, c.resolved_body() == Body::trellis ? 1u : 0u,
+                     c.iters, static_cast<uint32_t>(c.staging), c.tail, c.tail_max, c.flush_chunk, 1u, c.head_dim})
+    bin::put_u32(o, v);
+  bin::put_u64(o, s.codebook_id);
+  for (uint32_t v : {static_cast<uint32_t>(s.layers.size()), s.N, s.B, s.B_prev, s.draining}) bin::put_u32(o, v);
+  bin::put_u64(o, payload);
+  o.resize(kStateHeaderBytes, 0);  // reserved bytes 116-127
   for (uint32_t l = 0; l < s.layers.size(); ++l)
     for (Region r : {Region::sink, Region::body, Region::ring}) {
       const std::vector<uint8_t> b = dump_region(s, l, r);
@@ -270,17 +258,8 @@ Snapshot read_state_stream(const std::string& path, const StateImportOptions& op
   return parse_state_stream(f.data(), f.size(), path, opt);
 }
 
-bool is_state_stream(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw FileError(path, std::string("cannot open: ") + std::strerror(errno));
-  char b[8] = {0};
-  const size_t n = std::fread(b, 1, sizeof b, f);
-  std::fclose(f);
-  return n == 8 && std::memcmp(b, kStateMagic, 8) == 0;
-}
-
 Snapshot read_snapshot_any(const std::string& path, const StateImportOptions& opt) {
-  return is_state_stream(path) ? read_state_stream(path, opt) : read_snapshot(path);
+  return sniff_input(path) == InputKind::state_stream ? read_state_stream(path, opt) : read_snapshot(path);
 }
 
 }  // namespace sjkv

@@ -96,6 +96,7 @@ class SequenceCache {
   }
   const CodecConfig& config() const { return cfg_; }
   const CacheShape& shape() const { return shape_; }
+  const SealOptions& seal_options() const { return opt_; }
   uint32_t commits() const { return commits_; }
   // Seal with `f` instead of the CPU sealer (an empty function restores the CPU): one call
   // per commit, layer-major, then group, then head.

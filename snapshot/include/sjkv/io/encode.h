@@ -38,10 +38,10 @@ struct EncodeOptions {
 // position, side and value).
 Snapshot encode_capture(const Capture& cap, const EncodeOptions& opt);
 
-// The cache's state as a snapshot: its configuration (rotation block resolved), policy state
-// and regions, layer ids 0, 1, ...; `codebooks` are the tables it seals with (trellis).
-// No model, source or tokens.
-Snapshot snapshot_of_cache(const SequenceCache& seq, uint32_t n_ubatch, const TrellisCodebooks& codebooks = {});
+// The cache's state as a snapshot: its configuration (rotation block resolved), ubatch, policy
+// state, regions and (trellis) the tables it seals with; layer ids 0, 1, ... No model, source
+// or tokens.
+Snapshot snapshot_of_cache(const SequenceCache& seq);
 
 // Every stored position of every layer decoded (sink, body records, ring rows), in the
 // model basis unless keep_rotated (the inverse Hadamard uses the snapshot's rotation block).

@@ -60,10 +60,8 @@ StateHeader peek_state_stream(const uint8_t* data, uint64_t size, const std::str
 Snapshot parse_state_stream(const uint8_t* data, uint64_t size, const std::string& name,
                             const StateImportOptions& opt = {});
 Snapshot read_state_stream(const std::string& path, const StateImportOptions& opt = {});
-// True when the file starts with the stream's magic (FileError when it cannot be read).
-bool is_state_stream(const std::string& path);
-
-// A snapshot from either container: an sjkv snapshot file or a sequence-state stream.
+// A snapshot from either container, told by its first bytes (sniff_input): an sjkv snapshot
+// file or a sequence-state stream.
 Snapshot read_snapshot_any(const std::string& path, const StateImportOptions& opt = {});
 
 }  // namespace sjkv
