@@ -219,6 +219,18 @@ inline void expect_same_capture(const Capture& a, const Capture& b) {
   }
 }
 
+// Every layer's sink, records and ring, byte for byte (layers in order; ids not compared).
+inline void expect_same_region_bytes(const Snapshot& a, const Snapshot& b) {
+  ASSERT_EQ(a.layers.size(), b.layers.size());
+  for (size_t i = 0; i < a.layers.size(); ++i) {
+    const SnapshotLayer &x = a.layers[i], &y = b.layers[i];
+    EXPECT_TRUE(x.sink_k == y.sink_k && x.sink_v == y.sink_v) << "layer " << i << " sink differs";
+    EXPECT_TRUE(x.sink_k_staged == y.sink_k_staged && x.sink_v_staged == y.sink_v_staged) << "layer " << i;
+    EXPECT_TRUE(x.body == y.body) << "layer " << i << " body differs";
+    EXPECT_TRUE(x.ring_k == y.ring_k && x.ring_v == y.ring_v) << "layer " << i << " ring differs";
+  }
+}
+
 inline void expect_same_snapshot(const Snapshot& a, const Snapshot& b) {
   // The file stores the resolved body and rotation block.
   EXPECT_EQ(a.config.resolved_body(), b.config.body);
@@ -247,14 +259,8 @@ inline void expect_same_snapshot(const Snapshot& a, const Snapshot& b) {
   EXPECT_EQ(a.source, b.source);
   EXPECT_EQ(a.token_ids, b.token_ids);
   ASSERT_EQ(a.layers.size(), b.layers.size());
-  for (size_t i = 0; i < a.layers.size(); ++i) {
-    const SnapshotLayer &x = a.layers[i], &y = b.layers[i];
-    EXPECT_EQ(x.layer_id, y.layer_id);
-    EXPECT_TRUE(x.sink_k == y.sink_k && x.sink_v == y.sink_v) << "layer " << i << " sink differs";
-    EXPECT_TRUE(x.sink_k_staged == y.sink_k_staged && x.sink_v_staged == y.sink_v_staged) << "layer " << i;
-    EXPECT_TRUE(x.body == y.body) << "layer " << i << " body differs";
-    EXPECT_TRUE(x.ring_k == y.ring_k && x.ring_v == y.ring_v) << "layer " << i << " ring differs";
-  }
+  for (size_t i = 0; i < a.layers.size(); ++i) EXPECT_EQ(a.layers[i].layer_id, b.layers[i].layer_id);
+  expect_same_region_bytes(a, b);
 }
 
 

@@ -21,6 +21,8 @@
 #include "sjkv/io/state_stream.h"
 #include "sjkv/io/text.h"
 
+#include "file_fixtures.h"
+
 using namespace sjkv;
 
 namespace {
@@ -86,7 +88,7 @@ Snapshot golden_build(const CodecConfig& cfg, uint32_t n_pos = 1500) {
     EXPECT_TRUE(st.ok()) << st.message();
     pos += n;
   }
-  return snapshot_of_cache(seq, shape.n_ubatch);
+  return snapshot_of_cache(seq);
 }
 
 std::map<std::string, std::string> golden_hashes() {
@@ -113,14 +115,7 @@ void expect_same_regions(const Snapshot& a, const Snapshot& b) {
   EXPECT_EQ(a.draining, b.draining);
   EXPECT_EQ(a.codebook_id, b.codebook_id);
   EXPECT_TRUE(a.codebook_k == b.codebook_k && a.codebook_v == b.codebook_v);
-  ASSERT_EQ(a.layers.size(), b.layers.size());
-  for (size_t l = 0; l < a.layers.size(); ++l) {
-    const SnapshotLayer &x = a.layers[l], &y = b.layers[l];
-    EXPECT_TRUE(x.sink_k == y.sink_k && x.sink_v == y.sink_v) << "layer " << l << " sink";
-    EXPECT_TRUE(x.sink_k_staged == y.sink_k_staged && x.sink_v_staged == y.sink_v_staged) << "layer " << l;
-    EXPECT_TRUE(x.body == y.body) << "layer " << l << " records";
-    EXPECT_TRUE(x.ring_k == y.ring_k && x.ring_v == y.ring_v) << "layer " << l << " ring";
-  }
+  filetest::expect_same_region_bytes(a, b);
 }
 
 }  // namespace
@@ -182,7 +177,7 @@ Snapshot small_snapshot(bool trellis = false) {
     }
     EXPECT_TRUE(seq.store(p, k.data(), v.data()).ok());
   }
-  return snapshot_of_cache(seq, 16);
+  return snapshot_of_cache(seq);
 }
 
 std::vector<uint8_t> small_stream() { return state_stream_bytes(small_snapshot()); }
