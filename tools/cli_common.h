@@ -8,10 +8,12 @@
 #include <exception>
 #include <functional>
 #include <new>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "sjkv/cluster.h"
 #include "sjkv/config.h"
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/file_error.h"
@@ -135,27 +137,69 @@ inline std::string printable(const std::string& m) {
 }
 
 // Runs a subcommand body and turns exceptions into one line and an exit code.
+// A command line CLI11 refused, or --help: its text (from rank 0 alone under MPI) and the
+// exit code, 0 for --help, else 1.
+inline int parse_failed(const CLI::App& app, const CLI::ParseError& e) {
+  std::ostringstream out, err;
+  const int rc = app.exit(e, out, err);
+  if (cluster::Comm::world().root()) {
+    std::fputs(out.str().c_str(), stdout);
+    std::fputs(err.str().c_str(), stderr);
+  }
+  return rc == 0 ? kOk : kUsage;
+}
+
+// An exception's exit code and the line printed after "<tool>: " (also what a rank hands
+// rank 0 when it fails under MPI, sjkv/cluster.h).
+inline int classify(const std::exception& e, std::string* line) {
+  if (dynamic_cast<const UsageError*>(&e)) {
+    *line = printable(e.what());
+    return kUsage;
+  }
+  if (dynamic_cast<const FileError*>(&e) || dynamic_cast<const std::invalid_argument*>(&e)) {
+    *line = printable(e.what());
+    return kBadInput;
+  }
+  if (dynamic_cast<const std::bad_alloc*>(&e)) {
+    *line = "out of memory (a size in the input or the options is too large for this machine)";
+    return kBadInput;
+  }
+  *line = "internal error: " + printable(e.what());
+  return kInternal;
+}
+
+// A subcommand that runs as one process: under more than one MPI rank, a usage error (printed
+// once).
+inline void one_process(const char* subcommand) {
+  const cluster::Comm& comm = cluster::Comm::world();
+  comm.agree([&](uint64_t&) {
+    if (comm.distributed())
+      throw UsageError(std::string(subcommand) + " runs as one process (" + std::to_string(comm.size()) +
+                       " MPI ranks here); under mpirun only sjkv-replay score and sjkv-train spread their work");
+  });
+}
+
+// Runs a subcommand body and turns exceptions into one line and an exit code. Under MPI a
+// failure every rank agreed on is printed by rank 0 alone; one the other ranks cannot know
+// of ends them all (they may be waiting for this rank).
 inline int guarded(const char* tool, const std::function<int()>& body) {
-  auto say = [tool](const char* prefix, const char* what) {
-    std::fprintf(stderr, "%s: %s%s\n", tool, prefix, printable(what).c_str());
-  };
+  const cluster::Comm& comm = cluster::Comm::world();
+  cluster::set_classifier(classify);
   try {
     return body();
-  } catch (const UsageError& e) {
-    say("", e.what());
-    return kUsage;
-  } catch (const FileError& e) {
-    say("", e.what());
-    return kBadInput;
-  } catch (const std::invalid_argument& e) {
-    say("", e.what());
-    return kBadInput;
-  } catch (const std::bad_alloc&) {
-    say("", "out of memory (a size in the input or the options is too large for this machine)");
-    return kBadInput;
+  } catch (const cluster::Failed& e) {
+    if (*e.what()) std::fprintf(stderr, "%s: %s\n", tool, e.what());
+    return e.code();
   } catch (const std::exception& e) {
-    say("internal error: ", e.what());
-    return kInternal;
+    std::string line;
+    const int code = classify(e, &line);
+    if (comm.distributed()) {
+      std::fprintf(stderr, "%s: rank %d: %s\n", tool, comm.rank(), line.c_str());
+      std::fflush(stderr);
+      comm.abort(code);
+    }
+    std::fprintf(stderr, "%s: %s\n", tool, line.c_str());
+    return code;
   }
 }
 

@@ -601,8 +601,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? cli::kOk : cli::kUsage;
+    return cli::parse_failed(app, e);
   }
 
   if (enc->parsed()) return cli::guarded(kTool, [&] { return run_encode(ea); });

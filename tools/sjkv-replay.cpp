@@ -265,44 +265,57 @@ void check_score_args(const ScoreArgs& sa) {
 
 // `read_from[i]`, when given, is where paths[i] is read (run: the trajectory's uncommitted
 // temporary); `also` are outputs committed with the results.
+// Under MPI every rank calls it (sjkv/cluster.h): the checks and reads on every rank, the jobs
+// spread by score_set, the folders and files made by rank 0 alone.
 int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vector<std::string>& paths,
              const std::vector<std::string>& read_from = {}, const std::vector<AtomicOutput*>& also = {}) {
-  check_score_args(sa);
+  const cluster::Comm& comm = cluster::Comm::world();
+  const bool root = comm.root();
   std::vector<std::unique_ptr<KvArm>> arms;
-  for (const std::string& a : sa.arms) arms.push_back(arm_or_usage(a, "--arms", l.device.sealers()));
   ScorePlan plan;
-  plan.arms = sa.arms;
-  plan.baseline = sa.baseline.empty() ? sa.arms[0] : sa.baseline;
-  plan.bootstrap.replicates = sa.replicates;
-  plan.bootstrap.seed = sa.boot_seed;
-  plan.ubatch = ma.ubatch_given ? ma.ubatch : 0;
-
   ScoreSet set;
-  set.paths = paths;
-  for (size_t pi = 0; pi < paths.size(); ++pi) {
-    Trajectory t = read_trajectory(pi < read_from.size() ? read_from[pi] : paths[pi]);
-    check_score_trajectory(t, paths[pi], l.path, l.sha256, set.trajectories.empty() ? nullptr : &set.trajectories[0],
-                           paths[0]);
-    check_arms_fit(l, sa.arms, t.prompt_tokens + t.generated(), score_ubatch(plan, t), "--arms");
-    set.trajectories.push_back(std::move(t));
-  }
-
-  // --per-arm: an arm whose folder is complete was scored by an earlier run.
-  std::vector<std::string> arm_dirs(arms.size());
-  std::vector<const KvArm*> run(arms.size());
+  // --per-arm: an arm whose folder is complete was scored by an earlier run (rank 0 looks).
+  std::vector<std::string> arm_dirs(sa.arms.size());
+  std::vector<const KvArm*> run(sa.arms.size());
   std::unique_ptr<MadeFolder> out_dir;  // removed again when this run made it and wrote nothing into it
-  for (size_t a = 0; a < arms.size(); ++a) run[a] = arms[a].get();
-  if (sa.per_arm) {
-    out_dir = std::make_unique<MadeFolder>(sa.out);
-    for (size_t a = 0; a < arms.size(); ++a) {
-      arm_dirs[a] = sa.out + "/" + arm_folder(sa.arms[a]);
-      for (size_t b = 0; b < a; ++b)
-        if (arm_dirs[b] == arm_dirs[a]) throw cli::UsageError("--arms lists '" + sa.arms[a] + "' twice");
-      if (path_exists(arm_dirs[a] + "/results.json")) {
-        run[a] = nullptr;
-        note(ma, "skipping " + sa.arms[a] + ": " + arm_dirs[a] + " is complete");
+  std::vector<uint8_t> skip(sa.arms.size(), 0);
+  comm.agree([&](uint64_t&) {
+    check_score_args(sa);
+    for (const std::string& a : sa.arms) arms.push_back(arm_or_usage(a, "--arms", l.device.sealers()));
+    plan.arms = sa.arms;
+    plan.baseline = sa.baseline.empty() ? sa.arms[0] : sa.baseline;
+    plan.bootstrap.replicates = sa.replicates;
+    plan.bootstrap.seed = sa.boot_seed;
+    plan.ubatch = ma.ubatch_given ? ma.ubatch : 0;
+
+    set.paths = paths;
+    for (size_t pi = 0; pi < paths.size(); ++pi) {
+      Trajectory t = read_trajectory(pi < read_from.size() ? read_from[pi] : paths[pi]);
+      check_score_trajectory(t, paths[pi], l.path, l.sha256, set.trajectories.empty() ? nullptr : &set.trajectories[0],
+                             paths[0]);
+      check_arms_fit(l, sa.arms, t.prompt_tokens + t.generated(), score_ubatch(plan, t), "--arms");
+      set.trajectories.push_back(std::move(t));
+    }
+    if (sa.per_arm) {
+      if (root) out_dir = std::make_unique<MadeFolder>(sa.out);
+      for (size_t a = 0; a < arms.size(); ++a) {
+        arm_dirs[a] = sa.out + "/" + arm_folder(sa.arms[a]);
+        for (size_t b = 0; b < a; ++b)
+          if (arm_dirs[b] == arm_dirs[a]) throw cli::UsageError("--arms lists '" + sa.arms[a] + "' twice");
+        if (root && path_exists(arm_dirs[a] + "/results.json")) {
+          skip[a] = 1;
+          note(ma, "skipping " + sa.arms[a] + ": " + arm_dirs[a] + " is complete");
+        }
       }
     }
+  });
+  comm.broadcast(skip);
+  for (size_t a = 0; a < arms.size(); ++a) run[a] = skip[a] ? nullptr : arms[a].get();
+  if (comm.distributed()) {
+    size_t jobs = 0;
+    for (const KvArm* a : run) jobs += a ? paths.size() : 0;
+    note(ma, std::to_string(jobs) + " (trajectory, arm) jobs over " + std::to_string(comm.size()) +
+                 " MPI ranks; rank 0's progress shown");
   }
   auto warn = [&](const ArmRows& a) {
     if (!a.note.empty()) std::fprintf(stderr, "%s: warning: %s: %s\n", kTool, a.arm.c_str(), a.note.c_str());
@@ -327,25 +340,29 @@ int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vec
     out_dir->keep();
     note(ma, "wrote " + arm_dirs[a] + "/");
   };
-  const Results res = score_set(*l.model, base_name(l.path), l.sha256, set, run, plan, cb);
-
-  if (sa.per_arm) {
-    Results done = res;
-    done.arms.clear();
-    for (size_t a = 0; a < arms.size(); ++a)
-      if (run[a]) done.arms.push_back(res.arms[a]);
-    if (done.arms.empty()) return cli::kOk;
-    done.baseline = done.arms[0].arm;
-    for (const ArmRows& a : done.arms)
-      if (a.arm == plan.baseline) done.baseline = plan.baseline;
-    std::cout << summary_text(summarize(done));
-    return cli::kOk;
-  }
-  for (const ArmRows& a : res.arms) warn(a);
-  const Report rep = summarize(res);
-  write_results(sa.out, res, rep, also);
-  note(ma, "wrote " + sa.out + "/results.json, positions.csv, summary.md and three SVG plots");
-  std::cout << summary_text(rep);
+  Results res;
+  comm.agree([&](uint64_t&) { res = score_set(*l.model, base_name(l.path), l.sha256, set, run, plan, cb, comm); });
+  // Rank 0 writes; a failure there is every rank's.
+  comm.agree([&](uint64_t&) {
+    if (!root) return;
+    if (sa.per_arm) {
+      Results done = res;
+      done.arms.clear();
+      for (size_t a = 0; a < arms.size(); ++a)
+        if (run[a]) done.arms.push_back(res.arms[a]);
+      if (done.arms.empty()) return;
+      done.baseline = done.arms[0].arm;
+      for (const ArmRows& a : done.arms)
+        if (a.arm == plan.baseline) done.baseline = plan.baseline;
+      std::cout << summary_text(summarize(done));
+      return;
+    }
+    for (const ArmRows& a : res.arms) warn(a);
+    const Report rep = summarize(res);
+    write_results(sa.out, res, rep, also);
+    note(ma, "wrote " + sa.out + "/results.json, positions.csv, summary.md and three SVG plots");
+    std::cout << summary_text(rep);
+  });
   return cli::kOk;
 }
 
@@ -397,6 +414,7 @@ void add_score_options(CLI::App* c, ScoreArgs& s, bool arms_required) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cluster::Session mpi(&argc, &argv);  // the ranks of mpirun or srun, when it started us
   CLI::App app{"sjkv-replay: what a KV-cache format costs a real model. record a generation with a reference cache, "
                "replay it with other caches, and report KL(reference || arm) at every generated position "
                "(exit codes: 0 ok, 1 usage, 2 bad input, 3 internal error)"};
@@ -452,12 +470,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? cli::kOk : cli::kUsage;
+    return cli::parse_failed(app, e);
   }
 
   if (cmp->parsed())
     return cli::guarded(kTool, [&] {
+      cli::one_process("compare");
       std::vector<std::string> ins;
       for (const std::string& d : cmp_dirs) ins.push_back(d + "/positions.csv");
       if (!cmp_pairs.empty()) ins.push_back(cmp_pairs);
@@ -485,6 +503,7 @@ int main(int argc, char** argv) {
     });
   if (tk->parsed())
     return cli::guarded(kTool, [&] {
+      cli::one_process("tokens");
       ModelArgs ma;
       ma.model = tok_model;
       const std::string path = model_path_of(ma);
@@ -501,6 +520,7 @@ int main(int argc, char** argv) {
     });
   if (rec->parsed())
     return cli::guarded(kTool, [&] {
+      cli::one_process("record");
       check_record_args(rec_r);
       if (!rec_r.capture.empty() && same_path(rec_r.output, rec_r.capture))
         throw cli::UsageError("-o and --capture name the same file");
@@ -515,17 +535,23 @@ int main(int argc, char** argv) {
     });
   if (sc->parsed())
     return cli::guarded(kTool, [&] {
-      check_score_args(sc_s);
-      check_output_folder(sc_s.out);
-      std::vector<std::string> ins = sc_s.trajectories;
-      ins.push_back(model_path_of(sc_m));
-      if (is_folder(sc_s.out))
-        for (const char* f : kResultFiles) cli::check_output(sc_s.out + "/" + f, "--out", ins);
-      Loaded l = load_model(sc_m);
+      // Under MPI every rank checks and loads; rank 0 alone speaks.
+      if (!cluster::Comm::world().root()) sc_m.quiet = true;
+      Loaded l;
+      cluster::Comm::world().agree([&](uint64_t&) {
+        check_score_args(sc_s);
+        check_output_folder(sc_s.out);
+        std::vector<std::string> ins = sc_s.trajectories;
+        ins.push_back(model_path_of(sc_m));
+        if (is_folder(sc_s.out))
+          for (const char* f : kResultFiles) cli::check_output(sc_s.out + "/" + f, "--out", ins);
+        l = load_model(sc_m);
+      });
       return do_score(sc_m, sc_s, l, sc_s.trajectories);
     });
   if (run->parsed())
     return cli::guarded(kTool, [&] {
+      cli::one_process("run");
       check_score_args(run_s);  // before the long part
       check_record_args(run_r);
       check_output_folder(run_s.out);

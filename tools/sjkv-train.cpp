@@ -48,7 +48,8 @@ struct TrainArgs {
   ImportOptions io;
 };
 
-int run_train(const TrainArgs& a) {
+// The options checked and turned into the run (UsageError, FileError); the device chosen.
+void prepare_train(const TrainArgs& a, const cluster::Comm& comm, TrainRun& run, std::unique_ptr<Device>& device) {
   if (a.bits < 2 || a.bits > 4) throw cli::UsageError("--bits must be 2, 3 or 4");
   if (!(a.heldout >= 0.0 && a.heldout < 1.0)) throw cli::UsageError("--heldout must be in [0, 1)");
   if (!(a.tol >= 0.0 && std::isfinite(a.tol))) throw cli::UsageError("--tol must be finite and >= 0");
@@ -60,7 +61,6 @@ int run_train(const TrainArgs& a) {
                             (a.prefix.empty() || a.prefix.back() == '/' ? a.prefix : a.prefix + "/") +
                             "cb3 (writes cb3.sjcb, cb3.bin, cb3.h)");
   }
-  TrainRun run;
   run.axis = a.axis == "channel" ? TrellisAxis::channel : TrellisAxis::token;
   {
     CodecConfig cc;
@@ -75,7 +75,10 @@ int run_train(const TrainArgs& a) {
   if (!a.init.empty() && a.init != "identity" && a.init != "reference") ins.push_back(a.init);
   run.prefix = a.prefix;
   for (const std::string& o : train_output_names(run.prefix, run.axis)) cli::check_output(o, "-o", ins);
-  const Device device = Device::resolve(a.device, "this build has no CUDA support");
+  if (comm.distributed() && a.device == "cuda")
+    throw cli::UsageError("--device cuda trains in one process; under MPI the ranks' Lloyd passes run on the CPU "
+                          "(--device cpu or auto)");
+  device = std::make_unique<Device>(Device::resolve(comm.distributed() ? "cpu" : a.device, "this build has no CUDA support"));
   if (!parse_staging(a.staging, &run.staging)) throw cli::UsageError("--staging must be tq6_0, q8_0 or f16");
   run.inputs = a.inputs;
   run.io = a.io;
@@ -91,27 +94,42 @@ int run_train(const TrainArgs& a) {
   run.assume_rotated = a.assume_rotated;
   run.checkpoint = a.checkpoint;
   run.tool_version = kVersion;
-  run.lloyd_passes = [&device] { return device.lloyd_pass(); };
+  Device* d = device.get();
+  run.lloyd_passes = [d] { return d->lloyd_pass(); };
+  run.comm = &comm;
+}
+
+int run_train(const TrainArgs& a) {
+  const cluster::Comm& comm = cluster::Comm::world();
+  TrainRun run;
+  std::unique_ptr<Device> device;
+  // The checks before the work, on every rank: one rank prints their error.
+  comm.agree([&](uint64_t&) { prepare_train(a, comm, run, device); });
+  const bool quiet = a.quiet || !comm.root();
 
   const uint32_t ne = trellis_entries(a.bits);
-  cli::Progress reading("reading", a.quiet);
+  cli::Progress reading("reading", quiet);
   std::unique_ptr<cli::Progress> training;
   auto side_name = [](Side s) { return s == Side::k ? "K" : "V"; };
   TrainEvents& ev = run.events;
   ev.reading = [&](size_t done, size_t total) { reading.update(done, total); };
-  ev.read = [&](const TrainingSet& set) {
+  ev.read = [&](const SetSize& set) {
     reading.finish();
     if (a.quiet) return;
     // Information only once the inputs are read: an error stays the only line.
-    std::fprintf(stderr, "%s: Lloyd passes on %s%s\n", kTool, device.cuda() ? "cuda: " : "cpu",
-                 device.gpu_name().c_str());
-    std::fprintf(stderr, "%s: %" PRIu64 " train and %" PRIu64 " held-out tiles (%zu + %zu sequences per side), split %s\n",
-                 kTool, set.train_records, set.heldout_records, set.train_k.sequences(), set.heldout_k.sequences(),
+    if (comm.distributed())
+      std::fprintf(stderr, "%s: Lloyd passes on cpu, %d MPI ranks\n", kTool, comm.size());
+    else
+      std::fprintf(stderr, "%s: Lloyd passes on %s%s\n", kTool, device->cuda() ? "cuda: " : "cpu",
+                   device->gpu_name().c_str());
+    std::fprintf(stderr, "%s: %" PRIu64 " train and %" PRIu64 " held-out tiles (%" PRIu64 " + %" PRIu64
+                 " sequences per side), split %s\n",
+                 kTool, set.train_tiles, set.heldout_tiles, set.train_sequences, set.heldout_sequences,
                  SplitDrawer::rng_name());
   };
   ev.side = [&](Side s) {
     training.reset();
-    training = std::make_unique<cli::Progress>(std::string("training ") + side_name(s), a.quiet || a.json);
+    training = std::make_unique<cli::Progress>(std::string("training ") + side_name(s), quiet || a.json);
   };
   ev.resumed = [&](Side s, const std::string& path, const LloydState& st) {
     if (!a.quiet)
@@ -134,6 +152,7 @@ int run_train(const TrainArgs& a) {
   };
   const TrainReport rep = train_and_evaluate(run);
   training.reset();
+  if (!comm.root()) return cli::kOk;
   const LloydResult* res = rep.result;
   const HeldoutRow* row = rep.heldout;
   const HeldoutRow* real = rep.heldout_real;
@@ -272,6 +291,7 @@ int run_inspect(const std::string& path, bool json) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cluster::Session mpi(&argc, &argv);  // the ranks of mpirun or srun, when it started us
   if (argc >= 2 && std::strcmp(argv[1], "inspect") == 0) {
     CLI::App app{"sjkv-train inspect: print a codebook file (.sjcb container, raw .bin table or C header) and check "
                  "its hashes (exit codes: 0 ok, 1 usage, 2 bad input, 3 internal error)"};
@@ -283,10 +303,12 @@ int main(int argc, char** argv) {
     try {
       app.parse(argc - 1, argv + 1);
     } catch (const CLI::ParseError& e) {
-      const int rc = app.exit(e);
-      return rc == 0 ? cli::kOk : cli::kUsage;
+      return cli::parse_failed(app, e);
     }
-    return cli::guarded(kTool, [&] { return run_inspect(path, json); });
+    return cli::guarded(kTool, [&] {
+      cli::one_process("inspect");
+      return run_inspect(path, json);
+    });
   }
 
   CLI::App app{"sjkv-train: trains trellis codebooks (token axis, or --axis channel) on captures, .kvd dumps or llama.cpp state files and "
@@ -330,8 +352,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? cli::kOk : cli::kUsage;
+    return cli::parse_failed(app, e);
   }
   return cli::guarded(kTool, [&] { return run_train(a); });
 }

@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <stdexcept>
+#include <utility>
 
 #include "sjkv/io/file_error.h"
 #include "sjkv/io/paths.h"
@@ -21,8 +22,19 @@ void check_score_trajectory(const Trajectory& t, const std::string& path, const 
 
 uint32_t score_ubatch(const ScorePlan& plan, const Trajectory& t) { return plan.ubatch ? plan.ubatch : t.settings.ubatch; }
 
+namespace {
+
+// One job's rows between ranks: trajectory, arm, detail, then the rows.
+void pack_job(cluster::Packer& o, size_t i, size_t a, const std::vector<ScoreRow>& rows, const ScoreDetail& d) {
+  o.u64(i).u64(a).u64(d.codec).u64(d.sealed).u64(rows.size());
+  for (const ScoreRow& r : rows) o.f64(r.kl).u64(r.same_top).f64(r.bits_occupied).f64(r.bits_allocated);
+}
+
+}  // namespace
+
 Results score_set(Model& m, const std::string& model_file, const std::string& model_sha256, const ScoreSet& set,
-                  const std::vector<const KvArm*>& arms, const ScorePlan& plan, const ScoreCallbacks& cb) {
+                  const std::vector<const KvArm*>& arms, const ScorePlan& plan, const ScoreCallbacks& cb,
+                  const cluster::Comm& comm) {
   if (set.trajectories.empty() || set.paths.size() != set.trajectories.size())
     throw std::invalid_argument("score_set: one path per trajectory, at least one");
   if (arms.size() != plan.arms.size()) throw std::invalid_argument("score_set: one arm per spec");
@@ -44,31 +56,90 @@ Results score_set(Model& m, const std::string& model_file, const std::string& mo
       run_arms.push_back(arms[a]);
       run_index.push_back(a);
     }
+  // Arm a's rows of trajectory i into the results, in (i, a) order whoever scored them.
   std::vector<size_t> unsealed(arms.size(), 0);
-  for (size_t i = 0; i < trajs.size(); ++i) {
-    // Hidden encoding: the reference rows recomputed once for all arms, checked bit for bit.
-    std::unique_ptr<ReferenceRows> ref;
+  auto take = [&](size_t i, size_t a, std::vector<ScoreRow>&& rows, const ScoreDetail& d) {
+    res.arms[a].rows.push_back(std::move(rows));
+    if (d.codec && !d.sealed) ++unsealed[a];
+    if (i + 1 == trajs.size() && unsealed[a])
+      res.arms[a].note = "no group was sealed on " + std::to_string(unsealed[a]) + " of " + std::to_string(trajs.size()) +
+                         " trajectories (context shorter than sink + group + tail): those numbers compare the exact "
+                         "sink and staging rows only, not the compressed body";
+    if (cb.finished) cb.finished(i, a, res);
+  };
+  // Hidden encoding: the reference rows recomputed once per trajectory for its arms, checked
+  // bit for bit.
+  auto reference = [&](size_t i) {
     try {
-      ref = std::make_unique<ReferenceRows>(m, trajs[i]);
+      return std::make_unique<ReferenceRows>(m, trajs[i]);
     } catch (const std::invalid_argument& e) {
       throw FileError(set.paths[i], e.what());
     }
-    const bool last = i + 1 == trajs.size();
-    score_arms(
-        m, run_arms, trajs[i], score_ubatch(plan, trajs[i]),
-        [&](size_t k, std::vector<ScoreRow>&& rows, const ScoreDetail& d) {
-          const size_t a = run_index[k];
-          res.arms[a].rows.push_back(std::move(rows));
-          if (d.codec && !d.sealed) ++unsealed[a];
-          if (last && unsealed[a])
-            res.arms[a].note = "no group was sealed on " + std::to_string(unsealed[a]) + " of " +
-                               std::to_string(trajs.size()) +
-                               " trajectories (context shorter than sink + group + tail): those numbers compare the "
-                               "exact sink and staging rows only, not the compressed body";
-          if (cb.finished) cb.finished(i, a, res);
-        },
-        [&](size_t k) { return cb.start ? cb.start(i, run_index[k]) : ProgressFn(); }, ref.get());
+  };
+
+  if (!comm.distributed()) {
+    for (size_t i = 0; i < trajs.size(); ++i) {
+      const std::unique_ptr<ReferenceRows> ref = reference(i);
+      score_arms(
+          m, run_arms, trajs[i], score_ubatch(plan, trajs[i]),
+          [&](size_t k, std::vector<ScoreRow>&& rows, const ScoreDetail& d) { take(i, run_index[k], std::move(rows), d); },
+          [&](size_t k) { return cb.start ? cb.start(i, run_index[k]) : ProgressFn(); }, ref.get());
+    }
+    return res;
   }
+
+  // Job j = i * n + k (trajectory i, k-th arm that runs) belongs to rank j mod size.
+  const size_t n = run_arms.size(), size = static_cast<size_t>(comm.size()), rank = static_cast<size_t>(comm.rank());
+  cluster::Packer mine;
+  comm.agree([&](uint64_t& key) {
+    for (size_t i = 0; i < trajs.size(); ++i) {
+      std::vector<const KvArm*> sub;
+      std::vector<size_t> sub_index;  // into run_arms
+      for (size_t k = 0; k < n; ++k)
+        if ((i * n + k) % size == rank) {
+          sub.push_back(run_arms[k]);
+          sub_index.push_back(k);
+        }
+      if (sub.empty()) continue;
+      key = i * n + sub_index[0];
+      const std::unique_ptr<ReferenceRows> ref = reference(i);
+      score_arms(
+          m, sub, trajs[i], score_ubatch(plan, trajs[i]),
+          [&](size_t s, std::vector<ScoreRow>&& rows, const ScoreDetail& d) {
+            pack_job(mine, i, run_index[sub_index[s]], rows, d);
+            if (s + 1 < sub.size()) key = i * n + sub_index[s + 1];
+          },
+          [&](size_t s) { return cb.start ? cb.start(i, run_index[sub_index[s]]) : ProgressFn(); }, ref.get());
+    }
+  });
+  const std::vector<std::vector<uint8_t>> all = comm.gather(mine.bytes);
+  if (!comm.root()) return res;
+  std::vector<std::vector<ScoreRow>> rows(trajs.size() * arms.size());
+  std::vector<ScoreDetail> detail(trajs.size() * arms.size());
+  std::vector<uint8_t> have(trajs.size() * arms.size(), 0);
+  for (const std::vector<uint8_t>& b : all) {
+    cluster::Unpacker in(b);
+    while (!in.done()) {
+      const size_t i = in.u64(), a = in.u64(), j = i * arms.size() + a;
+      if (i >= trajs.size() || a >= arms.size() || have[j]) throw std::runtime_error("score_set: a rank sent a bad job");
+      have[j] = 1;
+      detail[j].codec = in.u64() != 0;
+      detail[j].sealed = in.u64() != 0;
+      rows[j].resize(in.u64());
+      for (ScoreRow& r : rows[j]) {
+        r.kl = in.f64();
+        r.same_top = in.u64() != 0;
+        r.bits_occupied = in.f64();
+        r.bits_allocated = in.f64();
+      }
+    }
+  }
+  for (size_t i = 0; i < trajs.size(); ++i)
+    for (size_t a : run_index) {
+      const size_t j = i * arms.size() + a;
+      if (!have[j]) throw std::runtime_error("score_set: no rank scored a job");
+      take(i, a, std::move(rows[j]), detail[j]);
+    }
   return res;
 }
 

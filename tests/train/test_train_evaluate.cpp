@@ -104,9 +104,12 @@ TEST(TrainAndEvaluate, ReportsItsWorkThroughTheEvents) {
   uint64_t read_train = 0;
   int reads = 0;
   run.events.reading = [&](size_t d, size_t n) { reading.push_back({d, n}); };
-  run.events.read = [&](const TrainingSet& set) {
+  uint64_t read_heldout = 0, read_seqs = 0;
+  run.events.read = [&](const SetSize& set) {
     ++reads;
-    read_train = set.train_records;
+    read_train = set.train_tiles;
+    read_heldout = set.heldout_tiles;
+    read_seqs = set.train_sequences;
   };
   run.events.side = [&](Side side) { sides.push_back(side); };
   run.events.iteration = [&](Side side, const LloydIteration& it) { its[side == Side::k ? 0 : 1].push_back(it); };
@@ -114,6 +117,8 @@ TEST(TrainAndEvaluate, ReportsItsWorkThroughTheEvents) {
   EXPECT_EQ(reading, (std::vector<std::pair<size_t, size_t>>{{0, 1}, {1, 1}}));
   EXPECT_EQ(reads, 1);
   EXPECT_EQ(read_train, rep.train_tiles);
+  EXPECT_EQ(read_heldout, rep.heldout_tiles);
+  EXPECT_EQ(read_seqs, rep.train_tiles * 128);  // head_dim (128) sequences per tile on the token axis
   EXPECT_EQ(rep.train_tiles + rep.heldout_tiles, 2u * 5 * 2);  // layers x groups after the sink x heads
   EXPECT_GT(rep.heldout_tiles, 0u);
   EXPECT_EQ(sides, (std::vector<Side>{Side::k, Side::v}));

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -108,43 +109,63 @@ std::vector<uint8_t> SplitDrawer::draw(size_t n) {
 
 // ---- targets -------------------------------------------------------------------------------
 
-namespace {
-
-CodecConfig effective_config(const Capture& cap, const TargetOptions& opt) {
+CodecConfig target_config(uint32_t head_dim, const TargetOptions& opt) {
   CodecConfig c = opt.config;
-  c.head_dim = cap.head_dim;
+  c.head_dim = head_dim;
   c.body = Body::trellis;
   c.trellis_axis = opt.config.trellis_axis;  // token (the format's) or channel
   if (c.group != kTrellisGroup) throw std::invalid_argument("trellis training needs group 128");
   if (c.bits_k != c.bits_v || c.bits_k < 2 || c.bits_k > 4)
     throw std::invalid_argument("training needs bits_k = bits_v in 2..4");
-  if (cap.head_dim % 128 != 0 || !is_pow2(cap.head_dim))
-    throw std::invalid_argument("head_dim " + std::to_string(cap.head_dim) + " cannot be sealed (need a power of two, multiple of 128)");
+  if (head_dim % 128 != 0 || !is_pow2(head_dim))
+    throw std::invalid_argument("head_dim " + std::to_string(head_dim) + " cannot be sealed (need a power of two, multiple of 128)");
   const Unsupported why = can_implement(c);
   if (why != Unsupported::none) throw std::invalid_argument(std::string("unsupported configuration: ") + describe(why));
   return c;
 }
 
-}  // namespace
+uint32_t sequences_per_record(const CodecConfig& c) {
+  return c.trellis_axis == TrellisAxis::channel ? c.group : c.head_dim;
+}
+
+RecordRange shard_records(uint64_t n, uint32_t seqs_per_record, int rank, int size) {
+  // A unit of records fills whole chunks: the sizes are powers of two (target_config).
+  const uint64_t u = seqs_per_record >= kLloydChunk ? 1 : kLloydChunk / seqs_per_record;
+  const uint64_t units = (n + u - 1) / u, r = static_cast<uint64_t>(rank), s = static_cast<uint64_t>(size);
+  return {std::min(n, units * r / s * u), std::min(n, units * (r + 1) / s * u)};
+}
 
 uint64_t capture_records(const Capture& cap, const TargetOptions& opt) {
-  const CodecConfig c = effective_config(cap, opt);
+  const CodecConfig c = target_config(cap.head_dim, opt);
   const uint64_t groups = cap.tokens > c.sink ? (cap.tokens - c.sink) / c.group : 0;
   return groups * cap.kv_heads * cap.layers.size();
 }
 
 void append_capture_targets(const Capture& cap, const TargetOptions& opt, SplitDrawer& split, TrainingSet& set) {
   cap.check_consistent();
-  const CodecConfig c = effective_config(cap, opt);
+  const std::vector<uint8_t> held = split.draw(capture_records(cap, opt));
+  append_capture_targets(cap, opt, held, {}, set);
+}
+
+void append_capture_targets(const Capture& cap, const TargetOptions& opt, const std::vector<uint8_t>& held,
+                            const std::vector<uint8_t>& keep, TrainingSet& set) {
+  cap.check_consistent();
+  const CodecConfig c = target_config(cap.head_dim, opt);
   const uint32_t D = cap.head_dim, G = c.group, H = cap.kv_heads;
   const uint32_t L = static_cast<uint32_t>(cap.layers.size());
   const uint32_t groups = cap.tokens > c.sink ? (cap.tokens - c.sink) / G : 0;
-  const uint64_t n_rec = static_cast<uint64_t>(L) * groups * H;
-  const std::vector<uint8_t> held = split.draw(n_rec);
-  // destination of each record: index within its set
-  std::vector<uint64_t> slot(n_rec);
+  const uint64_t n_all = static_cast<uint64_t>(L) * groups * H;
+  if (held.size() != n_all || (!keep.empty() && keep.size() != n_all))
+    throw std::logic_error("append_capture_targets: one draw (and keep flag) per record");
+  // the records kept, and the destination of each: index within its set
+  std::vector<uint64_t> recs, slot;
   uint64_t n_tr = 0, n_ho = 0;
-  for (uint64_t r = 0; r < n_rec; ++r) slot[r] = held[r] ? n_ho++ : n_tr++;
+  for (uint64_t r = 0; r < n_all; ++r)
+    if (keep.empty() || keep[r]) {
+      recs.push_back(r);
+      slot.push_back(held[r] ? n_ho++ : n_tr++);
+    }
+  const uint64_t n_rec = recs.size();
   // Token axis: D sequences (one per channel) of G targets; channel axis: G sequences (one
   // per token row) of D targets. Either way a record gives D*G targets.
   const bool ch_axis = c.trellis_axis == TrellisAxis::channel;
@@ -180,7 +201,7 @@ void append_capture_targets(const Capture& cap, const TargetOptions& opt, SplitD
     std::vector<uint8_t> stage(staging_row_bytes(c.staging, D)), rec(lay.bytes);
 #pragma omp for schedule(dynamic, 1)
     for (long long ri = 0; ri < static_cast<long long>(n_rec); ++ri) {
-      const uint64_t r = static_cast<uint64_t>(ri);
+      const uint64_t r = recs[static_cast<size_t>(ri)], sl = slot[static_cast<size_t>(ri)];
       const uint32_t h = static_cast<uint32_t>(r % H), g = static_cast<uint32_t>((r / H) % groups),
                      l = static_cast<uint32_t>(r / H / groups);
       bool ok = true;
@@ -207,10 +228,10 @@ void append_capture_targets(const Capture& cap, const TargetOptions& opt, SplitD
       }
       if (!ok) continue;
       const bool ho = held[r] != 0;
-      const size_t off = (ho ? base_ho : base_tr) + slot[r] * per_rec;
+      const size_t off = (ho ? base_ho : base_tr) + sl * per_rec;
       if (ho) {
-        std::copy(krows.begin(), krows.end(), set.heldout_k_rows.begin() + static_cast<long>(base_rows + slot[r] * per_rec));
-        std::copy(vrows.begin(), vrows.end(), set.heldout_v_rows.begin() + static_cast<long>(base_rows + slot[r] * per_rec));
+        std::copy(krows.begin(), krows.end(), set.heldout_k_rows.begin() + static_cast<long>(base_rows + sl * per_rec));
+        std::copy(vrows.begin(), vrows.end(), set.heldout_v_rows.begin() + static_cast<long>(base_rows + sl * per_rec));
       }
       for (int s = 0; s < 2; ++s) {
         const Side side = s == 0 ? Side::k : Side::v;
@@ -237,54 +258,65 @@ void append_capture_targets(const Capture& cap, const TargetOptions& opt, SplitD
 }
 
 void heldout_real_mse(const TrainingSet& set, const uint16_t* k_table, const uint16_t* v_table, int threads,
-                      double* mse_k, double* mse_v) {
+                      double* mse_k, double* mse_v, const cluster::Comm& comm) {
   *mse_k = *mse_v = std::numeric_limits<double>::quiet_NaN();
-  if (set.heldout_records == 0 || !set.have_config) return;
+  // Alone, nothing to do without records; a rank with none still takes part in the sums.
+  if (!comm.distributed() && (set.heldout_records == 0 || !set.have_config)) return;
   const CodecConfig& c = set.seal_config;
-  const RecordLayout lay = c.layout();
   const uint32_t D = c.head_dim, G = c.group;
   const size_t per_rec = static_cast<size_t>(D) * G, n = set.heldout_records;
-  SealOptions so;
-  so.iters = c.iters;
-  so.balance = c.balance;
-  so.codebooks = TrellisCodebooks{k_table, v_table};
-  std::vector<const uint16_t*> kp(n), vp(n);
-  for (size_t r = 0; r < n; ++r) {
-    kp[r] = set.heldout_k_rows.data() + r * per_rec;
-    vp[r] = set.heldout_v_rows.data() + r * per_rec;
-  }
-  std::vector<uint8_t> recs(n * lay.bytes);
-  const Status st = seal_records(lay, so, n, kp.data(), vp.data(), D, recs.data(), SealPath::fast, threads);
-  if (!st.ok()) throw std::runtime_error("sealing the held-out records failed: " + st.message());
   std::vector<double> ek(n), ev(n);
+  if (n > 0) {
+    const RecordLayout lay = c.layout();
+    SealOptions so;
+    so.iters = c.iters;
+    so.balance = c.balance;
+    so.codebooks = TrellisCodebooks{k_table, v_table};
+    std::vector<const uint16_t*> kp(n), vp(n);
+    for (size_t r = 0; r < n; ++r) {
+      kp[r] = set.heldout_k_rows.data() + r * per_rec;
+      vp[r] = set.heldout_v_rows.data() + r * per_rec;
+    }
+    std::vector<uint8_t> recs(n * lay.bytes);
+    const Status st = seal_records(lay, so, n, kp.data(), vp.data(), D, recs.data(), SealPath::fast, threads);
+    if (!st.ok()) throw std::runtime_error("sealing the held-out records failed: " + st.message());
 #pragma omp parallel num_threads(threads > 0 ? threads : omp_get_max_threads())
-  {
-    std::vector<float> out(D);
+    {
+      std::vector<float> out(D);
 #pragma omp for schedule(static)
-    for (long long ri = 0; ri < static_cast<long long>(n); ++ri) {
-      const size_t r = static_cast<size_t>(ri);
-      const uint8_t* rec = recs.data() + r * lay.bytes;
-      double sk = 0, sv = 0;
-      for (uint32_t t = 0; t < G; ++t) {
-        decode_k_row_ref(lay, rec, t, out.data(), so.codebooks);
-        for (uint32_t d = 0; d < D; ++d) {
-          const double e = static_cast<double>(out[d]) - f16_to_f32(kp[r][static_cast<size_t>(t) * D + d]);
-          sk += e * e;
+      for (long long ri = 0; ri < static_cast<long long>(n); ++ri) {
+        const size_t r = static_cast<size_t>(ri);
+        const uint8_t* rec = recs.data() + r * lay.bytes;
+        double sk = 0, sv = 0;
+        for (uint32_t t = 0; t < G; ++t) {
+          decode_k_row_ref(lay, rec, t, out.data(), so.codebooks);
+          for (uint32_t d = 0; d < D; ++d) {
+            const double e = static_cast<double>(out[d]) - f16_to_f32(kp[r][static_cast<size_t>(t) * D + d]);
+            sk += e * e;
+          }
+          decode_v_row_ref(lay, rec, t, out.data(), so.codebooks);
+          for (uint32_t d = 0; d < D; ++d) {
+            const double e = static_cast<double>(out[d]) - f16_to_f32(vp[r][static_cast<size_t>(t) * D + d]);
+            sv += e * e;
+          }
         }
-        decode_v_row_ref(lay, rec, t, out.data(), so.codebooks);
-        for (uint32_t d = 0; d < D; ++d) {
-          const double e = static_cast<double>(out[d]) - f16_to_f32(vp[r][static_cast<size_t>(t) * D + d]);
-          sv += e * e;
-        }
+        ek[r] = sk;
+        ev[r] = sv;
       }
-      ek[r] = sk;
-      ev[r] = sv;
     }
   }
-  double sk = 0, sv = 0;
-  for (size_t r = 0; r < n; ++r) { sk += ek[r]; sv += ev[r]; }
-  *mse_k = sk / static_cast<double>(n * per_rec);
-  *mse_v = sv / static_cast<double>(n * per_rec);
+  // record order over all ranks, from 0.0
+  cluster::Accumulator acc{{0.0, 0.0}, {0}};
+  comm.ordered(acc, [&](cluster::Accumulator& a) {
+    for (size_t r = 0; r < n; ++r) {
+      a.d[0] += ek[r];
+      a.d[1] += ev[r];
+    }
+    a.u[0] += n;
+  });
+  if (acc.u[0] == 0) return;
+  *mse_k = acc.d[0] / static_cast<double>(acc.u[0] * per_rec);
+  *mse_v = acc.d[1] / static_cast<double>(acc.u[0] * per_rec);
 }
 
 // ---- Lloyd ---------------------------------------------------------------------------------
@@ -303,9 +335,8 @@ struct Pass {
 };
 
 double run_pass(const Targets& t, uint32_t bits, const float* cbf, int threads, bool stats, std::vector<double>* sum_out,
-                std::vector<uint64_t>* cnt_out) {
+                std::vector<uint64_t>* cnt_out, const cluster::Comm& comm) {
   const size_t n = t.sequences(), len = t.len;
-  if (n == 0) return std::numeric_limits<double>::quiet_NaN();
   const uint32_t ne = trellis_entries(bits);
   const size_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> err(chunks, 0.0);
@@ -330,43 +361,69 @@ double run_pass(const Targets& t, uint32_t bits, const float* cbf, int threads, 
       err[static_cast<size_t>(ci)] = e;
     }
   }
-  double e = 0.0;
-  for (double x : err) e += x;
+  // The chunks' partials in chunk order, each total from 0.0; a rank's slice starts on a chunk
+  // boundary, so the ranks in turn add exactly what one process adds.
+  cluster::Accumulator acc;
+  acc.d.assign(stats ? 1 + ne : 1, 0.0);
+  acc.u.assign(stats ? 1 + ne : 1, 0);
+  comm.ordered(acc, [&](cluster::Accumulator& a) {
+    a.u[0] += n;
+    for (size_t ci = 0; ci < chunks; ++ci) {
+      a.d[0] += err[ci];
+      if (stats)
+        for (uint32_t w = 0; w < ne; ++w) {
+          a.d[1 + w] += sum[ci * ne + w];
+          a.u[1 + w] += cnt[ci * ne + w];
+        }
+    }
+  });
+  const uint64_t total = acc.u[0];
+  if (total == 0) return std::numeric_limits<double>::quiet_NaN();
   if (stats) {
-    sum_out->assign(ne, 0.0);
-    cnt_out->assign(ne, 0);
-    for (size_t ci = 0; ci < chunks; ++ci)
-      for (uint32_t w = 0; w < ne; ++w) {
-        (*sum_out)[w] += sum[ci * ne + w];
-        (*cnt_out)[w] += cnt[ci * ne + w];
-      }
+    sum_out->assign(acc.d.begin() + 1, acc.d.end());
+    cnt_out->assign(acc.u.begin() + 1, acc.u.end());
   }
-  return e / static_cast<double>(n * len);
+  return acc.d[0] / static_cast<double>(total * len);
+}
+
+// Sequences over all ranks.
+uint64_t total_sequences(const Targets& t, const cluster::Comm& comm) {
+  cluster::Accumulator acc{{}, {0}};
+  comm.ordered(acc, [&](cluster::Accumulator& a) { a.u[0] += t.sequences(); });
+  return acc.u[0];
 }
 
 }  // namespace
 
-double trellis_mse(const Targets& t, uint32_t bits, const float* cbf, int threads) {
-  return run_pass(t, bits, cbf, threads, false, nullptr, nullptr);
+double trellis_mse(const Targets& t, uint32_t bits, const float* cbf, int threads, const cluster::Comm& comm) {
+  return run_pass(t, bits, cbf, threads, false, nullptr, nullptr, comm);
 }
 
-double scalar_mse(const Targets& t, uint32_t bits) {
-  if (t.y.empty()) return std::numeric_limits<double>::quiet_NaN();
+double scalar_mse(const Targets& t, uint32_t bits, const cluster::Comm& comm) {
   const double qmax = static_cast<double>((1u << bits) - 1u);
-  double e = 0.0;
-  for (float yf : t.y) {
-    const double y = yf;
-    double q = std::floor(y + 0.5);
-    q = q < 0 ? 0 : q > qmax ? qmax : q;
-    e += (y - q) * (y - q);
-  }
-  return e / static_cast<double>(t.y.size());
+  cluster::Accumulator acc{{0.0}, {0}};
+  comm.ordered(acc, [&](cluster::Accumulator& a) {
+    double e = a.d[0];
+    for (float yf : t.y) {
+      const double y = yf;
+      double q = std::floor(y + 0.5);
+      q = q < 0 ? 0 : q > qmax ? qmax : q;
+      e += (y - q) * (y - q);
+    }
+    a.d[0] = e;
+    a.u[0] += t.y.size();
+  });
+  if (acc.u[0] == 0) return std::numeric_limits<double>::quiet_NaN();
+  return acc.d[0] / static_cast<double>(acc.u[0]);
 }
 
 LloydResult lloyd_train(const Targets& train, const Targets& heldout, uint32_t bits, const uint16_t* init,
                         const LloydOptions& opt) {
   if (bits < 2 || bits > 4) throw std::invalid_argument("bits must be 2, 3 or 4");
-  if (train.sequences() == 0) throw std::invalid_argument("no training sequences");
+  const cluster::Comm alone;
+  const cluster::Comm& comm = opt.comm ? *opt.comm : alone;
+  if (opt.pass && comm.distributed()) throw std::logic_error("lloyd_train: a device pass runs one process");
+  if (total_sequences(train, comm) == 0) throw std::invalid_argument("no training sequences");
   const uint32_t ne = trellis_entries(bits);
   LloydResult res;
   res.table.resize(ne);
@@ -384,7 +441,7 @@ LloydResult lloyd_train(const Targets& train, const Targets& heldout, uint32_t b
   std::vector<uint64_t> cnt;
   auto pass = [&](const Targets& t, const float* cbf, std::vector<double>* s, std::vector<uint64_t>* c) {
     if (opt.pass) return opt.pass(t.y.data(), t.sequences(), t.len, bits, cbf, s, c);
-    return run_pass(t, bits, cbf, opt.threads, s != nullptr, s, c);
+    return run_pass(t, bits, cbf, opt.threads, s != nullptr, s, c, comm);
   };
   auto mse = [&](const Targets& t, const float* cbf) { return pass(t, cbf, nullptr, nullptr); };
   auto used = [&] {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "sjkv/cluster.h"
 #include "sjkv/io/trajectory.h"
 #include "sjkv/replay/kv.h"
 #include "sjkv/replay/model.h"
@@ -51,8 +52,16 @@ uint32_t score_ubatch(const ScorePlan& plan, const Trajectory& t);
 // empty row list: --per-arm's arms already scored), in order, trajectory by trajectory. An arm
 // that kept a codec cache but sealed no group on some trajectories gets a note saying so.
 // FileError(paths[i]) when the model does not reproduce trajectory i's hidden reference.
+//
+// With `comm` over several ranks (every rank calls it with the same arguments), the
+// (trajectory, arm) jobs are dealt out in order, job j to rank j mod size; each rank scores
+// its own (cb.start is called for those), and rank 0 gathers the rows and builds the Results
+// one process builds, calling cb.finished in the same order; the other ranks return the
+// Results with no rows. A failure on any rank is every rank's (cluster::Failed): the one of
+// the lowest job.
 Results score_set(Model& m, const std::string& model_file, const std::string& model_sha256, const ScoreSet& set,
-                  const std::vector<const KvArm*>& arms, const ScorePlan& plan, const ScoreCallbacks& cb = {});
+                  const std::vector<const KvArm*>& arms, const ScorePlan& plan, const ScoreCallbacks& cb = {},
+                  const cluster::Comm& comm = {});
 
 }  // namespace replay
 }  // namespace sjkv

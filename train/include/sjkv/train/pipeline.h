@@ -18,10 +18,16 @@
 
 namespace sjkv::train {
 
-// What train_and_evaluate reports while it works, for progress and messages.
+// The train and held-out sets over all ranks.
+struct SetSize {
+  uint64_t train_tiles = 0, heldout_tiles = 0;
+  uint64_t train_sequences = 0, heldout_sequences = 0;  // per side
+};
+
+// What train_and_evaluate reports while it works, for progress and messages (on rank 0 only).
 struct TrainEvents {
   std::function<void(size_t done, size_t total)> reading;  // before each input, and once at the end
-  std::function<void(const TrainingSet&)> read;            // every input read, before training
+  std::function<void(const SetSize&)> read;                // every input read, before training
   std::function<void(Side)> side;                          // a side's training starts
   // --checkpoint: the side goes on from `path`, stopped at `state` (history.back(), stop) ...
   std::function<void(Side, const std::string& path, const LloydState& state)> resumed;
@@ -49,8 +55,15 @@ struct TrainRun {
   // inputs and options goes on from there with the same bytes. Removed at the end.
   bool checkpoint = false;
   std::string tool_version;         // provenance, the C header's comment, the checkpoint key
-  // One GPU pass per side (Device::lloyd_pass); empty, or returning empty: the CPU.
+  // One GPU pass per side (Device::lloyd_pass); empty, or returning empty: the CPU. Not used
+  // on more than one rank.
   std::function<LloydPass()> lloyd_passes;
+  // The ranks the work is spread over (null: this process alone). Input i is checked and
+  // hashed by rank i mod size, every rank computes the targets of its whole chunks of the
+  // train and held-out sequences, the Lloyd sums are combined in chunk order, and rank 0
+  // writes the outputs: the same bytes for any number of ranks. A failure on any rank fails
+  // every rank (cluster::Comm::agree), and nothing is written.
+  const cluster::Comm* comm = nullptr;
   TrainEvents events;
 };
 
@@ -75,7 +88,8 @@ struct TrainReport {
 };
 
 // Throws FileError for an input or init file that cannot be used, std::invalid_argument when
-// the inputs hold no tile to train on; writes nothing then.
+// the inputs hold no tile to train on; writes nothing then. With comm, every rank calls it and
+// gets the report.
 TrainReport train_and_evaluate(const TrainRun& run);
 
 }  // namespace sjkv::train

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "sjkv/cluster.h"
 #include "sjkv/config.h"
 #include "sjkv/lloyd.h"
 #include "sjkv/io/capture.h"
@@ -24,6 +25,9 @@ struct Targets {
 };
 
 // Train and held-out sequences of both sides, and how many tiles (records) fed each set.
+// Under MPI (train_and_evaluate) a rank's set holds a slice: whole chunks of kLloydChunk
+// sequences of the train and of the held-out order, and the functions below given the
+// cluster::Comm combine the slices in that order.
 struct TrainingSet {
   Targets train_k, train_v, heldout_k, heldout_v;
   uint64_t train_records = 0, heldout_records = 0;
@@ -66,23 +70,39 @@ struct TargetOptions {
 
 // Records of one capture: layers x full groups after the sink x heads.
 uint64_t capture_records(const Capture& cap, const TargetOptions& opt);
+// The configuration records of a capture with this head size are sealed with (throws
+// std::invalid_argument for one the trainer cannot use).
+CodecConfig target_config(uint32_t head_dim, const TargetOptions& opt);
+// Sequences one record gives: head_dim on the token axis, the group on the channel axis.
+uint32_t sequences_per_record(const CodecConfig& c);
+// The records [first, last) of a set of n that `rank` of `size` holds: whole chunks of
+// kLloydChunk sequences, spread evenly, in order.
+struct RecordRange {
+  uint64_t first = 0, last = 0;
+};
+RecordRange shard_records(uint64_t n, uint32_t seqs_per_record, int rank, int size);
 
 // Appends the targets of every sealed record of `cap` to `set`, split by `split`. Throws
 // std::invalid_argument for a capture the configuration cannot seal or a value the staging
 // cannot hold.
 void append_capture_targets(const Capture& cap, const TargetOptions& opt, SplitDrawer& split, TrainingSet& set);
+// The same for the records r (in the capture's record order) with keep[r] (all when keep is
+// empty), held[r] the split's draw for record r.
+void append_capture_targets(const Capture& cap, const TargetOptions& opt, const std::vector<uint8_t>& held,
+                            const std::vector<uint8_t>& keep, TrainingSet& set);
 
 // Mean squared error of targets coded by the trellis with decoded table `cbf` (Viterbi per
-// sequence). Deterministic for any thread count.
-double trellis_mse(const Targets& t, uint32_t bits, const float* cbf, int threads);
+// sequence). Deterministic for any thread count. With `comm`, t is this rank's slice and the
+// result is the whole set's (every rank takes part).
+double trellis_mse(const Targets& t, uint32_t bits, const float* cbf, int threads, const cluster::Comm& comm = {});
 // Scalar RTN at `bits`: every target to the nearest level 0..2^bits - 1.
-double scalar_mse(const Targets& t, uint32_t bits);
+double scalar_mse(const Targets& t, uint32_t bits, const cluster::Comm& comm = {});
 
 // MSE on the real values of the held-out records: every held-out record sealed (the fast
 // sealer: Viterbi, "norm" refit, column scales) with `k_table` / `v_table` (fp16, 2^(6+bits)
 // entries), decoded, and compared with its seal input, per side. NaN without held-out records.
 void heldout_real_mse(const TrainingSet& set, const uint16_t* k_table, const uint16_t* v_table, int threads,
-                      double* mse_k, double* mse_v);
+                      double* mse_k, double* mse_v, const cluster::Comm& comm = {});
 
 // The Lloyd history and resumable state live with their checkpoint file (sjkv/io).
 using sjkv::LloydIteration;
@@ -106,6 +126,9 @@ struct LloydOptions {
   // Optional: called with the state after every accepted update and once more when training
   // stops (stop set), for a checkpoint.
   std::function<void(const LloydState&)> on_state;
+  // The ranks the train and held-out Targets are slices of (null: this process holds them);
+  // not with `pass`.
+  const cluster::Comm* comm = nullptr;
 };
 
 struct LloydResult {
