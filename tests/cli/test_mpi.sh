@@ -33,6 +33,26 @@ args3="$dir/a.kvd $dir/c.kvd --bits 3 --axis channel --max-iters 3 --seed 2 -q"
 mpi 2 "$train" $args3 -o "$dir/ch2" > /dev/null
 for f in sjcb bin; do cmp "$dir/ch1.$f" "$dir/ch2.$f"; done
 
+# --checkpoint: a one-process run killed mid-training goes on under 2 ranks (rank 0 reads the
+# checkpoint and hands it on) to the bytes of a run never stopped.
+"$py" -c "import sys; sys.path.insert(0, '$helper'); import cli_helper as c; c.write_kvd('$dir/big.kvd', D=128, H=2, T=4096, seed=6)"
+"$py" - "$train" "$dir" "$mpirun" <<'PY'
+import os, subprocess, sys, time
+tool, d, mpirun = sys.argv[1:4]
+args = [d + "/big.kvd", "--bits", "2", "--max-iters", "40", "--tol", "0", "--seed", "5", "--threads", "1", "-q"]
+subprocess.run([tool] + args + ["-o", d + "/full"], check=True, stdout=subprocess.DEVNULL)
+p = subprocess.Popen([tool] + args + ["-o", d + "/ck", "--checkpoint"], stdout=subprocess.DEVNULL)
+while p.poll() is None and not os.path.exists(d + "/ck.k.ckpt"):
+    time.sleep(0.005)
+p.kill()
+assert p.wait() == -9, "training finished before it could be stopped"
+r = subprocess.run([mpirun, "-n", "2", "--oversubscribe", tool] + args[:-1] + ["-o", d + "/ck", "--checkpoint"],
+                   check=True, capture_output=True, text=True)
+assert "goes on from" in r.stderr, r.stderr
+assert open(d + "/ck.bin", "rb").read() == open(d + "/full.bin", "rb").read()
+assert not any(f.endswith(".ckpt") for f in os.listdir(d)), os.listdir(d)
+PY
+
 # A damaged capture read by rank 1 (input i is checked by rank i mod size): exit 2, the one line
 # one process prints, and no output.
 head -c 3000 "$dir/b.kvd" > "$dir/bad.kvd"

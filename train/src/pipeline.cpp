@@ -181,15 +181,8 @@ TrainReport train_and_evaluate(const TrainRun& a) {
       for (size_t i = 0; i < n_in; ++i) {
         key = i;
         if (ev.reading) ev.reading(i, n_in);
-        std::vector<uint8_t> keep(held[i].size(), 0);
-        bool any = false;
-        for (size_t r = 0; r < held[i].size(); ++r) {
-          const RecordRange& range = held[i][r] ? ho : tr;
-          const uint64_t slot = held[i][r] ? n_ho++ : n_tr++;
-          keep[r] = slot >= range.first && slot < range.last;
-          any = any || keep[r];
-        }
-        if (!any) continue;
+        const std::vector<uint8_t> keep = records_in_shard(held[i], tr, ho, &n_tr, &n_ho);
+        if (std::find(keep.begin(), keep.end(), 1) == keep.end()) continue;
         const Capture cap = load_capture_any(a.inputs[i], a.io);
         try {
           append_capture_targets(cap, to, held[i], keep, set);

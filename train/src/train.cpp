@@ -135,6 +135,17 @@ RecordRange shard_records(uint64_t n, uint32_t seqs_per_record, int rank, int si
   return {std::min(n, units * r / s * u), std::min(n, units * (r + 1) / s * u)};
 }
 
+std::vector<uint8_t> records_in_shard(const std::vector<uint8_t>& held, const RecordRange& train,
+                                      const RecordRange& heldout, uint64_t* n_train, uint64_t* n_heldout) {
+  std::vector<uint8_t> keep(held.size(), 0);
+  for (size_t r = 0; r < held.size(); ++r) {
+    const RecordRange& range = held[r] ? heldout : train;
+    const uint64_t slot = held[r] ? (*n_heldout)++ : (*n_train)++;
+    keep[r] = slot >= range.first && slot < range.last;
+  }
+  return keep;
+}
+
 uint64_t capture_records(const Capture& cap, const TargetOptions& opt) {
   const CodecConfig c = target_config(cap.head_dim, opt);
   const uint64_t groups = cap.tokens > c.sink ? (cap.tokens - c.sink) / c.group : 0;

@@ -81,6 +81,11 @@ struct RecordRange {
   uint64_t first = 0, last = 0;
 };
 RecordRange shard_records(uint64_t n, uint32_t seqs_per_record, int rank, int size);
+// keep[r] for the records of one input (held[r]: its split draws) that fall in a rank's train
+// and held-out ranges; n_train / n_heldout count the records of each set before this input and
+// are advanced past it.
+std::vector<uint8_t> records_in_shard(const std::vector<uint8_t>& held, const RecordRange& train,
+                                      const RecordRange& heldout, uint64_t* n_train, uint64_t* n_heldout);
 
 // Appends the targets of every sealed record of `cap` to `set`, split by `split`. Throws
 // std::invalid_argument for a capture the configuration cannot seal or a value the staging
