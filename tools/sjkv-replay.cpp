@@ -463,7 +463,11 @@ int main(int argc, char** argv) {
   add_model_options(run, run_m);
   std::string examples;
   for (const std::string& e : arm_examples()) examples += (examples.empty() ? "" : ", ") + e;
-  sc->footer("Arms, e.g.: " + examples);
+  sc->footer("Arms, e.g.: " + examples +
+             (cluster::built_with_mpi()
+                  ? "\nUnder mpirun or srun the (trajectory, arm) jobs are spread over the ranks and rank 0 writes the "
+                    "same files as one process: mpirun -n 16 sjkv-replay score traj/*.h5 --arms ... --out results"
+                  : ""));
   run->footer("Arms, e.g.: " + examples);
   app.footer("Example: sjkv-replay run --prompt-file prompt.txt --generate 256 --arms f16,q4_0,sj:4/4 --out results");
 

@@ -314,6 +314,10 @@ int main(int argc, char** argv) {
   CLI::App app{"sjkv-train: trains trellis codebooks (token axis, or --axis channel) on captures, .kvd dumps or llama.cpp state files and "
                "writes PREFIX.sjcb, PREFIX.bin and PREFIX.h; `sjkv-train inspect FILE` prints one (exit codes: 0 ok, "
                "1 usage, 2 bad input, 3 internal error)"};
+  app.footer(cluster::built_with_mpi()
+                 ? "Under mpirun or srun the ranks share the inputs and the Lloyd passes (--threads per rank) and rank 0 "
+                   "writes the same bytes as one process: mpirun -n 8 sjkv-train caps/*.h5 --bits 3 -o cb3"
+                 : "This build has no MPI (SJKV_MPI): it runs as one process.");
   TrainArgs a;
   app.add_option("inputs", a.inputs, "Capture (.h5), .kvd tile dump or llama.cpp state file(s)")->required();
   app.add_option("-o,--output", a.prefix, "Output prefix: PREFIX.sjcb, PREFIX.bin, PREFIX.h")->required();
