@@ -89,13 +89,7 @@ int main(int argc, char** argv) {
   const double combine = secs(c0, clk::now()) / reps;
 
   if (comm.root()) {
-    const auto h = sha256(reinterpret_cast<const uint8_t*>(r.table_f16.data()), r.table_f16.size() * 2);
-    std::string hex;
-    for (int i = 0; i < 8; ++i) {
-      char b[3];
-      std::snprintf(b, sizeof b, "%02x", h[static_cast<size_t>(i)]);
-      hex += b;
-    }
+    const std::string hex = sha256_hex(r.table_f16.data(), r.table_f16.size() * 2).substr(0, 16);
     std::printf("| %u | %d | %d | %zu | %.2f | %.1f | %zu | %.6f | %s |\n", bits, comm.size(), threads, n, per_iter,
                 combine * 1e6, (1 + static_cast<size_t>(ne)) * 16, r.history.back().train_mse, hex.c_str());
   }

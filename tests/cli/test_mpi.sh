@@ -60,12 +60,18 @@ set +e
 "$train" "$dir/a.kvd" "$dir/bad.kvd" --bits 2 --max-iters 2 -o "$dir/bad1" -q 2> "$dir/bad1.err"; r1=$?
 mpi 2 "$train" "$dir/a.kvd" "$dir/bad.kvd" --bits 2 --max-iters 2 -o "$dir/bad2" -q > "$dir/bad2.out" 2> "$dir/bad2.err"; r2=$?
 mpi 3 "$train" --bits 5 "$dir/a.kvd" -o "$dir/bad3" 2> "$dir/bad3.err"; r3=$?
+# inputs of two head sizes: rank 1 reads the second; the same line as one process
+"$py" -c "import sys; sys.path.insert(0, '$helper'); import cli_helper as c; c.write_kvd('$dir/d256.kvd', D=256, H=1, T=384, seed=8)"
+"$train" "$dir/a.kvd" "$dir/d256.kvd" --bits 2 --max-iters 2 -o "$dir/bad4" -q 2> "$dir/bad4.err"; r4=$?
+mpi 2 "$train" "$dir/a.kvd" "$dir/d256.kvd" --bits 2 --max-iters 2 -o "$dir/bad5" -q 2> "$dir/bad5.err"; r5=$?
 set -e
-test $r1 -eq 2; test $r2 -eq 2; test $r3 -eq 1
+test $r1 -eq 2; test $r2 -eq 2; test $r3 -eq 1; test $r4 -eq 2; test $r5 -eq 2
 grep -q "bad.kvd" "$dir/bad2.err"
 grep "^sjkv-train:" "$dir/bad2.err" | cmp - "$dir/bad1.err"
+grep -q "d256.kvd: all inputs must have the same head_dim (128 before, 256 here)" "$dir/bad4.err"
+grep "^sjkv-train:" "$dir/bad5.err" | cmp - "$dir/bad4.err"
 test "$(grep -c "^--bits: 5 not in" "$dir/bad3.err")" -eq 1
-test -z "$(ls -a "$dir" | grep -E '^bad[23]\.(sjcb|bin|h)$|\.tmp-')"
+test -z "$(ls -a "$dir" | grep -E '^bad[2345]\.(sjcb|bin|h)$|\.tmp-')"
 
 # ---- sjkv-replay score -----------------------------------------------------------------------
 printf 'tiny-model v1\n' > "$dir/model.bin"

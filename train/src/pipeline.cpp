@@ -158,8 +158,7 @@ TrainReport train_and_evaluate(const TrainRun& a) {
       for (size_t i = 1; i < n_in; ++i) {
         key = i;
         if (info[i].head_dim != info[0].head_dim)
-          throw FileError(a.inputs[i], "all inputs must have the same head_dim (" + std::to_string(info[0].head_dim) +
-                                           " before, " + std::to_string(info[i].head_dim) + " here)");
+          throw FileError(a.inputs[i], head_dim_mismatch(info[0].head_dim, info[i].head_dim));
       }
     });
     for (size_t i = 0; i < n_in; ++i) prov.inputs.push_back({a.inputs[i], info[i].sha256});

@@ -146,6 +146,11 @@ std::vector<uint8_t> records_in_shard(const std::vector<uint8_t>& held, const Re
   return keep;
 }
 
+std::string head_dim_mismatch(uint32_t before, uint32_t here) {
+  return "all inputs must have the same head_dim (" + std::to_string(before) + " before, " + std::to_string(here) +
+         " here)";
+}
+
 uint64_t capture_records(const Capture& cap, const TargetOptions& opt) {
   const CodecConfig c = target_config(cap.head_dim, opt);
   const uint64_t groups = cap.tokens > c.sink ? (cap.tokens - c.sink) / c.group : 0;
@@ -191,8 +196,7 @@ void append_capture_targets(const Capture& cap, const TargetOptions& opt, const 
   set.heldout_records += n_ho;
   if (set.have_config && (set.seal_config.head_dim != c.head_dim || set.seal_config.bits_k != c.bits_k ||
                           set.seal_config.trellis_axis != c.trellis_axis))
-    throw std::invalid_argument("all inputs must have the same head_dim (" + std::to_string(set.seal_config.head_dim) +
-                                " before, " + std::to_string(c.head_dim) + " here)");
+    throw std::invalid_argument(head_dim_mismatch(set.seal_config.head_dim, c.head_dim));
   set.seal_config = c;
   set.have_config = true;
   const size_t base_rows = set.heldout_k_rows.size();

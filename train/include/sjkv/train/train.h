@@ -87,6 +87,10 @@ RecordRange shard_records(uint64_t n, uint32_t seqs_per_record, int rank, int si
 std::vector<uint8_t> records_in_shard(const std::vector<uint8_t>& held, const RecordRange& train,
                                       const RecordRange& heldout, uint64_t* n_train, uint64_t* n_heldout);
 
+// The inputs of one run share a head size: the error when an input's (`here`) differs from
+// the first one's (`before`).
+std::string head_dim_mismatch(uint32_t before, uint32_t here);
+
 // Appends the targets of every sealed record of `cap` to `set`, split by `split`. Throws
 // std::invalid_argument for a capture the configuration cannot seal or a value the staging
 // cannot hold.
