@@ -8,22 +8,19 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "sjkv/io/paths.h"
+
 namespace sjkv::bin {
 
 InputFile InputFile::open(const std::string& path) {
   InputFile f;
   f.path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw FileError(path, std::string("cannot open: ") + std::strerror(errno));
+  const int fd = open_input_file(path);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int e = errno;
     ::close(fd);
     throw FileError(path, std::string("cannot stat: ") + std::strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw FileError(path, "not a regular file");
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size == 0) {
@@ -53,8 +50,12 @@ InputFile InputFile::hold(std::vector<uint8_t> bytes, const std::string& name) {
 }
 
 std::vector<uint8_t> read_whole(const std::string& path, size_t limit, const char* what) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw FileError(path, std::string("cannot open: ") + std::strerror(errno));
+  const int fd = open_input_file(path);
+  std::FILE* f = ::fdopen(fd, "rb");
+  if (!f) {
+    ::close(fd);
+    throw FileError(path, std::string("cannot open: ") + std::strerror(errno));
+  }
   std::vector<uint8_t> out;
   uint8_t buf[1 << 16];
   size_t n;

@@ -116,7 +116,7 @@ Capture read_capture(const std::string& path) {
 
 bool is_hdf5_file(const std::string& path) {
   static const unsigned char kSig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO must not block
   if (fd < 0) return false;
   struct stat st;
   bool found = false;

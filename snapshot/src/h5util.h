@@ -22,6 +22,7 @@
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/capture_file.h"
 #include "sjkv/io/file_error.h"
+#include "sjkv/io/paths.h"
 #include "sjkv/io/zstd_filter.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -351,17 +352,7 @@ struct Reader {
   [[noreturn]] void fail(const std::string& defect) const { throw FileError(path, defect); }
 
   // Throws unless the path names a regular file this process can open for reading.
-  void check_openable() const {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      const int e = errno;
-      fail(std::string("cannot open: ") + std::strerror(e));
-    }
-    struct stat st;
-    const bool is_dir = ::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
-    ::close(fd);
-    if (is_dir) fail("is a folder, not a file");
-  }
+  void check_openable() const { check_input_file(path); }
 
   // Opens read-only after checking that the file exists and carries an HDF5 signature.
   Hid open_file() const {

@@ -7,13 +7,18 @@
 #include "sjkv/io/file_error.h"
 #include "sjkv/io/kvd.h"
 #include "sjkv/io/llama_state.h"
+#include "sjkv/io/paths.h"
 #include "sjkv/io/state_stream.h"
 
 namespace sjkv {
 
 InputKind sniff_input(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw FileError(path, std::string("cannot open: ") + std::strerror(errno));
+  const int fd = open_input_file(path);
+  std::FILE* f = ::fdopen(fd, "rb");
+  if (!f) {
+    ::close(fd);
+    throw FileError(path, std::string("cannot open: ") + std::strerror(errno));
+  }
   unsigned char b[8] = {0};
   const size_t n = std::fread(b, 1, sizeof b, f);
   std::fclose(f);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "sjkv/io/file_error.h"
+#include "sjkv/io/paths.h"
 
 namespace sjkv {
 namespace {
@@ -108,8 +109,12 @@ std::string sha256_hex(const void* data, size_t n) {
 }
 
 std::string sha256_file_hex(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw FileError(path, std::string("cannot open: ") + std::strerror(errno));
+  const int fd = open_input_file(path);
+  std::FILE* f = ::fdopen(fd, "rb");
+  if (!f) {
+    ::close(fd);
+    throw FileError(path, std::string("cannot open: ") + std::strerror(errno));
+  }
   Sha256 s;
   uint8_t buf[1 << 16];
   size_t n;

@@ -2,6 +2,7 @@
 // from the layouts documented in sjkv/io/kvd.h and snapshot/src/llama_state.cpp, and one
 // must-reject file per named defect. Every file is generated here; nothing binary is committed.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +24,14 @@
 #include "sjkv/fp16.h"
 #include "sjkv/io/kvd.h"
 #include "sjkv/io/llama_state.h"
+#include "sjkv/io/capture_file.h"
+#include "sjkv/io/codebook.h"
+#include "sjkv/io/gguf.h"
+#include "sjkv/io/load.h"
+#include "sjkv/io/sha256.h"
+#include "sjkv/io/snapshot_file.h"
+#include "sjkv/io/state_stream.h"
+#include "sjkv/io/trajectory.h"
 
 namespace sjkv {
 namespace {
@@ -993,6 +1002,32 @@ TEST(LlamaState, RejectsMissingAndDirectory) {
   const std::string dir = p.substr(0, p.size() - 5);
   expect_reject([&] { read_llama_state(dir, opt); }, dir, "not a regular file");
   expect_reject([&] { read_llama_state(p + ".absent", opt); }, p + ".absent", "cannot open");
+}
+
+// A FIFO given as an input is refused at once by every reader (open() of one blocked until a
+// writer came, forever for a FIFO nobody writes).
+TEST(Inputs, FifoRefusedWithoutBlocking) {
+  TempDir tmp;
+  const std::string f = tmp.write("x.bin", {}) + ".fifo";
+  ASSERT_EQ(::mkfifo(f.c_str(), 0600), 0);
+  const std::string why = "is a FIFO, not a regular file";
+  LlamaStateOptions opt;
+  opt.head_dim = 32;
+  expect_reject([&] { (void)sniff_input(f); }, f, why);
+  expect_reject([&] { (void)load_capture_any(f, ImportOptions{}); }, f, why);
+  expect_reject([&] { (void)read_capture(f); }, f, why);
+  expect_reject([&] { (void)read_snapshot(f); }, f, why);
+  expect_reject([&] { (void)read_snapshot_any(f); }, f, why);
+  expect_reject([&] { (void)read_trajectory(f); }, f, why);
+  expect_reject([&] { (void)read_kvd(f); }, f, why);
+  expect_reject([&] { (void)read_llama_state(f, opt); }, f, why);
+  expect_reject([&] { (void)read_state_stream(f, StateImportOptions{}); }, f, why);
+  expect_reject([&] { (void)GgufFile::open(f); }, f, why);
+  expect_reject([&] { (void)sha256_file_hex(f); }, f, why);
+  CodebookFileKind kind;
+  expect_reject([&] { (void)read_codebook_any(f, &kind); }, f, why);
+  EXPECT_FALSE(is_hdf5_file(f));
+  ::unlink(f.c_str());
 }
 
 }  // namespace

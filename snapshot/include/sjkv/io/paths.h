@@ -2,11 +2,17 @@
 // folders checked with stat().
 #pragma once
 
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <string>
+
+#include "sjkv/io/file_error.h"
 
 namespace sjkv {
 
@@ -34,6 +40,28 @@ inline bool is_folder(const std::string& p) {
   struct stat st;
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
+
+// Opens an input for reading, refusing (FileError) what is not a regular file without
+// blocking: open() of a FIFO waits for a writer, hence O_NONBLOCK until fstat() has looked.
+inline int open_input_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw FileError(path, std::string("cannot open: ") + std::strerror(errno));
+  struct stat st;
+  const char* what = nullptr;
+  if (::fstat(fd, &st) != 0) what = "cannot stat";
+  else if (S_ISDIR(st.st_mode)) what = "is a folder, not a regular file";
+  else if (S_ISFIFO(st.st_mode)) what = "is a FIFO, not a regular file";
+  else if (S_ISSOCK(st.st_mode)) what = "is a socket, not a regular file";
+  else if (!S_ISREG(st.st_mode)) what = "is a device, not a regular file";
+  if (what || ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+    ::close(fd);
+    throw FileError(path, what ? what : "cannot read");
+  }
+  return fd;
+}
+
+// open_input_file's check alone, for readers that open the file themselves (HDF5, streams).
+inline void check_input_file(const std::string& path) { ::close(open_input_file(path)); }
 
 // Both paths name the same file, compared through their folders' real paths (the file itself
 // need not exist yet; same_file in atomic_file.h compares existing files by inode).
