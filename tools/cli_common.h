@@ -2,11 +2,15 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <functional>
+#include <iostream>
 #include <new>
 #include <sstream>
 #include <stdexcept>
@@ -84,6 +88,8 @@ inline void check_codec_options(CodecConfig c) {
   const Unsupported u = can_implement(c);
   const char* option = nullptr;
   switch (u) {
+    case Unsupported::group_invalid:
+    case Unsupported::trellis_group: option = "--group"; break;
     case Unsupported::sink_invalid: option = "--sink"; break;
     case Unsupported::tail_not_group_aligned: option = "--tail"; break;
     case Unsupported::tail_max_invalid: option = "--tail / --tail-max"; break;
@@ -96,7 +102,8 @@ inline void check_codec_options(CodecConfig c) {
     default: break;
   }
   if (option)
-    throw UsageError(std::string(option) + ": " + describe(u) + " (sink " + std::to_string(c.sink) + ", tail " +
+    throw UsageError(std::string(option) + ": " + describe(u) + " (group " + std::to_string(c.group) + ", sink " +
+                     std::to_string(c.sink) + ", tail " +
                      std::to_string(c.tail) + ", tail_max " + std::to_string(c.tail_max) + ", bits " +
                      std::to_string(c.bits_k) + "/" + std::to_string(c.bits_v) + ")");
 }
@@ -111,28 +118,27 @@ inline const CLI::Validator& non_negative() {
   return v;
 }
 
-// A message for the terminal: control bytes and bytes that are not UTF-8 (from a damaged
-// file's strings, or a path) are shown as \xNN, and a multi-line text is joined into one line.
+// A message for the terminal, on one line: control bytes (newline, carriage return and tab
+// too, so that a path holding one is shown as it is) and bytes that are not UTF-8 (from a
+// damaged file's strings, or a path) are shown as \xNN. Trailing line ends are dropped.
 inline std::string printable(const std::string& m) {
   std::string o;
+  size_t n = m.size();
+  while (n > 0 && (m[n - 1] == '\n' || m[n - 1] == '\r')) --n;
   const auto* u = reinterpret_cast<const unsigned char*>(m.data());
-  for (size_t i = 0; i < m.size();) {
+  for (size_t i = 0; i < n;) {
     const unsigned char c = u[i];
-    const size_t len = utf8_sequence_at(u, m.size(), i);
-    if (c == '\n' || c == '\r' || c == '\t') {
-      if (!o.empty() && o.back() != ' ') o += ' ';
-    } else if (len == 0 || c < 0x20 || c == 0x7f) {  // control byte, or not UTF-8
+    const size_t len = utf8_sequence_at(u, n, i);
+    if (len == 0 || c < 0x20 || c == 0x7f) {  // control byte, or not UTF-8
       char b[8];
       std::snprintf(b, sizeof b, "\\x%02x", c);
       o += b;
+      ++i;
     } else {
       o.append(m, i, len);
       i += len;
-      continue;
     }
-    ++i;
   }
-  while (!o.empty() && o.back() == ' ') o.pop_back();
   return o;
 }
 
@@ -179,6 +185,36 @@ inline void one_process(const char* subcommand) {
   });
 }
 
+// Called first in main: a closed standard output is held by a read-only /dev/null, so that no
+// file the tool opens becomes fd 1 (a report would land in it) and a report fails with EBADF.
+inline void hold_standard_output() {
+  if (::fcntl(STDOUT_FILENO, F_GETFD) != -1 || errno != EBADF) return;
+  const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0 && fd != STDOUT_FILENO) {
+    ::dup2(fd, STDOUT_FILENO);
+    ::close(fd);
+  }
+}
+
+// A report on standard output that was not all written (a full disk, /dev/full, a closed
+// stdout) fails the command instead of exit 0 with nothing; closing a duplicate reports a
+// write error the file system deferred to close (NFS).
+inline void check_standard_output() {
+  std::cout.flush();
+  errno = 0;
+  bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || !std::cout;
+  int e = errno;
+  if (!failed) {
+    const int d = ::dup(STDOUT_FILENO);
+    if (d >= 0 && ::close(d) != 0) {
+      failed = true;
+      e = errno;
+    }
+  }
+  if (failed)
+    throw FileError("standard output", std::string("cannot write the report: ") + (e ? std::strerror(e) : "write error"));
+}
+
 // Runs a subcommand body and turns exceptions into one line and an exit code. Under MPI a
 // failure every rank agreed on is printed by rank 0 alone; one the other ranks cannot know
 // of ends them all (they may be waiting for this rank).
@@ -186,7 +222,9 @@ inline int guarded(const char* tool, const std::function<int()>& body) {
   const cluster::Comm& comm = cluster::Comm::world();
   cluster::set_classifier(classify);
   try {
-    return body();
+    const int rc = body();
+    check_standard_output();
+    return rc;
   } catch (const cluster::Failed& e) {
     if (*e.what()) std::fprintf(stderr, "%s: %s\n", tool, e.what());
     return e.code();

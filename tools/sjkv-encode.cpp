@@ -72,6 +72,9 @@ CodecConfig config_from(const EncodeArgs& a) {
 
 
 int run_encode(const EncodeArgs& a) {
+  if (a.group > kMaxSnapshotGroup)  // the codec seals larger groups; the snapshot file holds none
+    throw cli::UsageError("--group: " + std::to_string(a.group) + " is above " + std::to_string(kMaxSnapshotGroup) +
+                          ", the largest a snapshot holds");
   check_codec_options(config_from(a));
   std::vector<std::string> inputs = a.codebooks;
   inputs.push_back(a.input);
@@ -480,6 +483,7 @@ void progress_demo(size_t done, size_t total) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cli::hold_standard_output();  // before any file is opened
   CLI::App app{"sjkv-encode: SJ-KVaRN snapshots of captured KV caches (exit codes: 0 ok, 1 usage, 2 bad input, "
                "3 internal error)"};
   app.require_subcommand(1);
@@ -498,7 +502,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"token", "channel"}))->capture_default_str();
   enc->add_option("--staging", ea.staging, "Staging rows: tq6_0, q8_0 or f16")
       ->check(CLI::IsMember(staging_names()))->capture_default_str();
-  enc->add_option("--group", ea.group, "Tokens per sealed record: a multiple of 16 (scalar bodies), 128 for trellis")
+  enc->add_option("--group", ea.group, "Tokens per sealed record: a multiple of 16 in [16, 1024] (scalar bodies), 128 for trellis")
       ->capture_default_str();
   enc->add_option("--sink", ea.sink, "Sink positions kept exact")->capture_default_str();
   enc->add_option("--sink-type", ea.sink_type, "Sink storage: f16 or inherit (staging rows)")

@@ -291,6 +291,7 @@ int run_inspect(const std::string& path, bool json) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cli::hold_standard_output();  // before any file is opened
   cluster::Session mpi(&argc, &argv);  // the ranks of mpirun or srun, when it started us
   if (argc >= 2 && std::strcmp(argv[1], "inspect") == 0) {
     CLI::App app{"sjkv-train inspect: print a codebook file (.sjcb container, raw .bin table or C header) and check "

@@ -22,7 +22,6 @@ namespace sjkv {
 namespace {
 
 constexpr const char* kSnapshotMagic = "sjkv-snapshot";
-constexpr uint32_t kMaxGroup = 1024;
 
 const char* body_name(Body b) { return b == Body::trellis ? "trellis" : "scalar"; }
 const char* balance_name(BalanceMode m) { return m == BalanceMode::best_of ? "best" : "final"; }
@@ -40,7 +39,7 @@ std::string config_defect(const Snapshot& s, const std::string& axis) {
   if (c.head_dim < h5::kMinHeadDim || c.head_dim > h5::kMaxHeadDim)
     return "head_dim = " + u(c.head_dim) + " is outside [32, 1024]";
   if (s.kv_heads < 1 || s.kv_heads > h5::kMaxKvHeads) return "kv_heads = " + u(s.kv_heads) + " is outside [1, 256]";
-  if (c.group < 16 || c.group > kMaxGroup || c.group % 16 != 0)
+  if (c.group < 16 || c.group > kMaxSnapshotGroup || c.group % 16 != 0)
     return "group = " + u(c.group) + " is not a multiple of 16 in [16, 1024]";
   if (c.body != Body::scalar && c.body != Body::trellis && c.body != Body::automatic) return "body: invalid value";
   if (c.balance != BalanceMode::final_scales && c.balance != BalanceMode::best_of) return "balance: invalid value";

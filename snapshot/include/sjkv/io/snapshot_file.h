@@ -10,6 +10,9 @@
 
 namespace sjkv {
 
+// The largest group (tokens per record) a snapshot file holds (FORMAT.md section 3).
+constexpr uint32_t kMaxSnapshotGroup = 1024;
+
 // The trellis tables a snapshot was sealed with, embedded under /codebooks (FORMAT.md 3.1).
 struct EmbeddedCodebooks {
   std::string axis = "token";     // trellis sequence axis: "token" or "channel"
