@@ -20,6 +20,7 @@
 #include "sjkv/io/capture_file.h"
 #include "sjkv/io/paths.h"
 #include "sjkv/replay/arms.h"
+#include "sjkv/replay/engine.h"
 #include "sjkv/replay/model.h"
 #include "sjkv/replay/results.h"
 #include "sjkv/replay/run.h"
@@ -178,6 +179,10 @@ Trajectory do_record(const ModelArgs& ma, const RecordArgs& ra, Loaded& l, const
                      const std::string& out_path, std::vector<std::unique_ptr<AtomicOutput>>* deferred = nullptr,
                      const std::function<void(uint32_t n_ctx)>& fits = {}) {
   check_record_args(ra);
+  if (!ra.capture.empty()) {
+    const std::string why = capture_refusal(l.model->info());
+    if (!why.empty()) throw cli::UsageError("--capture: the model " + l.path + " " + why);
+  }
   const RefEncoding encoding = parse_encoding(ra.encoding);
   const std::unique_ptr<KvArm> ref = arm_or_usage(ra.reference, "--reference", l.device.sealers());
   const std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(l.model->gguf());
@@ -254,9 +259,12 @@ Trajectory do_record(const ModelArgs& ma, const RecordArgs& ra, Loaded& l, const
   return t;
 }
 
-// The arms parse and the baseline is one of them (exit 1), checked before the model loads.
+// The arms parse, the baseline is one of them and the trajectories' names differ (exit 1),
+// checked before the model loads.
 void check_score_args(const ScoreArgs& sa) {
   if (sa.arms.empty()) throw cli::UsageError("--arms needs at least one arm");
+  const std::string clash = trajectory_name_clash(sa.trajectories);
+  if (!clash.empty()) throw cli::UsageError(clash);
   for (const std::string& a : sa.arms) (void)arm_or_usage(a, "--arms");
   const std::string baseline = sa.baseline.empty() ? sa.arms[0] : sa.baseline;
   if (std::find(sa.arms.begin(), sa.arms.end(), baseline) == sa.arms.end())
@@ -414,6 +422,7 @@ void add_score_options(CLI::App* c, ScoreArgs& s, bool arms_required) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cli::hold_standard_output();  // before any file is opened
   cluster::Session mpi(&argc, &argv);  // the ranks of mpirun or srun, when it started us
   CLI::App app{"sjkv-replay: what a KV-cache format costs a real model. record a generation with a reference cache, "
                "replay it with other caches, and report KL(reference || arm) at every generated position "
@@ -447,6 +456,10 @@ int main(int argc, char** argv) {
   cmp->add_option("-o,--output", cmp_out, "CSV to write: history,arm,baseline,statistic,value")->required();
   cmp->add_option("--bootstrap", cmp_s.replicates, "Bootstrap replicates")->check(CLI::Range(100u, 1000000u))->capture_default_str();
   cmp->add_option("--bootstrap-seed", cmp_s.boot_seed, "Bootstrap seed")->check(cli::non_negative())->capture_default_str();
+
+  auto* eng = app.add_subcommand("engine", std::string("Print the engine version (") + kEngineVersion +
+                                               "), which changes whenever the bits of the forward pass or of an arm "
+                                               "can; scripts/study keys its stored scores by it");
 
   auto* sc = app.add_subcommand("score", "Replay trajectories with each arm and write a results folder");
   sc->add_option("trajectories", sc_s.trajectories, "Trajectory files from record or run")->required();
@@ -494,15 +507,15 @@ int main(int argc, char** argv) {
       BootstrapOptions opt;
       opt.replicates = cmp_s.replicates;
       opt.seed = cmp_s.boot_seed;
-      std::string csv;
-      try {
-        csv = study_csv(rows, pairs, opt);
-      } catch (const std::invalid_argument& e) {
-        throw FileError(cmp_pairs.empty() ? cmp_dirs[0] : cmp_pairs, e.what());
-      }
+      const std::string csv = study_csv(rows, pairs, opt);  // its errors name the file at fault
       AtomicOutput out(cmp_out);
       write_file_bytes(out.temp_path(), csv.data(), csv.size(), cmp_out);
       out.commit();
+      return cli::kOk;
+    });
+  if (eng->parsed())
+    return cli::guarded(kTool, [&] {
+      std::printf("%s\n", kEngineVersion);
       return cli::kOk;
     });
   if (tk->parsed())

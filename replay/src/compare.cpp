@@ -7,8 +7,10 @@
 #include <map>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "sjkv/io/file_error.h"
+#include "sjkv/io/paths.h"
 #include "sjkv/io/text.h"
 
 namespace sjkv {
@@ -45,6 +47,16 @@ void stats_lines(std::string& o, const std::string& h, const std::string& arm,
   line(o, h, arm, "", "bits_allocated", s.bits_allocated);
 }
 
+// A defect of the study's inputs, named by the file it is in when the rows came from one.
+[[noreturn]] void refuse(const std::string& source, uint64_t line, const std::string& what) {
+  if (source.empty()) throw std::invalid_argument(what);
+  throw FileError(source, (line ? "line " + std::to_string(line) + ": " : std::string()) + what);
+}
+
+std::string at(const PositionRow& r) {
+  return r.source.empty() ? std::string() : " (" + r.source + (r.line ? " line " + std::to_string(r.line) : "") + ")";
+}
+
 std::vector<ScoreRow> values(const std::map<uint32_t, ScoreRow>& m) {
   std::vector<ScoreRow> v;
   for (const auto& [p, r] : m) v.push_back(r);
@@ -54,6 +66,7 @@ std::vector<ScoreRow> values(const std::map<uint32_t, ScoreRow>& m) {
 }  // namespace
 
 std::vector<PairSpec> read_pairs(const std::string& path) {
+  check_input_file(path);
   std::ifstream in(path);
   if (!in) throw FileError(path, "cannot open");
   std::vector<PairSpec> pairs;
@@ -66,7 +79,7 @@ std::vector<PairSpec> read_pairs(const std::string& path) {
     if (!(ls >> a)) continue;
     if (!(ls >> b) || (ls >> extra))
       throw FileError(path, "line " + std::to_string(n) + ": expected two fields, ARM BASELINE");
-    pairs.push_back({a, b});
+    pairs.push_back({a, b, path, n});
   }
   if (in.bad()) throw FileError(path, "read failed");
   return pairs;
@@ -75,10 +88,19 @@ std::vector<PairSpec> read_pairs(const std::string& path) {
 std::string study_csv(const std::vector<PositionRow>& rows, const std::vector<PairSpec>& pairs,
                       const BootstrapOptions& opt) {
   std::map<std::string, ByHistory> arms;
-  for (const PositionRow& r : rows)
-    if (!arms[r.arm][r.trajectory].emplace(r.position, r.row).second)
-      throw std::invalid_argument("arm " + r.arm + ", history " + r.trajectory + ": position " +
-                                  std::to_string(r.position) + " appears twice");
+  // Where each row came from: a duplicate is the second row's defect, and a mismatch is named
+  // by the positions.csv that holds the arm's rows of that history.
+  std::map<std::tuple<std::string, std::string, uint32_t>, const PositionRow*> first;
+  std::map<std::pair<std::string, std::string>, std::string> file_of;  // (arm, history) -> source
+  for (const PositionRow& r : rows) {
+    const auto [it, fresh] = first.emplace(std::make_tuple(r.arm, r.trajectory, r.position), &r);
+    if (!fresh)
+      refuse(r.source, r.line, "arm " + r.arm + ", history " + r.trajectory + ": position " +
+                                   std::to_string(r.position) + " appears twice" +
+                                   (it->second->source.empty() ? "" : ", first" + at(*it->second)));
+    arms[r.arm][r.trajectory].emplace(r.position, r.row);
+    file_of.emplace(std::make_pair(r.arm, r.trajectory), r.source);
+  }
   std::string o = "history,arm,baseline,statistic,value\n";
   for (const auto& [arm, hist] : arms) {
     std::vector<std::vector<ScoreRow>> all;
@@ -90,27 +112,32 @@ std::string study_csv(const std::vector<PositionRow>& rows, const std::vector<Pa
   }
   for (const PairSpec& p : pairs) {
     const auto ia = arms.find(p.arm), ib = arms.find(p.baseline);
-    if (ia == arms.end()) throw std::invalid_argument("pair " + p.arm + " vs " + p.baseline + ": no rows of " + p.arm);
-    if (ib == arms.end()) throw std::invalid_argument("pair " + p.arm + " vs " + p.baseline + ": no rows of " + p.baseline);
+    const std::string pair = "pair " + p.arm + " vs " + p.baseline;
+    if (ia == arms.end()) refuse(p.source, p.line, pair + ": no rows of " + p.arm);
+    if (ib == arms.end()) refuse(p.source, p.line, pair + ": no rows of " + p.baseline);
     std::vector<std::string> names;
     std::vector<std::vector<double>> a, b;
     for (const auto& [h, ma] : ia->second) {
       const auto jb = ib->second.find(h);
       if (jb == ib->second.end()) continue;
       const auto& mb = jb->second;
-      if (ma.size() != mb.size())
-        throw std::invalid_argument("pair " + p.arm + " vs " + p.baseline + ", history " + h + ": scored at different positions");
+      auto different = [&] {
+        const std::string& fa = file_of[{p.arm, h}];
+        const std::string& fb = file_of[{p.baseline, h}];
+        refuse(fa, 0, pair + ", history " + h + ": scored at different positions" +
+                          (fb.empty() || fb == fa ? "" : " than in " + fb));
+      };
+      if (ma.size() != mb.size()) different();
       a.emplace_back();
       b.emplace_back();
       for (auto x = ma.begin(), y = mb.begin(); x != ma.end(); ++x, ++y) {
-        if (x->first != y->first)
-          throw std::invalid_argument("pair " + p.arm + " vs " + p.baseline + ", history " + h + ": scored at different positions");
+        if (x->first != y->first) different();
         a.back().push_back(x->second.kl);
         b.back().push_back(y->second.kl);
       }
       names.push_back(h);
     }
-    if (names.empty()) throw std::invalid_argument("pair " + p.arm + " vs " + p.baseline + ": no history has both");
+    if (names.empty()) refuse(p.source, p.line, pair + ": no history has both");
     const Comparison c = compare_arms(p.arm, p.baseline, a, b, opt);
     uint64_t won = 0;
     for (size_t t = 0; t < names.size(); ++t) {

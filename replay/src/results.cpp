@@ -15,6 +15,7 @@
 
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/file_error.h"
+#include "sjkv/io/paths.h"
 #include "sjkv/io/text.h"
 
 namespace sjkv {
@@ -235,6 +236,7 @@ std::string shown(const std::string& s) { return s.size() > 32 ? s.substr(0, 32)
 }  // namespace
 
 std::vector<PositionRow> read_positions_csv(const std::string& path) {
+  check_input_file(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw FileError(path, std::string("cannot open: ") + std::strerror(errno));
   std::string line;
@@ -244,6 +246,7 @@ std::vector<PositionRow> read_positions_csv(const std::string& path) {
   std::vector<std::string> f;
   for (uint64_t n = 2; std::getline(in, line); ++n) {
     const std::string at = "line " + std::to_string(n) + ": ";
+    if (in.eof()) throw FileError(path, at + "no line end (the file is cut short)");
     if (!split_csv(line, f) || f.size() != 7) throw FileError(path, at + "not seven comma-separated fields");
     PositionRow r;
     r.trajectory = f[0];
@@ -263,6 +266,8 @@ std::vector<PositionRow> read_positions_csv(const std::string& path) {
     r.row.same_top = f[4] == "1";
     r.row.bits_occupied = occ;
     r.row.bits_allocated = alc;
+    r.source = path;
+    r.line = n;
     rows.push_back(std::move(r));
   }
   if (in.bad()) throw FileError(path, std::string("read failed: ") + std::strerror(errno));

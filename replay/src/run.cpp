@@ -105,6 +105,21 @@ int32_t pick_token(const float* logits, uint32_t n, const TrajectorySettings& s,
   return static_cast<int32_t>(order[keep - 1]);
 }
 
+std::string capture_refusal(const ModelInfo& info) {
+  const LayerShape* first = nullptr;
+  for (const LayerShape& L : info.layers) {
+    if (!L.full_attention) continue;
+    if (!first) first = &L;
+    else if (L.head_dim != first->head_dim || L.n_head_kv != first->n_head_kv)
+      return "has full-attention layers of different shapes (layer " + std::to_string(first->layer) + ": " +
+             std::to_string(first->n_head_kv) + " kv heads x " + std::to_string(first->head_dim) + ", layer " +
+             std::to_string(L.layer) + ": " + std::to_string(L.n_head_kv) + " x " + std::to_string(L.head_dim) +
+             "); a capture holds one shape";
+  }
+  if (!first) return "has no full-attention layer to capture (every layer has a sliding window)";
+  return {};
+}
+
 Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput& in, Capture* capture,
                              const ProgressFn& progress) {
   const TrajectorySettings& s = in.settings;
@@ -132,6 +147,10 @@ Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput
     t.n_embd = E;
   }
 
+  if (capture) {
+    const std::string why = capture_refusal(info);
+    if (!why.empty()) throw std::invalid_argument("capture: the model " + why);
+  }
   std::vector<std::unique_ptr<LayerKv>> kv = make_cache(m, reference, n_ctx, s.ubatch);
   if (capture) {
     *capture = Capture{};
@@ -143,8 +162,6 @@ Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput
       if (capture->layers.empty()) {
         capture->head_dim = L.head_dim;
         capture->kv_heads = L.n_head_kv;
-      } else if (capture->head_dim != L.head_dim || capture->kv_heads != L.n_head_kv) {
-        throw std::invalid_argument("capture: the full-attention layers differ in shape");
       }
       capture->layers.push_back(CaptureLayer{L.layer, {}, {}});
     }

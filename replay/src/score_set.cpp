@@ -20,6 +20,17 @@ void check_score_trajectory(const Trajectory& t, const std::string& path, const 
                               first->settings.reference + "'; score trajectories of one reference together");
 }
 
+std::string trajectory_name_clash(const std::vector<std::string>& paths) {
+  for (size_t i = 0; i < paths.size(); ++i)
+    for (size_t j = 0; j < i; ++j) {
+      if (base_name(paths[i]) != base_name(paths[j])) continue;
+      if (paths[i] == paths[j]) return "trajectory " + paths[i] + " is given twice";
+      return "trajectories " + paths[j] + " and " + paths[i] + " have one name, " + base_name(paths[i]) +
+             ", which names their rows in the results; rename one";
+    }
+  return {};
+}
+
 uint32_t score_ubatch(const ScorePlan& plan, const Trajectory& t) { return plan.ubatch ? plan.ubatch : t.settings.ubatch; }
 
 namespace {
@@ -38,6 +49,8 @@ Results score_set(Model& m, const std::string& model_file, const std::string& mo
   if (set.trajectories.empty() || set.paths.size() != set.trajectories.size())
     throw std::invalid_argument("score_set: one path per trajectory, at least one");
   if (arms.size() != plan.arms.size()) throw std::invalid_argument("score_set: one arm per spec");
+  const std::string clash = trajectory_name_clash(set.paths);
+  if (!clash.empty()) throw std::invalid_argument("score_set: " + clash);
   const std::vector<Trajectory>& trajs = set.trajectories;
   Results res;
   res.model_file = model_file;

@@ -1,8 +1,10 @@
 // Fuzz target: positions.csv read back (read_positions_csv), the input of sjkv-replay compare
 // and of the study. A file that passes must give rows the study table can use: names not
 // empty, KL >= 0 and not NaN, bits finite and >= 0; and study_csv over them refuses only
-// with std::invalid_argument (a position twice).
+// with a FileError naming the file (a position twice), or std::invalid_argument for the pair
+// made here.
 #include <cmath>
+#include <cstdlib>
 
 #include "fuzz_common.h"
 #include "sjkv/io/file_error.h"
@@ -28,7 +30,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::vector<sjkv::replay::PairSpec> pairs;
       if (rows.size() >= 2) pairs.push_back({rows[0].arm, rows[1].arm});
       (void)sjkv::replay::study_csv(rows, pairs, opt);
-    } catch (const std::invalid_argument&) {
+    } catch (const sjkv::FileError& e) {
+      if (e.path() != path) std::abort();  // a row's defect names the file it came from
+    } catch (const std::invalid_argument&) {  // the pair made here, in memory
     }
   } catch (const sjkv::FileError&) {
   }

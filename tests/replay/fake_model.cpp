@@ -29,6 +29,21 @@ class OtherBuildModel : public sjkv_test::TinyModel {
     }
   }
 };
+
+// SJKV_FAKE_ALL_SLIDING=1: every layer has a sliding window (nothing a capture could hold).
+class AllSlidingModel : public sjkv_test::TinyModel {
+ public:
+  explicit AllSlidingModel(uint32_t n_vocab) : TinyModel(n_vocab), info_(TinyModel::info()) {
+    for (LayerShape& l : info_.layers) {
+      l.full_attention = false;
+      l.window = 8;
+    }
+  }
+  const ModelInfo& info() const override { return info_; }
+
+ private:
+  ModelInfo info_;
+};
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions&) {
@@ -38,6 +53,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions&) 
   f.read(head.data(), 10);
   if (head != "tiny-model") throw FileError(path, "not a tiny test model");
   if (const char* e = std::getenv("SJKV_FAKE_OTHER_BUILD"); e && e[0] == '1') return std::make_unique<OtherBuildModel>(4096);
+  if (const char* e = std::getenv("SJKV_FAKE_ALL_SLIDING"); e && e[0] == '1') return std::make_unique<AllSlidingModel>(4096);
   return std::make_unique<sjkv_test::TinyModel>(4096);
 }
 

@@ -211,6 +211,30 @@ TEST(Bootstrap, ZeroBaselineGivesNoRatio) {
 
 // ---- the loops through the tiny model --------------------------------------------------------
 
+// A model whose layers all have a sliding window has nothing to capture: refused by reason
+// before the generation (it failed on the capture's head_dim 0 after it).
+TEST(Replay, CaptureRefusedWithoutAFullAttentionLayer) {
+  struct AllSliding : TinyModel {
+    AllSliding() : TinyModel(4096), info_(TinyModel::info()) {
+      for (LayerShape& l : info_.layers) l.full_attention = false;
+    }
+    const ModelInfo& info() const override { return info_; }
+    ModelInfo info_;
+  } m;
+  EXPECT_EQ(capture_refusal(TinyModel(4096).info()), "");
+  EXPECT_NE(capture_refusal(m.info()).find("no full-attention layer"), std::string::npos);
+  const PlainArm f32(false);
+  Capture cap;
+  size_t steps = 0;
+  try {
+    (void)record_trajectory(m, f32, tiny_input(8), &cap, [&](uint64_t, uint64_t) { ++steps; });
+    ADD_FAILURE() << "captured a model with no full-attention layer";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("no full-attention layer"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(steps, 0u);
+}
+
 TEST(Replay, SameArmReplayIsExactlyZeroAndOthersAreNot) {
   TinyModel m(4096);
   const PlainArm f32(false), f16(true);
@@ -410,6 +434,7 @@ TEST(Results, PositionsCsvDefectsNameTheLine) {
       {"a.h5,3,f16,0.1,1,16,inf\n", "bits"},
       {"\"a.h5,3,f16,0.1,1,16,16\n", "line 2: not seven"},
       {",3,f16,0.1,1,16,16\n", "empty trajectory"},
+      {"a.h5,3,f16,0.1,1,16,16\na.h5,4,f16,0.1,1,16,1", "line 3: no line end"},  // cut inside its last number
   };
   for (const auto& [body, needle] : bad) {
     const std::string p = write_text("bad.csv", std::string(body).rfind("x,y", 0) == 0 ? body : head + body);
@@ -459,8 +484,78 @@ TEST(StudyTable, MatchesTheScoreStatisticsInAnyInputOrder) {
   EXPECT_NE(csv.find("all,f16,f32,histories,3\n"), std::string::npos);
 
   EXPECT_THROW(study_csv(rows, {{"q4_0", "f32"}}, opt), std::invalid_argument);
-  rows.push_back(rows[0]);
-  EXPECT_THROW(study_csv(rows, {}, opt), std::invalid_argument);  // a position twice
+  std::vector<PositionRow> mem = rows;
+  for (PositionRow& r : mem) r.source.clear();
+  mem.push_back(mem[0]);
+  EXPECT_THROW(study_csv(mem, {}, opt), std::invalid_argument);  // a position twice, rows made in memory
+}
+
+// The study table names the file a defect is in: the second file that holds a position, the
+// pairs file of a pair with no rows, the positions.csv of an arm scored at other positions.
+TEST(StudyTable, ErrorsNameTheFileAtFault) {
+  const Results res = two_arm_results(2);
+  const std::string csv = positions_csv(res);
+  const std::string a = write_text("study-a.csv", csv), b = write_text("study-b.csv", csv);
+  std::vector<PositionRow> rows = read_positions_csv(a), rb = read_positions_csv(b);
+  rows.insert(rows.end(), rb.begin(), rb.end());
+  BootstrapOptions opt;
+  opt.replicates = 100;
+  try {
+    study_csv(rows, {}, opt);
+    ADD_FAILURE() << "a position twice accepted";
+  } catch (const FileError& e) {
+    EXPECT_EQ(e.path(), b);
+    EXPECT_NE(e.defect().find("line 2: "), std::string::npos) << e.defect();
+    EXPECT_NE(e.defect().find("appears twice, first (" + a + " line 2)"), std::string::npos) << e.defect();
+  }
+  const std::string pp = write_text("study-pairs.txt", "f16 f32\nf16 q4_0\n");
+  try {
+    study_csv(read_positions_csv(a), read_pairs(pp), opt);
+    ADD_FAILURE() << "a pair with no rows accepted";
+  } catch (const FileError& e) {
+    EXPECT_EQ(e.path(), pp);
+    EXPECT_NE(e.defect().find("line 2: pair f16 vs q4_0: no rows of q4_0"), std::string::npos) << e.defect();
+  }
+  // f16's rows of one history one position short, in their own file
+  std::vector<PositionRow> f32_rows, f16_rows;
+  for (const PositionRow& r : read_positions_csv(a)) (r.arm == "f16" ? f16_rows : f32_rows).push_back(r);
+  f16_rows.pop_back();
+  for (PositionRow& r : f16_rows) r.source = b;
+  f32_rows.insert(f32_rows.end(), f16_rows.begin(), f16_rows.end());
+  try {
+    study_csv(f32_rows, {{"f16", "f32"}}, opt);
+    ADD_FAILURE() << "a pair scored at different positions accepted";
+  } catch (const FileError& e) {
+    EXPECT_EQ(e.path(), b);
+    EXPECT_NE(e.defect().find("scored at different positions than in " + a), std::string::npos) << e.defect();
+  }
+  for (const std::string& p : {a, b, pp}) std::remove(p.c_str());
+}
+
+// Results name a trajectory by its base name: two paths of one name are refused by name.
+TEST(ScoreSet, TrajectoryNamesMustDiffer) {
+  EXPECT_EQ(trajectory_name_clash({"a/t.h5", "b/u.h5", "u2.h5"}), "");
+  EXPECT_NE(trajectory_name_clash({"a/t.h5", "x.h5", "b/t.h5"}).find("trajectories a/t.h5 and b/t.h5 have one name, t.h5"),
+            std::string::npos);
+  EXPECT_NE(trajectory_name_clash({"t.h5", "t.h5"}).find("t.h5 is given twice"), std::string::npos);
+}
+
+// A FIFO is refused at once as an input (open() of one blocks until a writer comes).
+TEST(Results, FifoInputsAreRefusedWithoutBlocking) {
+  const std::string f = temp_path("positions.fifo");
+  std::remove(f.c_str());
+  ASSERT_EQ(::mkfifo(f.c_str(), 0600), 0);
+  for (auto read : {+[](const std::string& p) { (void)read_positions_csv(p); },
+                    +[](const std::string& p) { (void)read_pairs(p); }}) {
+    try {
+      read(f);
+      ADD_FAILURE() << "a FIFO accepted";
+    } catch (const FileError& e) {
+      EXPECT_EQ(e.path(), f);
+      EXPECT_NE(e.defect().find("is a FIFO, not a regular file"), std::string::npos) << e.defect();
+    }
+  }
+  std::remove(f.c_str());
 }
 
 TEST(StudyTable, PairsFile) {

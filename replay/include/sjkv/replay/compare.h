@@ -3,7 +3,9 @@
 // bootstrap CIs over positions and over histories.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sjkv/replay/results.h"
@@ -13,7 +15,12 @@ namespace sjkv {
 namespace replay {
 
 struct PairSpec {
+  PairSpec() = default;
+  PairSpec(std::string a, std::string b, std::string src = {}, uint64_t at = 0)
+      : arm(std::move(a)), baseline(std::move(b)), source(std::move(src)), line(at) {}
   std::string arm, baseline;
+  std::string source;  // the pairs file it was read from (empty when made in memory)
+  uint64_t line = 0;   // and its line there
 };
 
 // A pairs file: one "ARM BASELINE" per line (whitespace between), '#' comments, blank lines.
@@ -28,8 +35,10 @@ std::vector<PairSpec> read_pairs(const std::string& path);
 //    ci_low_histories, ci_high_histories, lower_at, of, histories_won, histories, and the ratio
 //    of each history.
 // Arms and histories in name order, so the bytes do not depend on the order of the inputs.
-// std::invalid_argument when a position appears twice, a pair names an arm with no rows, the
-// two arms of a pair share no history or were scored at different positions.
+// Refused when a position appears twice, a pair names an arm with no rows, the two arms of a
+// pair share no history or were scored at different positions: FileError naming the file the
+// defect is in (the row's or the pair's source: the second of a position, the pairs file, the
+// arm's positions.csv), std::invalid_argument for rows and pairs made in memory.
 std::string study_csv(const std::vector<PositionRow>& rows, const std::vector<PairSpec>& pairs,
                       const BootstrapOptions& opt);
 

@@ -72,10 +72,13 @@ struct PositionRow {
   std::string trajectory, arm;
   uint32_t position = 0;
   ScoreRow row;
+  std::string source;  // the positions.csv it was read from (empty when made in memory)
+  uint64_t line = 0;   // and its line there
 };
 // Reads a positions.csv that positions_csv() wrote: the header, seven fields a line, a finite
-// KL >= 0 (or "inf"), same_top 0 or 1, finite bits >= 0. FileError naming the file and the
-// line on a defect.
+// KL >= 0 (or "inf"), same_top 0 or 1, finite bits >= 0, a line end after the last row (a file
+// cut inside its last number is refused). FileError naming the file and the line on a defect;
+// a FIFO or other non-regular file is refused without blocking.
 std::vector<PositionRow> read_positions_csv(const std::string& path);
 
 }  // namespace replay

@@ -38,8 +38,13 @@ struct RecordInput {
   RefEncoding encoding = RefEncoding::hidden;  // how the reference is kept (FORMAT.md 9.2)
 };
 
+// Why the model's K/V cannot be captured (it has no full-attention layer, or they differ in
+// shape), or empty when they can; a tool asks before any work.
+std::string capture_refusal(const ModelInfo& info);
+
 // Records with `reference`. When `capture` is given, it receives the K/V that the model
-// stores into its full-attention layers (fp16 bit patterns, as the model hands them over).
+// stores into its full-attention layers (fp16 bit patterns, as the model hands them over);
+// std::invalid_argument with capture_refusal's reason, before any work, when it cannot.
 Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput& in, Capture* capture = nullptr,
                              const ProgressFn& progress = {});
 

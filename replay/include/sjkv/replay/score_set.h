@@ -25,6 +25,10 @@ void check_score_trajectory(const Trajectory& t, const std::string& path, const 
                             const std::string& model_sha256, const Trajectory* first = nullptr,
                             const std::string& first_path = {});
 
+// Results name a trajectory by its base name, so two paths with one (or one path given twice)
+// would merge their rows: a message naming both, or empty when every name differs.
+std::string trajectory_name_clash(const std::vector<std::string>& paths);
+
 struct ScoreSet {
   std::vector<std::string> paths;        // one per trajectory: where it was read (results name its base name)
   std::vector<Trajectory> trajectories;  // checked with check_score_trajectory
