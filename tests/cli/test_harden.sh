@@ -284,5 +284,123 @@ else
   skip "no h5py: damaged-string and attribute checks"
 fi
 
+# ---- 9. the second pass (harden-2) ---------------------------------------------------------------
+# record --capture on a model with no full-attention layer: usage, naming the model, before any work
+expect "record --capture, no full-attention layer" 1 env SJKV_FAKE_ALL_SLIDING=1 "$REPLAY" record \
+  --prompt-file prompt.txt --generate 64 -o slide.h5 --capture slide-cap.h5 -q
+one_line "record --capture, no full-attention layer"
+says "record --capture, no full-attention layer" "--capture: the model $SCRATCH/model.bin has no full-attention layer"
+check "record --capture, no full-attention layer: no output" test ! -e slide.h5 -a ! -e slide-cap.h5
+
+# compare: a position twice is the defect of the file that holds the second
+"$REPLAY" record --prompt-file prompt.txt --generate 6 --ubatch 8 -o t6.h5 -q
+"$REPLAY" score t6.h5 --arms f32,f16 --out cmp-a -q >/dev/null
+"$REPLAY" score t6.h5 --arms f32,f16 --out cmp-b -q >/dev/null
+expect "compare, the same rows twice" 2 "$REPLAY" compare cmp-a cmp-b -o cmp.csv
+one_line "compare, the same rows twice"
+says "compare, the same rows twice" "cmp-b/positions.csv: line 2: arm f32, history t6.h5: position"
+says "compare, the same rows twice" "appears twice, first (cmp-a/positions.csv line 2)"
+mkdir -p cmp-c
+{ cat cmp-a/positions.csv; sed -n 3p cmp-a/positions.csv; } > cmp-c/positions.csv
+: > nopairs.txt
+expect "compare, a row twice in one file" 2 "$REPLAY" compare cmp-c --pairs nopairs.txt -o cmp.csv
+says "compare, a row twice in one file" "cmp-c/positions.csv: line 14: arm f32"
+says "compare, a row twice in one file" "first (cmp-c/positions.csv line 3)"
+printf 'f16 q4_0\n' > pairs.txt
+expect "compare, a pair with no rows" 2 "$REPLAY" compare cmp-a --pairs pairs.txt -o cmp.csv
+says "compare, a pair with no rows" "pairs.txt: line 1: pair f16 vs q4_0: no rows of q4_0"
+head -c -2 cmp-a/positions.csv > cmp-c/positions.csv
+expect "compare, positions.csv cut inside its last number" 2 "$REPLAY" compare cmp-c -o cmp.csv
+says "compare, positions.csv cut inside its last number" "cmp-c/positions.csv: line 13: no line end"
+check "compare failures: no output" test ! -e cmp.csv
+
+# encode --group: checked with the codec options (usage, naming it) before the input is read
+for g in 0 1 15 17 1025 4096 4294967295 ""; do
+  expect "encode --group '$g'" 1 "$ENC" encode in.kvd -o grp.h5 -q --group "$g" --tail 0 --tail-max 0
+  says "encode --group '$g'" "--group"
+  check "encode --group '$g': not blamed on the input" bash -c "! grep -qF 'in.kvd' '$ERR'"
+done
+expect "encode --group 64 with a trellis body" 1 "$ENC" encode in.kvd -o grp.h5 -q --bits 3/3 --group 64 --tail 0 --tail-max 0
+says "encode --group 64 with a trellis body" "--group: trellis bodies need group 128"
+expect "encode --group with a missing input" 1 "$ENC" encode missing.kvd -o grp.h5 -q --group 17
+check "encode --group: no output" test ! -e grp.h5
+"$ENC" encode --help > help.txt
+check "encode --help states --group's range" grep -qF "a multiple of 16 in [16, 1024]" help.txt
+
+# a FIFO as an input: refused at once (it blocked in open() before)
+mkfifo in.fifo
+for args in "inspect in.fifo" "inspect snap.h5 --against in.fifo" "encode in.fifo -o f.h5 -q" "decode in.fifo -o f.h5" \
+            "dump in.fifo --layer 0 --region body -o f.bin" "import in.fifo -o f.h5"; do
+  # shellcheck disable=SC2086
+  expect "$args" 2 timeout 20 "$ENC" $args
+  one_line "$args"
+  says "$args" "in.fifo: is a FIFO, not a regular file"
+done
+expect "train on a FIFO" 2 timeout 20 "$TRAIN" in.fifo --bits 2 -o cbf -q
+says "train on a FIFO" "in.fifo: is a FIFO"
+expect "train inspect a FIFO" 2 timeout 20 "$TRAIN" inspect in.fifo
+expect "score a FIFO" 2 timeout 20 "$REPLAY" score in.fifo --arms f32 --out res-fifo -q
+says "score a FIFO" "in.fifo: is a FIFO, not a regular file"
+expect "score with a FIFO as the model" 2 timeout 20 env SJKV_MODEL="$SCRATCH/in.fifo" "$REPLAY" score t6.h5 --arms f32 --out res-fifo -q
+says "score with a FIFO as the model" "in.fifo: is a FIFO"
+mkdir -p fifo-res
+ln -sf "$SCRATCH/in.fifo" fifo-res/positions.csv
+expect "compare a FIFO" 2 timeout 20 "$REPLAY" compare fifo-res -o cmp.csv
+expect "compare --pairs FIFO" 2 timeout 20 "$REPLAY" compare cmp-a --pairs in.fifo -o cmp.csv
+check "FIFO inputs: nothing written" test ! -e f.h5 -a ! -e f.bin -a ! -e res-fifo -a ! -e cmp.csv
+
+# a newline, carriage return or tab in a path: \xNN, not a space
+for c in '\n' '\r' '\t'; do
+  name=$(printf "bad${c}name.h5")
+  hex=$(printf '%s' "$c" | sed 's/\\n/0a/; s/\\r/0d/; s/\\t/09/')
+  expect "a path with \\x$hex" 2 "$ENC" inspect "$name"
+  one_line "a path with \\x$hex"
+  says "a path with \\x$hex" "bad\\x${hex}name.h5: cannot open"
+done
+
+# score: two trajectories of one base name (their rows would merge), or one given twice
+mkdir -p ta tb
+cp t6.h5 ta/t.h5
+cp t6.h5 tb/t.h5
+expect "score a/t.h5 b/t.h5" 1 "$REPLAY" score ta/t.h5 tb/t.h5 --arms f32 --out res-two -q
+one_line "score a/t.h5 b/t.h5"
+says "score a/t.h5 b/t.h5" "trajectories ta/t.h5 and tb/t.h5 have one name, t.h5"
+expect "score t.h5 t.h5" 1 "$REPLAY" score ta/t.h5 ta/t.h5 --arms f32 --out res-two -q
+says "score t.h5 t.h5" "trajectory ta/t.h5 is given twice"
+check "score with one name twice: no output" test ! -e res-two
+
+# a report on standard output that cannot be written: exit 2, one line
+stdout_fails() {  # stdout_fails NAME HOW TOOL ARGS...: HOW is full (/dev/full) or closed
+  local n=$1 how=$2
+  shift 2
+  if [ "$how" = full ]; then "$@" >/dev/full 2>"$ERR"; else "$@" >&- 2>"$ERR"; fi
+  RC=$?
+  if [ "$RC" = 2 ]; then ok "$n: exit 2"; else bad "$n: exit $RC, expected 2"; fi
+  one_line "$n"
+  says "$n" "standard output: cannot write the report"
+}
+CB="$HERE/../../data/codebooks/reference-3bit.bin"
+for how in full closed; do
+  [ "$how" = full ] && [ ! -w /dev/full ] && { skip "/dev/full not writable"; continue; }
+  stdout_fails "inspect >$how" "$how" "$ENC" inspect snap.h5
+  stdout_fails "inspect --json >$how" "$how" "$ENC" inspect snap.h5 --json
+  stdout_fails "plan >$how" "$how" "$ENC" plan --layers 16 --kv-heads 4 --head-dim 256
+  stdout_fails "train inspect --json >$how" "$how" "$TRAIN" inspect --json "$CB"
+  stdout_fails "train inspect >$how" "$how" "$TRAIN" inspect "$CB"
+  stdout_fails "replay engine >$how" "$how" "$REPLAY" engine
+done
+# with stdout closed, no file the tool opens becomes fd 1: the snapshot is not written into
+cp snap.h5 snap-keep.h5
+"$ENC" inspect snap-keep.h5 --json >&- 2>/dev/null
+check "inspect with stdout closed leaves its input alone" cmp -s snap.h5 snap-keep.h5
+
+# the engine version: one line, the one of replay/include/sjkv/replay/engine.h, named in --help
+want=$(sed -n 's/.*kEngineVersion = "\([^"]*\)".*/\1/p' "$HERE/../../replay/include/sjkv/replay/engine.h")
+expect "replay engine" 0 "$REPLAY" engine
+check "replay engine prints kEngineVersion ($want)" test -n "$want" -a "$(cat "$OUT")" = "$want"
+check "replay engine prints one line" test "$(grep -c '' "$OUT")" = 1
+"$REPLAY" --help > help.txt
+check "replay --help names engine" grep -q "^  engine " help.txt
+
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]
