@@ -1,5 +1,5 @@
-// Dequantizers (block layouts from ggml's ggml-common.h, see dequant.h) and the f16-weight
-// matrix products. Written for sjkv; only the layouts and their formulas follow ggml.
+// Dequantizers (block layouts from ggml's ggml-common.h, see dequant.h), portable and AVX2.
+// Written for sjkv; only the layouts and their formulas follow ggml.
 #include "sjkv/replay/dequant.h"
 
 #include <omp.h>
@@ -217,309 +217,235 @@ void dequantize_row(uint32_t type, const void* src, float* dst, size_t n) {
   for (size_t i = 0; i < nb; ++i) f(s + i * bb, dst + i * bv);
 }
 
-// ---- f16-weight products ----------------------------------------------------------------------
-// Order of every output element: 16 lanes (two 8-lane accumulators for k blocks of 16),
-// k in blocks of 16 from the start, then the lanes summed pairwise in a fixed tree, then the
-// k % 16 tail in order. The scalar path follows the same order without FMA.
+// ---- AVX2 dequantizers ------------------------------------------------------------------------
+// Each computes exactly the scalar formula of its type above on eight values at a time
+// (integer codes converted exactly, then the same multiplies and subtractions in the same
+// order; nothing is contracted), so the floats are the scalar ones bit for bit.
 
 namespace {
 
-constexpr size_t kRowBlock = 16;  // rows one thread handles at a time
-constexpr size_t kTokTile = 4;    // tokens sharing one pass over a weight row
-
-// The row-block x token-tile schedule shared by the matrix products: blocks of kRowBlock
-// output rows over the threads, each block walked RowStep rows at a time; every output
-// element is written by exactly one call of dot(row, rows in step, tokens in tile, token
-// pointers, out[rows][tokens]), so results do not depend on the thread count.
-template <size_t RowStep, class Dot>
-void matmul_row_tiles(size_t rows, size_t k, const float* x, size_t n, float* y, size_t ldy, int n_threads,
-                      Dot dot) {
-  static_assert(kRowBlock % RowStep == 0, "a row step must divide the row block");
-  const long n_blocks = static_cast<long>((rows + kRowBlock - 1) / kRowBlock);
-  const int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
-#pragma omp parallel for schedule(static) num_threads(nt) if (rows * k * n > 65536)
-  for (long rb = 0; rb < n_blocks; ++rb) {
-    const size_t r0 = static_cast<size_t>(rb) * kRowBlock;
-    const size_t r1 = std::min(rows, r0 + kRowBlock);
-    for (size_t t0 = 0; t0 < n; t0 += kTokTile) {
-      const size_t nt_ = std::min(kTokTile, n - t0);
-      const float* xs[kTokTile];
-      for (size_t t = 0; t < nt_; ++t) xs[t] = x + (t0 + t) * k;
-      for (size_t r = r0; r < r1; r += RowStep) {
-        const size_t nr = std::min(RowStep, r1 - r);
-        float o[RowStep][kTokTile];
-        dot(r, nr, nt_, xs, o);
-        for (size_t i = 0; i < nr; ++i)
-          for (size_t t = 0; t < nt_; ++t) y[(t0 + t) * ldy + r + i] = o[i][t];
-      }
-    }
-  }
-}
-
-float reduce16(const float* l) {
-  float a[8];
-  for (int i = 0; i < 8; ++i) a[i] = l[i] + l[i + 8];
-  float b[4];
-  for (int i = 0; i < 4; ++i) b[i] = a[i] + a[i + 4];
-  return (b[0] + b[2]) + (b[1] + b[3]);
-}
-
-template <size_t NT>
-void dot_rows_scalar(const uint16_t* w, size_t k, const float* const* x, float* out) {
-  float lanes[NT][16] = {};
-  const size_t k16 = k / 16 * 16;
-  for (size_t i = 0; i < k16; i += 16)
-    for (size_t l = 0; l < 16; ++l) {
-      const float wv = f16_to_f32(w[i + l]);
-      for (size_t t = 0; t < NT; ++t) lanes[t][l] = lanes[t][l] + wv * x[t][i + l];
-    }
-  for (size_t t = 0; t < NT; ++t) {
-    float s = reduce16(lanes[t]);
-    for (size_t i = k16; i < k; ++i) s = s + f16_to_f32(w[i]) * x[t][i];
-    out[t] = s;
-  }
-}
-
+bool cpu_avx2() {
 #if defined(__x86_64__)
-template <size_t NT>
-__attribute__((target("avx2,fma,f16c"))) void dot_rows_avx2(const uint16_t* w, size_t k,
-                                                             const float* const* x, float* out) {
-  __m256 a0[NT], a1[NT];
-  for (size_t t = 0; t < NT; ++t) a0[t] = a1[t] = _mm256_setzero_ps();
-  const size_t k16 = k / 16 * 16;
-  for (size_t i = 0; i < k16; i += 16) {
-    const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
-    const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8)));
-    for (size_t t = 0; t < NT; ++t) {
-      a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[t] + i), a0[t]);
-      a1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[t] + i + 8), a1[t]);
-    }
-  }
-  for (size_t t = 0; t < NT; ++t) {
-    float l[16];
-    _mm256_storeu_ps(l, a0[t]);
-    _mm256_storeu_ps(l + 8, a1[t]);
-    float s = reduce16(l);
-    for (size_t i = k16; i < k; ++i) s = s + f16_to_f32(w[i]) * x[t][i];
-    out[t] = s;
-  }
-}
-
-// AVX-512: one 16-lane accumulator per output holds exactly the lanes of the AVX2 pair (k % 16
-// in 0..7 and 8..15), each updated by the same fused multiply-adds in the same order, so the
-// results equal the AVX2 path's bit for bit; tiles of NR rows x NT tokens reuse every load.
-template <size_t NR, size_t NT>
-__attribute__((target("avx512f,fma,f16c"))) void dot_tile_avx512(const uint16_t* w, size_t k,
-                                                                 const float* const* x, float (*out)[4]) {
-  __m512 acc[NR][NT];
-  for (size_t r = 0; r < NR; ++r)
-    for (size_t t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
-  const size_t k16 = k / 16 * 16;
-  for (size_t i = 0; i < k16; i += 16) {
-    __m512 wv[NR];
-    for (size_t r = 0; r < NR; ++r)
-      // The masked form: GCC 12 warns on the plain one's undefined pass-through operand.
-      wv[r] = _mm512_mask_cvtph_ps(_mm512_setzero_ps(), 0xFFFF,
-                                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * k + i)));
-    for (size_t t = 0; t < NT; ++t) {
-      const __m512 xv = _mm512_loadu_ps(x[t] + i);
-      for (size_t r = 0; r < NR; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
-    }
-  }
-  for (size_t r = 0; r < NR; ++r)
-    for (size_t t = 0; t < NT; ++t) {
-      float l[16];
-      _mm512_storeu_ps(l, acc[r][t]);
-      float s = reduce16(l);
-      for (size_t i = k16; i < k; ++i) s = s + f16_to_f32(w[r * k + i]) * x[t][i];
-      out[r][t] = s;
-    }
-}
-
-template <size_t NR>
-void dot_tile_avx512_nt(size_t nt, const uint16_t* w, size_t k, const float* const* x, float (*out)[4]) {
-  switch (nt) {
-    case 4: return dot_tile_avx512<NR, 4>(w, k, x, out);
-    case 3: return dot_tile_avx512<NR, 3>(w, k, x, out);
-    case 2: return dot_tile_avx512<NR, 2>(w, k, x, out);
-    default: return dot_tile_avx512<NR, 1>(w, k, x, out);
-  }
-}
-
-// F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports has no "f16c".
-bool cpu_has_f16c() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
-}
-
-bool cpu_has_avx512() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") && cpu_has_f16c();
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+    return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
   return ok;
-}
-
-bool cpu_has_avx2() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
-  return ok;
-}
-#endif
-
-template <size_t NT>
-void dot_rows(bool simd, const uint16_t* w, size_t k, const float* const* x, float* out) {
-#if defined(__x86_64__)
-  if (simd) return dot_rows_avx2<NT>(w, k, x, out);
-#endif
-  (void)simd;
-  dot_rows_scalar<NT>(w, k, x, out);
-}
-
-
-// Q8_0 rows used in place (the tied output matrix): per block, the 32 products summed as
-// 8 lanes (q[0:8]*x, then q[8:16], q[16:24], q[24:32] added in), scaled by d into the 8-lane
-// accumulator; the lanes summed in a fixed tree at the end.
-float reduce8(const float* l) {
-  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-}
-
-template <size_t NT>
-void dot_q8_scalar(const uint8_t* w, size_t k, const float* const* x, float* out) {
-  float acc[NT][8] = {};
-  for (size_t b = 0; b < k / 32; ++b) {
-    const uint8_t* blk = w + b * 34;
-    const float d = h2f(blk);
-    const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
-    for (size_t t = 0; t < NT; ++t) {
-      const float* xb = x[t] + b * 32;
-      for (size_t l = 0; l < 8; ++l) {
-        float p = static_cast<float>(q[l]) * xb[l];
-        for (size_t g = 1; g < 4; ++g) p = p + static_cast<float>(q[8 * g + l]) * xb[8 * g + l];
-        acc[t][l] = acc[t][l] + d * p;
-      }
-    }
-  }
-  for (size_t t = 0; t < NT; ++t) out[t] = reduce8(acc[t]);
-}
-
-#if defined(__x86_64__)
-template <size_t NT>
-__attribute__((target("avx2,fma,f16c"))) void dot_q8_avx2(const uint8_t* w, size_t k, const float* const* x,
-                                                          float* out) {
-  __m256 acc[NT];
-  for (size_t t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-  for (size_t b = 0; b < k / 32; ++b) {
-    const uint8_t* blk = w + b * 34;
-    const __m256 d = _mm256_set1_ps(h2f(blk));
-    const __m128i* q = reinterpret_cast<const __m128i*>(blk + 2);
-    const __m128i lo = _mm_loadu_si128(q), hi = _mm_loadu_si128(q + 1);
-    const __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
-    const __m256 q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
-    const __m256 q2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
-    const __m256 q3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
-    for (size_t t = 0; t < NT; ++t) {
-      const float* xb = x[t] + b * 32;
-      __m256 p = _mm256_mul_ps(q0, _mm256_loadu_ps(xb));
-      p = _mm256_fmadd_ps(q1, _mm256_loadu_ps(xb + 8), p);
-      p = _mm256_fmadd_ps(q2, _mm256_loadu_ps(xb + 16), p);
-      p = _mm256_fmadd_ps(q3, _mm256_loadu_ps(xb + 24), p);
-      acc[t] = _mm256_fmadd_ps(d, p, acc[t]);
-    }
-  }
-  for (size_t t = 0; t < NT; ++t) {
-    float l[8];
-    _mm256_storeu_ps(l, acc[t]);
-    out[t] = reduce8(l);
-  }
-}
-#endif
-
-template <size_t NT>
-void dot_q8(bool simd, const uint8_t* w, size_t k, const float* const* x, float* out) {
-#if defined(__x86_64__)
-  if (simd) return dot_q8_avx2<NT>(w, k, x, out);
-#endif
-  (void)simd;
-  dot_q8_scalar<NT>(w, k, x, out);
-}
-
-}  // namespace
-
-bool matmul_f16_simd() {
-#if defined(__x86_64__)
-  return cpu_has_avx2();
 #else
   return false;
 #endif
 }
 
-MatmulIsa matmul_f16_best() {
 #if defined(__x86_64__)
-  if (cpu_has_avx2()) return cpu_has_avx512() ? MatmulIsa::avx512 : MatmulIsa::avx2;
+#define SJKV_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// Eight unsigned bytes (the low 8 of v) to eight floats.
+SJKV_AVX2 inline __m256 u8x8_f(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+// 32 byte codes minus `off` to 32 floats times d (the legacy types' (q - off) * d).
+SJKV_AVX2 inline void codes32_mul(__m256i q, int off, float d, float* y) {
+  const __m256 dv = _mm256_set1_ps(d);
+  const __m256i o = _mm256_set1_epi32(off);
+  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+  for (int i = 0; i < 4; ++i) {
+    const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(parts[i]), o));
+    _mm256_storeu_ps(y + 8 * i, _mm256_mul_ps(f, dv));
+  }
+}
+// 32 byte codes to 32 floats as q * d + m (Q4_1, Q5_1).
+SJKV_AVX2 inline void codes32_mul_add(__m256i q, float d, float m, float* y) {
+  const __m256 dv = _mm256_set1_ps(d), mv = _mm256_set1_ps(m);
+  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+  for (int i = 0; i < 4; ++i) _mm256_storeu_ps(y + 8 * i, _mm256_add_ps(_mm256_mul_ps(u8x8_f(parts[i]), dv), mv));
+}
+// The 16 bytes of qs as 32 nibble codes in value order: low nibbles (values 0-15), then high.
+SJKV_AVX2 inline __m256i nibbles32(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+}
+// Q5's fifth bits: bit j of qh, as 0x10 in byte j, for j in 0..31.
+SJKV_AVX2 inline __m256i fifth_bits32(uint32_t qh) {
+  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0);
+  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), shuf);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+SJKV_AVX2 void rows_q4_0(const uint8_t* b, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i, b += 18, y += 32) codes32_mul(nibbles32(b + 2), 8, h2f(b), y);
+}
+SJKV_AVX2 void rows_q4_1(const uint8_t* b, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i, b += 20, y += 32) codes32_mul_add(nibbles32(b + 4), h2f(b), h2f(b + 2), y);
+}
+SJKV_AVX2 void rows_q5_0(const uint8_t* b, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i, b += 22, y += 32)
+    codes32_mul(_mm256_or_si256(nibbles32(b + 6), fifth_bits32(le32(b + 2))), 16, h2f(b), y);
+}
+SJKV_AVX2 void rows_q5_1(const uint8_t* b, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i, b += 24, y += 32)
+    codes32_mul_add(_mm256_or_si256(nibbles32(b + 8), fifth_bits32(le32(b + 4))), h2f(b), h2f(b + 2), y);
+}
+SJKV_AVX2 void rows_q8_0(const uint8_t* b, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i, b += 34, y += 32) {
+    const __m256 d = _mm256_set1_ps(h2f(b));
+    for (int j = 0; j < 4; ++j) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * j));
+      _mm256_storeu_ps(y + 8 * j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+    }
+  }
+}
+// 32 unsigned byte codes q to d * q - m.
+SJKV_AVX2 inline void codes32_k(__m256i q, float d, float m, float* y) {
+  const __m256 dv = _mm256_set1_ps(d), mv = _mm256_set1_ps(m);
+  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+  for (int i = 0; i < 4; ++i) _mm256_storeu_ps(y + 8 * i, _mm256_sub_ps(_mm256_mul_ps(dv, u8x8_f(parts[i])), mv));
+}
+SJKV_AVX2 void rows_q4_k(const uint8_t* b, float* y, size_t nb) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (size_t i = 0; i < nb; ++i, b += 144, y += 256) {
+    const float d = h2f(b), dmin = h2f(b + 2);
+    for (uint32_t j = 0; j < 4; ++j) {
+      uint32_t sc0, m0, sc1, m1;
+      scale_min_k4(2 * j, b + 4, sc0, m0);
+      scale_min_k4(2 * j + 1, b + 4, sc1, m1);
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * j));
+      codes32_k(_mm256_and_si256(q, m4), d * static_cast<float>(sc0), dmin * static_cast<float>(m0), y + 64 * j);
+      codes32_k(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), d * static_cast<float>(sc1), dmin * static_cast<float>(m1),
+                y + 64 * j + 32);
+    }
+  }
+}
+// 32 six-bit codes (bytes) minus 32, times (d * s[0]) for the first 16 and (d * s[1]) for the rest.
+SJKV_AVX2 inline void codes32_q6(__m256i q, float d, const int8_t* s, float* y) {
+  const __m256i o = _mm256_set1_epi32(32);
+  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+  for (int i = 0; i < 4; ++i) {
+    const __m256 sc = _mm256_set1_ps(d * static_cast<float>(s[i / 2]));
+    const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(parts[i]), o));
+    _mm256_storeu_ps(y + 8 * i, _mm256_mul_ps(sc, f));
+  }
+}
+SJKV_AVX2 void rows_q6_k(const uint8_t* b, float* y, size_t nb) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  for (size_t i = 0; i < nb; ++i, b += 210, y += 256) {
+    const float d = h2f(b + 208);
+    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+    for (uint32_t half = 0; half < 2; ++half) {
+      const uint8_t* l6 = b + 64 * half;
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(l6));
+      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(l6 + 32));
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * half));
+      const __m256i q1 = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
+      const __m256i q2 = _mm256_or_si256(_mm256_and_si256(c, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
+      const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_and_si256(h, m30));
+      const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4),
+                                         _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
+      const int8_t* s = sc + 8 * half;
+      float* o = y + 128 * half;
+      codes32_q6(q1, d, s, o);
+      codes32_q6(q2, d, s + 2, o + 32);
+      codes32_q6(q3, d, s + 4, o + 64);
+      codes32_q6(q4, d, s + 6, o + 96);
+    }
+  }
+}
+SJKV_AVX2 void rows_f16(const uint8_t* s, float* y, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 * i))));
+  for (; i < n; ++i) y[i] = h2f(s + 2 * i);
+}
+SJKV_AVX2 void rows_bf16(const uint8_t* s, float* y, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 * i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm256_slli_epi32(v, 16));
+  }
+  for (; i < n; ++i) {
+    const uint32_t u = (static_cast<uint32_t>(s[2 * i]) | (static_cast<uint32_t>(s[2 * i + 1]) << 8)) << 16;
+    std::memcpy(y + i, &u, 4);
+  }
+}
+#undef SJKV_AVX2
 #endif
-  return MatmulIsa::scalar;
+
+bool h_finite(const uint8_t* p) { return (static_cast<uint16_t>(p[0] | (p[1] << 8)) & 0x7c00u) != 0x7c00u; }
+
+}  // namespace
+
+bool dequant_simd() { return cpu_avx2(); }
+
+void dequantize_row_fast(uint32_t type, const void* src, float* dst, size_t n) {
+  dequantize_row_with(cpu_avx2(), type, src, dst, n);
 }
 
-void matmul_f16(const uint16_t* w, size_t rows, size_t k, const float* x, size_t n, float* y,
-                size_t ldy, int n_threads) {
-  matmul_f16_with(matmul_f16_best(), w, rows, k, x, n, y, ldy, n_threads);
-}
-
-void matmul_f16_with(MatmulIsa isa, const uint16_t* w, size_t rows, size_t k, const float* x, size_t n,
-                     float* y, size_t ldy, int n_threads) {
-  if (static_cast<int>(isa) > static_cast<int>(matmul_f16_best()))
-    throw std::invalid_argument("matmul_f16_with: instruction set not available on this machine");
-  const bool simd = isa != MatmulIsa::scalar;
+void dequantize_row_with(bool simd, uint32_t type, const void* src, float* dst, size_t n) {
 #if defined(__x86_64__)
-  if (isa == MatmulIsa::avx512) {
-    matmul_row_tiles<4>(rows, k, x, n, y, ldy, n_threads,
-                        [&](size_t r, size_t nr, size_t nt_, const float* const* xs, float (*o)[kTokTile]) {
-                          const uint16_t* wr = w + r * k;
-                          switch (nr) {
-                            case 4: dot_tile_avx512_nt<4>(nt_, wr, k, xs, o); break;
-                            case 3: dot_tile_avx512_nt<3>(nt_, wr, k, xs, o); break;
-                            case 2: dot_tile_avx512_nt<2>(nt_, wr, k, xs, o); break;
-                            default: dot_tile_avx512_nt<1>(nt_, wr, k, xs, o); break;
-                          }
-                        });
-    return;
+  if (simd && cpu_avx2()) {
+    const uint32_t bv = dequant_block_values(type);
+    if (bv != 0 && n % bv == 0) {
+      const uint8_t* s = static_cast<const uint8_t*>(src);
+      const size_t nb = n / bv;
+      switch (type) {
+        case kGgmlQ4_0: return rows_q4_0(s, dst, nb);
+        case kGgmlQ4_1: return rows_q4_1(s, dst, nb);
+        case kGgmlQ5_0: return rows_q5_0(s, dst, nb);
+        case kGgmlQ5_1: return rows_q5_1(s, dst, nb);
+        case kGgmlQ8_0: return rows_q8_0(s, dst, nb);
+        case kGgmlQ4_K: return rows_q4_k(s, dst, nb);
+        case kGgmlQ6_K: return rows_q6_k(s, dst, nb);
+        case kGgmlF16: return rows_f16(s, dst, n);
+        case kGgmlBF16: return rows_bf16(s, dst, n);
+        default: break;
+      }
+    }
   }
 #endif
-  matmul_row_tiles<1>(rows, k, x, n, y, ldy, n_threads,
-                      [&](size_t r, size_t, size_t nt_, const float* const* xs, float (*o)[kTokTile]) {
-                        const uint16_t* wr = w + r * k;
-                        switch (nt_) {
-                          case 4: dot_rows<4>(simd, wr, k, xs, o[0]); break;
-                          case 3: dot_rows<3>(simd, wr, k, xs, o[0]); break;
-                          case 2: dot_rows<2>(simd, wr, k, xs, o[0]); break;
-                          default: dot_rows<1>(simd, wr, k, xs, o[0]); break;
-                        }
-                      });
+  (void)simd;
+  dequantize_row(type, src, dst, n);
 }
 
-void matmul_q8_0(const uint8_t* w, size_t rows, size_t k, const float* x, size_t n, float* y,
-                 size_t ldy, int n_threads) {
-  if (k % 32 != 0) throw std::invalid_argument("matmul_q8_0: row length is not a multiple of 32");
-  const bool simd = matmul_f16_simd();
-  const size_t row_bytes = k / 32 * 34;
-  matmul_row_tiles<1>(rows, k, x, n, y, ldy, n_threads,
-                      [&](size_t r, size_t, size_t nt_, const float* const* xs, float (*o)[kTokTile]) {
-                        const uint8_t* wr = w + r * row_bytes;
-                        switch (nt_) {
-                          case 4: dot_q8<4>(simd, wr, k, xs, o[0]); break;
-                          case 3: dot_q8<3>(simd, wr, k, xs, o[0]); break;
-                          case 2: dot_q8<2>(simd, wr, k, xs, o[0]); break;
-                          default: dot_q8<1>(simd, wr, k, xs, o[0]); break;
-                        }
-                      });
-}
-
-void matmul_f16_reference(const uint16_t* w, size_t rows, size_t k, const float* x, size_t n,
-                          float* y, size_t ldy) {
-  for (size_t t = 0; t < n; ++t)
-    for (size_t r = 0; r < rows; ++r) {
-      double s = 0.0;
-      for (size_t i = 0; i < k; ++i)
-        s += static_cast<double>(f16_to_f32(w[r * k + i])) * static_cast<double>(x[t * k + i]);
-      y[t * ldy + r] = static_cast<float>(s);
-    }
+bool dequant_finite(uint32_t type, const void* src, size_t n) {
+  const uint32_t bv = dequant_block_values(type), bb = dequant_block_bytes(type);
+  if (bv == 0 || n % bv != 0) throw std::invalid_argument("dequant_finite: unsupported type or partial block");
+  const uint8_t* s = static_cast<const uint8_t*>(src);
+  const size_t nb = n / bv;
+  switch (type) {
+    case kGgmlF32:
+      for (size_t i = 0; i < n; ++i) {
+        float x;
+        std::memcpy(&x, s + 4 * i, 4);
+        if (!std::isfinite(x)) return false;
+      }
+      return true;
+    case kGgmlF16:
+      for (size_t i = 0; i < n; ++i)
+        if (!h_finite(s + 2 * i)) return false;
+      return true;
+    case kGgmlBF16:
+      for (size_t i = 0; i < n; ++i)
+        if ((s[2 * i + 1] & 0x7f) == 0x7f && (s[2 * i] & 0x80)) return false;  // exponent all ones
+      return true;
+    default: break;
+  }
+  // Offsets of the f16 scales in each block.
+  uint32_t off[2] = {0, 0};
+  int count = 1;
+  switch (type) {
+    case kGgmlQ4_1: case kGgmlQ5_1: case kGgmlQ4_K: case kGgmlQ5_K: off[1] = 2; count = 2; break;
+    case kGgmlQ6_K: off[0] = 208; break;
+    default: break;
+  }
+  for (size_t i = 0; i < nb; ++i)
+    for (int c = 0; c < count; ++c)
+      if (!h_finite(s + i * bb + off[c])) return false;
+  return true;
 }
 
 }  // namespace replay

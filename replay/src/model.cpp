@@ -8,9 +8,9 @@
 // The converter stores Gemma's norm weights with the +1 already added, so they multiply as is.
 // Llama: RMSNorm, SwiGLU, RoPE on adjacent pairs, GQA, optional biases and rope_freqs.
 //
-// Weights: every layer matrix is dequantized once at load into an f16 copy (matmul_f16); the
-// output matrix too unless it is Q8_0, which is used in place (matmul_q8_0); norms in f32;
-// embedding rows are dequantized from the mapped file on lookup.
+// Weights: every matrix stays in the mapped file as the GGUF stores it and is dequantized a
+// panel at a time inside the products (gemm.h), so the products use the file's exact values
+// and the weights take the file's size; norms in f32; embedding rows are dequantized on lookup.
 #include <omp.h>
 #include <sys/stat.h>
 
@@ -24,6 +24,7 @@
 #include "sjkv/fp16.h"
 #include "sjkv/io/paths.h"
 #include "sjkv/replay/dequant.h"
+#include "sjkv/replay/gemm.h"
 #include "sjkv/replay/model.h"
 
 namespace sjkv {
@@ -32,10 +33,7 @@ namespace {
 
 enum class Arch { gemma3, llama };
 
-struct Mat {
-  std::vector<uint16_t> w;  // [rows][cols] f16 bits
-  uint32_t rows = 0, cols = 0;
-};
+using Mat = WeightMatrix;  // [rows][cols] in the mapping
 
 struct RopeConfig {
   double base = 10000.0;
@@ -96,9 +94,7 @@ class GgufModel final : public Model {
               float* logits, bool all_logits);
   int threads() const { return opt_.n_threads > 0 ? opt_.n_threads : omp_get_max_threads(); }
   void rms_norm(const float* x, float* y, uint32_t rows, uint32_t dim, const std::vector<float>& w) const;
-  void matmul(const Mat& m, const float* x, uint32_t n, float* y) const {
-    matmul_f16(m.w.data(), m.rows, m.cols, x, n, y, m.rows, opt_.n_threads);
-  }
+  void matmul(const Mat& m, const float* x, uint32_t n, float* y) const { gemm(m, x, n, y, m.rows, opt_.n_threads); }
 
   GgufFile f_;
   LoadOptions opt_;
@@ -114,8 +110,7 @@ class GgufModel final : public Model {
   const GgufTensorInfo* tok_embd_ = nullptr;
   size_t embd_row_bytes_ = 0;
   std::vector<float> out_norm_;
-  Mat output_;                         // f16 copy, unless the matrix is Q8_0:
-  const uint8_t* output_q8_ = nullptr;  // then its rows in the mapping
+  Mat output_;  // output.weight, or the tied token embedding
   std::vector<Layer> layers_;
   mutable size_t weight_bytes_ = 0;
 };
@@ -151,34 +146,16 @@ std::vector<float> GgufModel::load_vec(const GgufTensorInfo& t) const {
 }
 
 Mat GgufModel::load_mat(const GgufTensorInfo& t) {
-  Mat m;
-  m.cols = static_cast<uint32_t>(t.dims[0]);
-  m.rows = static_cast<uint32_t>(t.dims[1]);
-  m.w.resize(static_cast<size_t>(m.rows) * m.cols);
   const uint8_t* base = f_.tensor_data(t);
-  const size_t row_bytes = t.n_bytes / m.rows;
-  int bad = 0;  // 1: non-finite, 2: outside the f16 range
-#pragma omp parallel num_threads(threads())
-  {
-    std::vector<float> buf(m.cols);
-    int my_bad = 0;
-#pragma omp for schedule(static)
-    for (long r = 0; r < static_cast<long>(m.rows); ++r) {
-      dequantize_row(t.type, base + static_cast<size_t>(r) * row_bytes, buf.data(), m.cols);
-      uint16_t* o = m.w.data() + static_cast<size_t>(r) * m.cols;
-      for (uint32_t c = 0; c < m.cols; ++c) {
-        const float x = buf[c];
-        if (!std::isfinite(x)) my_bad |= 1;
-        else if (std::fabs(x) >= 65504.0f) my_bad |= 2;
-        o[c] = f32_to_f16(x);
-      }
-    }
-#pragma omp atomic
-    bad |= my_bad;
-  }
-  if (bad & 1) fail("tensor '" + t.name + "' holds a non-finite value");
-  if (bad & 2) fail("tensor '" + t.name + "' holds a value outside the f16 range of the weight copies");
-  weight_bytes_ += m.w.size() * 2;
+  const Mat m = WeightMatrix::of(t.type, t.dims[1], t.dims[0], base);
+  if (m.bytes() != t.n_bytes) fail("tensor '" + t.name + "' has " + std::to_string(t.n_bytes) + " bytes, expected " + std::to_string(m.bytes()));
+  // Checked once here so that no product meets a non-finite weight; rows in parallel.
+  int bad = 0;
+#pragma omp parallel for schedule(static) num_threads(threads()) reduction(| : bad)
+  for (long r = 0; r < static_cast<long>(m.rows); ++r)
+    if (!dequant_finite(t.type, base + static_cast<size_t>(r) * m.row_bytes, m.cols)) bad = 1;
+  if (bad) fail("tensor '" + t.name + "' holds a non-finite value");
+  weight_bytes_ += m.bytes();
   return m;
 }
 
@@ -266,17 +243,12 @@ void GgufModel::load() {
 
   out_norm_ = vec("output_norm.weight", n_embd);
   const GgufTensorInfo* out = optional("output.weight", {n_embd, V});
-  const GgufTensorInfo& out_t = out ? *out : *tok_embd_;
-  if (out_t.type == kGgmlQ8_0) {
-    // Used in place: half the bytes of an f16 copy, and decode reads this matrix whole.
-    output_q8_ = f_.tensor_data(out_t);
-    if (out) weight_bytes_ += out->n_bytes;
-    for (uint64_t b = 0; b < out_t.n_bytes / 34; ++b) {  // the block scales must be finite
-      const uint16_t d = static_cast<uint16_t>(output_q8_[34 * b] | (output_q8_[34 * b + 1] << 8));
-      if ((d & 0x7c00u) == 0x7c00u) fail("tensor '" + out_t.name + "' holds a non-finite block scale");
-    }
-  } else {
-    output_ = load_mat(out_t);
+  if (out) {
+    output_ = load_mat(*out);
+  } else {  // tied: the embedding, already counted in weight_bytes_
+    const size_t counted = weight_bytes_;
+    output_ = load_mat(*tok_embd_);
+    weight_bytes_ = counted;
   }
 
   layers_.resize(n_layer);
@@ -511,10 +483,8 @@ void GgufModel::ubatch(const Span& sp, uint32_t m, uint32_t pos, std::vector<std
 }
 
 void GgufModel::project(const float* hidden, uint32_t rows, float* logits) const {
-  const uint32_t V = info_.n_vocab, E = info_.n_embd;
-  if (output_q8_)
-    matmul_q8_0(output_q8_, V, E, hidden, rows, logits, V, opt_.n_threads);
-  else matmul_f16(output_.w.data(), V, E, hidden, rows, logits, V, opt_.n_threads);
+  const uint32_t V = info_.n_vocab;
+  gemm(output_, hidden, rows, logits, V, opt_.n_threads);
   if (softcap_ > 0.0f) {
     const size_t total = size_t(rows) * V;
     for (size_t i = 0; i < total; ++i) logits[i] = softcap_ * std::tanh(logits[i] / softcap_);

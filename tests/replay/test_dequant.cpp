@@ -247,108 +247,78 @@ TEST(Dequant, RejectsUnknownTypesAndPartialBlocks) {
   EXPECT_THROW(dequantize_row(kGgmlQ6_K, b.data(), o.data(), 128), std::invalid_argument);
 }
 
-TEST(MatmulF16, MatchesScalarReference) {
-  std::mt19937 rng(11);
+// Random blocks of every type with finite scales: the AVX2 dequantizers give the portable
+// floats bit for bit, and dequant_finite sees a non-finite scale wherever it is.
+std::vector<uint8_t> random_blocks(uint32_t type, size_t n, std::mt19937& rng) {
+  const size_t bytes = n / dequant_block_values(type) * dequant_block_bytes(type);
+  std::vector<uint8_t> b(bytes);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& e : b) e = static_cast<uint8_t>(byte(rng));
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (size_t k : {size_t(7), size_t(64), size_t(333), size_t(640)}) {
-    const size_t rows = 37, n = 6;
-    std::vector<uint16_t> w(rows * k);
-    std::vector<float> x(n * k);
-    for (auto& e : w) e = f32_to_f16(nd(rng) * 0.05f);
-    for (auto& e : x) e = nd(rng);
-    std::vector<float> r(n * (rows + 3), -7.0f);
-    matmul_f16_reference(w.data(), rows, k, x.data(), n, r.data(), rows + 3);
-    for (int isa = 0; isa <= static_cast<int>(matmul_f16_best()); ++isa) {
-    std::vector<float> y(n * (rows + 3), -7.0f);
-    matmul_f16_with(static_cast<MatmulIsa>(isa), w.data(), rows, k, x.data(), n, y.data(), rows + 3);
-    double norm = 0.0;
-    for (size_t t = 0; t < n; ++t) {
-      for (size_t i = 0; i < rows; ++i) {
-        const float a = y[t * (rows + 3) + i], e = r[t * (rows + 3) + i];
-        norm += std::fabs(e);
-        // f32 accumulation over k terms against a double reference.
-        EXPECT_NEAR(a, e, 1e-6 * k + 1e-5 * std::fabs(e)) << "isa " << isa << " k " << k << " " << t << " " << i;
+  const size_t bb = dequant_block_bytes(type), nb = bytes / bb;
+  auto scale = [&](size_t at) { put_f16(b, at, 0.01f * nd(rng)); };
+  for (size_t i = 0; i < nb; ++i) {
+    const size_t o = i * bb;
+    switch (type) {
+      case kGgmlF16: put_f16(b, o, 3.0f * nd(rng)); break;
+      case kGgmlBF16: b[o + 1] = static_cast<uint8_t>(b[o + 1] & 0xBF); break;  // exponent below all ones
+      case kGgmlF32: {
+        const float x = nd(rng);
+        std::memcpy(b.data() + o, &x, 4);
+        break;
       }
-      for (size_t i = rows; i < rows + 3; ++i) EXPECT_EQ(y[t * (rows + 3) + i], -7.0f);  // ldy gap untouched
+      case kGgmlQ6_K: scale(o + 208); break;
+      case kGgmlQ4_1: case kGgmlQ5_1: case kGgmlQ4_K: case kGgmlQ5_K: scale(o); scale(o + 2); break;
+      default: scale(o); break;
     }
-    EXPECT_GT(norm, 1.0);
-    }
+  }
+  return b;
+}
+
+TEST(Dequant, FastEqualsPortableBitForBit) {
+  if (!dequant_simd()) GTEST_SKIP() << "no AVX2 on this machine";
+  std::mt19937 rng(29);
+  for (uint32_t type : {kGgmlF32, kGgmlF16, kGgmlBF16, kGgmlQ4_0, kGgmlQ4_1, kGgmlQ5_0, kGgmlQ5_1, kGgmlQ8_0,
+                        kGgmlQ4_K, kGgmlQ5_K, kGgmlQ6_K}) {
+    const size_t n = 256 * 7 + (dequant_block_values(type) == 1 ? 5 : 0);
+    const auto b = random_blocks(type, n, rng);
+    std::vector<float> a(n + 1, -1.0f), f(n + 1, -1.0f);
+    dequantize_row_with(false, type, b.data(), a.data(), n);
+    dequantize_row_fast(type, b.data(), f.data(), n);
+    EXPECT_EQ(f[n], -1.0f) << type;  // nothing written past n
+    EXPECT_EQ(0, std::memcmp(a.data(), f.data(), n * 4)) << "type " << type;
+    EXPECT_TRUE(dequant_finite(type, b.data(), n)) << type;
+    double norm = 0.0;
+    for (size_t i = 0; i < n; ++i) norm += std::fabs(a[i]);
+    EXPECT_GT(norm, 0.0) << type;
   }
 }
 
-TEST(MatmulF16, OneTokenEqualsTheSameTokenInABatch) {
-  std::mt19937 rng(5);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  const size_t rows = 50, k = 200, n = 7;
-  std::vector<uint16_t> w(rows * k);
-  std::vector<float> x(n * k);
-  for (auto& e : w) e = f32_to_f16(nd(rng));
-  for (auto& e : x) e = nd(rng);
-  std::vector<float> all(n * rows), one(rows);
-  matmul_f16(w.data(), rows, k, x.data(), n, all.data(), rows);
-  for (size_t t = 0; t < n; ++t) {
-    matmul_f16(w.data(), rows, k, x.data() + t * k, 1, one.data(), rows);
-    EXPECT_EQ(0, std::memcmp(one.data(), all.data() + t * rows, rows * 4)) << t;
+TEST(Dequant, FiniteCheckFindsEveryNonFiniteScale) {
+  std::mt19937 rng(31);
+  const uint16_t inf = 0x7c00, nan = 0x7e01;
+  for (uint32_t type : {kGgmlQ4_0, kGgmlQ4_1, kGgmlQ5_0, kGgmlQ5_1, kGgmlQ8_0, kGgmlQ4_K, kGgmlQ5_K, kGgmlQ6_K, kGgmlF16}) {
+    const size_t n = 512;
+    const size_t bb = dequant_block_bytes(type);
+    std::vector<size_t> offsets;
+    if (type == kGgmlF16) offsets = {2 * 77};
+    else if (type == kGgmlQ6_K) offsets = {bb + 208};
+    else if (type == kGgmlQ4_1 || type == kGgmlQ5_1 || type == kGgmlQ4_K || type == kGgmlQ5_K) offsets = {bb, bb + 2};
+    else offsets = {bb};
+    for (size_t at : offsets)
+      for (uint16_t bad : {inf, nan}) {
+        auto b = random_blocks(type, n, rng);
+        b[at] = static_cast<uint8_t>(bad & 0xFF);
+        b[at + 1] = static_cast<uint8_t>(bad >> 8);
+        EXPECT_FALSE(dequant_finite(type, b.data(), n)) << type << " at " << at;
+      }
   }
-  std::vector<float> t1(n * rows), t2(n * rows);
-  matmul_f16(w.data(), rows, k, x.data(), n, t1.data(), rows, 1);
-  matmul_f16(w.data(), rows, k, x.data(), n, t2.data(), rows, 2);
-  EXPECT_EQ(0, std::memcmp(t1.data(), t2.data(), t1.size() * 4));
-}
-
-TEST(MatmulQ8_0, MatchesDequantizedReference) {
-  std::mt19937 rng(17);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::uniform_int_distribution<int> qd(-128, 127);
-  const size_t rows = 45, k = 640, n = 5, row_bytes = k / 32 * 34;
-  std::vector<uint8_t> w(rows * row_bytes);
-  for (size_t r = 0; r < rows; ++r)
-    for (size_t b = 0; b < k / 32; ++b) {
-      uint8_t* blk = w.data() + r * row_bytes + b * 34;
-      const uint16_t d = f32_to_f16(0.001f + 0.01f * std::fabs(nd(rng)));
-      blk[0] = static_cast<uint8_t>(d & 0xFF);
-      blk[1] = static_cast<uint8_t>(d >> 8);
-      for (int j = 0; j < 32; ++j) blk[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(qd(rng)));
-    }
-  std::vector<float> x(n * k);
-  for (auto& e : x) e = nd(rng);
-  std::vector<float> y(n * rows), y1(n * rows), y2(n * rows), row(k);
-  matmul_q8_0(w.data(), rows, k, x.data(), n, y.data(), rows);
-  double norm = 0.0;
-  for (size_t r = 0; r < rows; ++r) {
-    dequantize_row(kGgmlQ8_0, w.data() + r * row_bytes, row.data(), k);
-    for (size_t t = 0; t < n; ++t) {
-      double e = 0.0;
-      for (size_t i = 0; i < k; ++i) e += double(row[i]) * x[t * k + i];
-      norm += std::fabs(e);
-      EXPECT_NEAR(y[t * rows + r], e, 1e-5 * (1.0 + std::fabs(e))) << r << " " << t;
-    }
-  }
-  EXPECT_GT(norm, 1.0);
-  matmul_q8_0(w.data(), rows, k, x.data(), n, y1.data(), rows, 1);
-  matmul_q8_0(w.data(), rows, k, x.data(), n, y2.data(), rows, 2);
-  EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * 4));
-  for (size_t t = 0; t < n; ++t) {
-    std::vector<float> one(rows);
-    matmul_q8_0(w.data(), rows, k, x.data() + t * k, 1, one.data(), rows);
-    EXPECT_EQ(0, std::memcmp(one.data(), y.data() + t * rows, rows * 4)) << t;
-  }
-}
-
-TEST(MatmulF16, Avx512EqualsAvx2BitForBit) {
-  if (matmul_f16_best() != MatmulIsa::avx512) GTEST_SKIP() << "no AVX-512 on this machine";
-  std::mt19937 rng(23);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (size_t k : {size_t(16), size_t(100), size_t(640), size_t(2048)})
-    for (size_t n : {size_t(1), size_t(3), size_t(9)}) {
-      const size_t rows = 37;  // row blocks of 16, tiles of 4 rows, and tails of both
-      std::vector<uint16_t> w(rows * k);
-      std::vector<float> x(n * k);
-      for (auto& e : w) e = f32_to_f16(nd(rng) * 0.1f);
-      for (auto& e : x) e = nd(rng);
-      std::vector<float> a(n * rows), b(n * rows);
-      matmul_f16_with(MatmulIsa::avx2, w.data(), rows, k, x.data(), n, a.data(), rows);
-      matmul_f16_with(MatmulIsa::avx512, w.data(), rows, k, x.data(), n, b.data(), rows);
-      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << k << " " << n;
-    }
+  std::vector<uint8_t> f32(16, 0);
+  const float nanf = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(f32.data() + 8, &nanf, 4);
+  EXPECT_FALSE(dequant_finite(kGgmlF32, f32.data(), 4));
+  std::vector<uint8_t> bf(4, 0);
+  bf[3] = 0x7f;
+  bf[2] = 0x80;  // bf16 +inf
+  EXPECT_FALSE(dequant_finite(kGgmlBF16, bf.data(), 2));
 }

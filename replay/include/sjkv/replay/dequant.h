@@ -1,5 +1,5 @@
-// Dequantizers for the ggml tensor types a GGUF model holds, and the f16-weight matrix
-// products the forward pass runs on (weights are dequantized once, at load, into f16 copies).
+// Dequantizers for the ggml tensor types a GGUF model holds (the forward pass keeps its
+// weights in these blocks and dequantizes them panel by panel in its products, gemm.h).
 //
 // Block layouts are ggml's (ggml/src/ggml-common.h in llama.cpp), little-endian:
 //   Q4_0  32 values, 18 B: f16 d | u8 qs[16]            x = (nibble - 8) * d
@@ -40,30 +40,19 @@ uint32_t dequant_block_bytes(uint32_t type);
 // that is not a whole number of blocks.
 void dequantize_row(uint32_t type, const void* src, float* dst, size_t n);
 
-// ---- f16-weight products ------------------------------------------------------------------
-// Y[t][r] = sum_k W[r][k] * X[t][k] for W [rows][k] f16 bits, X [n][k] f32, Y [n][ldy]
-// (ldy >= rows). Each Y element is computed by one thread in an order that depends only on k,
-// so results are the same bytes for any thread count and any n (a token computed alone equals
-// the same token inside a batch). The SIMD path (AVX2+F16C+FMA, chosen at run time) and the
-// scalar path use the same order of lanes but may differ in the last bits (fused multiply-add).
-void matmul_f16(const uint16_t* w, size_t rows, size_t k, const float* x, size_t n, float* y,
-                size_t ldy, int n_threads = 0);
-// The paths matmul_f16 chooses between; AVX-512 equals AVX2 bit for bit (the same lanes and
-// fused multiply-adds), the scalar path differs in the last bits (no FMA).
-enum class MatmulIsa { scalar = 0, avx2 = 1, avx512 = 2 };
-MatmulIsa matmul_f16_best();
-// matmul_f16 on a given path (tests); std::invalid_argument when this machine lacks it.
-void matmul_f16_with(MatmulIsa isa, const uint16_t* w, size_t rows, size_t k, const float* x, size_t n,
-                     float* y, size_t ldy, int n_threads = 0);
-// The same products with W held as Q8_0 rows ([rows][k / 32] blocks, used in place: the tied
-// output matrix of both default models), with the same guarantees; k a multiple of 32.
-void matmul_q8_0(const uint8_t* w, size_t rows, size_t k, const float* x, size_t n, float* y,
-                 size_t ldy, int n_threads = 0);
-// The scalar reference of the f16 products (double accumulation), for tests.
-void matmul_f16_reference(const uint16_t* w, size_t rows, size_t k, const float* x, size_t n,
-                          float* y, size_t ldy);
-// Whether matmul_f16 runs its AVX2 path on this machine.
-bool matmul_f16_simd();
+// The same floats as dequantize_row, bit for bit (the same IEEE operations on each value),
+// with AVX2 where this machine has it for the types the models use (Q4_0, Q4_1, Q5_0, Q8_0,
+// Q4_K, Q6_K, F16, BF16, F32); the other types take dequantize_row.
+void dequantize_row_fast(uint32_t type, const void* src, float* dst, size_t n);
+// dequantize_row_fast on a given path: simd false takes the portable code (tests).
+void dequantize_row_with(bool simd, uint32_t type, const void* src, float* dst, size_t n);
+// Whether dequantize_row_fast runs AVX2 code on this machine.
+bool dequant_simd();
+
+// True when every value n values of `src` decode to is finite. For the block types that is
+// their scales (d, and m / dmin where the type has one): a finite scale times a code of at most
+// 8 bits cannot overflow binary32. F16, BF16 and F32 check every value.
+bool dequant_finite(uint32_t type, const void* src, size_t n);
 
 }  // namespace replay
 }  // namespace sjkv
