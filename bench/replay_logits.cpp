@@ -198,7 +198,8 @@ int main(int argc, char** argv) {
     Phase full, sliding;
     auto kv = make_cache(info, arm.get(), n + n_decode, n_ubatch, profile ? &full : nullptr, &sliding);
     std::fprintf(stderr, "cache arm %s\n", arm ? arm->spec().c_str() : "f32");
-    std::vector<float> logits(static_cast<size_t>(n) * info.n_vocab);
+    // Every position's logits only when they are written (--out); else the last one.
+    std::vector<float> logits(static_cast<size_t>(out.empty() ? 1 : n) * info.n_vocab);
     t0 = clk::now();
     std::clock_t c0 = std::clock();
     model->eval(ids.data(), n, 0, n_ubatch, kv, logits.data(), !out.empty());

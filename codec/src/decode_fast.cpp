@@ -5,11 +5,44 @@
 
 #include "sjkv/record.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace sjkv {
+namespace {
+
+#if defined(__x86_64__)
+// f16 -> f32 eight at a time with F16C: exact, as the table is, for every finite pattern;
+// a group holding an infinity or NaN goes through the table (F16C quiets a signalling NaN).
+__attribute__((target("avx2,f16c"))) void f16_row_f16c(const uint8_t* in, uint32_t d, float* out, const float* F) {
+  const __m128i expo = _mm_set1_epi16(0x7C00);
+  uint32_t i = 0;
+  for (; i + 8 <= d; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i));
+    if (_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(h, expo), expo)) == 0) {
+      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+    } else {
+      for (uint32_t j = i; j < i + 8; ++j) out[j] = F[load_u16(in + 2 * j)];
+    }
+  }
+  for (; i < d; ++i) out[i] = F[load_u16(in + 2 * i)];
+}
+
+bool have_f16c() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return ok;
+}
+#endif
+
+}  // namespace
 
 void staging_decode_row_fast(StagingType t, const uint8_t* in, uint32_t d, float* out) {
   if (t != StagingType::f16) return staging_decode_row(t, in, d, out);
   const float* F = f16_to_f32_table();
+#if defined(__x86_64__)
+  if (have_f16c()) return f16_row_f16c(in, d, out, F);
+#endif
   for (uint32_t i = 0; i < d; ++i) out[i] = F[load_u16(in + 2 * i)];
 }
 

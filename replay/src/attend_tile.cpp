@@ -2,9 +2,14 @@
 // same operations in the same order.
 #include "attend_tile.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "sjkv/replay/gemm.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -31,7 +36,7 @@ void softmax_step(const TileBlock& b, uint32_t q, float* sc, uint32_t n, uint32_
   for (uint32_t p = 0; p < n; ++p) mt = std::max(mt, sc[p]);
   if (mt > b.m[q]) {
     const float corr = std::isinf(b.m[q]) ? 0.0f : exp_nonpos(b.m[q] - mt);
-    float* acc = b.acc[q];
+    float* acc = b.acc + static_cast<size_t>(q) * D;
     for (uint32_t d = 0; d < D; ++d) acc[d] = acc[d] * corr;
     b.s[q] = b.s[q] * corr;
     b.m[q] = mt;
@@ -67,52 +72,116 @@ __attribute__((target("avx2"))) void weights_avx2(float* sc, uint32_t n, float m
   for (; p < n; ++p) sc[p] = exp_nonpos(sc[p] - m);
 }
 
-// ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), the portable build's tree.
-__attribute__((target("avx2"))) inline float tree_sum(__m256 a) {
-  const __m256 h = _mm256_hadd_ps(a, a);   // l0+l1, l2+l3, ., ., l4+l5, l6+l7, ., .
-  const __m256 h2 = _mm256_hadd_ps(h, h);  // (l0+l1)+(l2+l3) in lane 0, (l4+l5)+(l6+l7) in lane 4
-  return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h2), _mm256_extractf128_ps(h2, 1)));
+// weight x V over rows [0, np) for M queries and N eight-float columns from d0: acc[j][d] =
+// fma(w[j][p], v[p][d], acc[j][d]) in increasing p, the lanes never leaving the registers.
+template <int M, int N>
+__attribute__((target("avx2,fma"))) void wv_avx2(float* const* acc, const float* const* w, const float* v,
+                                                 uint32_t np, uint32_t D, uint32_t d0) {
+  __m256 a[M][N];
+  for (int j = 0; j < M; ++j)
+    for (int c = 0; c < N; ++c) a[j][c] = _mm256_loadu_ps(acc[j] + d0 + 8 * c);
+  for (uint32_t p = 0; p < np; ++p) {
+    const float* vr = v + static_cast<size_t>(p) * D + d0;
+    __m256 vv[N];
+    for (int c = 0; c < N; ++c) vv[c] = _mm256_loadu_ps(vr + 8 * c);
+    for (int j = 0; j < M; ++j) {
+      const __m256 wj = _mm256_broadcast_ss(w[j] + p);
+      for (int c = 0; c < N; ++c) a[j][c] = _mm256_fmadd_ps(wj, vv[c], a[j][c]);
+    }
+  }
+  for (int j = 0; j < M; ++j)
+    for (int c = 0; c < N; ++c) _mm256_storeu_ps(acc[j] + d0 + 8 * c, a[j][c]);
 }
 
-template <int NB>
-__attribute__((target("avx2"))) void update_avx2(const TileBlock& b, const float* kt, const float* vt, uint32_t n,
-                                                 uint32_t D, float scale, float* scratch) {
+using WvFn = void (*)(float* const*, const float* const*, const float*, uint32_t, uint32_t, uint32_t);
+constexpr int kWvQueries = 4, kWvCols = 3;  // 12 accumulators, 3 rows of V and one weight in 16 registers
+
+WvFn wv_table(int m, int n) {
+  static const WvFn t[kWvQueries][kWvCols] = {{wv_avx2<1, 1>, wv_avx2<1, 2>, wv_avx2<1, 3>},
+                                              {wv_avx2<2, 1>, wv_avx2<2, 2>, wv_avx2<2, 3>},
+                                              {wv_avx2<3, 1>, wv_avx2<3, 2>, wv_avx2<3, 3>},
+                                              {wv_avx2<4, 1>, wv_avx2<4, 2>, wv_avx2<4, 3>}};
+  return t[m - 1][n - 1];
+}
+
+void wv_simd(uint32_t nq, float* const* acc, const float* const* w, const float* v, uint32_t np, uint32_t D) {
   const uint32_t D8 = D / 8 * 8;
-  for (uint32_t p = 0; p < n; ++p) {  // scores: each K row read once for the block
-    const float* kr = kt + static_cast<size_t>(p) * D;
-    __m256 a[NB];
-    for (int q = 0; q < NB; ++q) a[q] = _mm256_setzero_ps();
-    for (uint32_t i = 0; i < D8; i += 8) {
-      const __m256 k = _mm256_loadu_ps(kr + i);
-      for (int q = 0; q < NB; ++q) a[q] = _mm256_add_ps(a[q], _mm256_mul_ps(_mm256_loadu_ps(b.q[q] + i), k));
-    }
-    for (int q = 0; q < NB; ++q) {
-      float t = tree_sum(a[q]);
-      for (uint32_t i = D8; i < D; ++i) t = t + b.q[q][i] * kr[i];
-      scratch[static_cast<size_t>(q) * kTileRows + p] = t * scale;
+  for (uint32_t j = 0; j < nq; j += kWvQueries) {
+    const int m = static_cast<int>(std::min<uint32_t>(kWvQueries, nq - j));
+    for (uint32_t d = 0; d < D8; d += 8 * kWvCols) {
+      const int n = static_cast<int>(std::min<uint32_t>(kWvCols, (D8 - d) / 8));
+      wv_table(m, n)(acc + j, w + j, v, np, D, d);
     }
   }
-  for (int q = 0; q < NB; ++q) softmax_step(b, static_cast<uint32_t>(q), scratch + static_cast<size_t>(q) * kTileRows, n, D, weights_avx2);
-  for (uint32_t d = 0; d < D8; d += 8) {  // weight x V: each V row read once for the block
-    __m256 a[NB];
-    for (int q = 0; q < NB; ++q) a[q] = _mm256_loadu_ps(b.acc[q] + d);
-    for (uint32_t p = 0; p < n; ++p) {
-      const __m256 v = _mm256_loadu_ps(vt + static_cast<size_t>(p) * D + d);
-      for (int q = 0; q < NB; ++q)
-        a[q] = _mm256_add_ps(a[q], _mm256_mul_ps(_mm256_broadcast_ss(scratch + static_cast<size_t>(q) * kTileRows + p), v));
-    }
-    for (int q = 0; q < NB; ++q) _mm256_storeu_ps(b.acc[q] + d, a[q]);
-  }
-  for (uint32_t d = D8; d < D; ++d)
-    for (int q = 0; q < NB; ++q) {
-      const float* w = scratch + static_cast<size_t>(q) * kTileRows;
-      float s = b.acc[q][d];
-      for (uint32_t p = 0; p < n; ++p) s = s + w[p] * vt[static_cast<size_t>(p) * D + d];
-      b.acc[q][d] = s;
+  for (uint32_t j = 0; j < nq; ++j)  // the D % 8 last columns
+    for (uint32_t d = D8; d < D; ++d) {
+      float s = acc[j][d];
+      for (uint32_t p = 0; p < np; ++p) s = std::fma(w[j][p], v[static_cast<size_t>(p) * D + d], s);
+      acc[j][d] = s;
     }
 }
 
 #endif
+
+void wv_portable(uint32_t nq, float* const* acc, const float* const* w, const float* v, uint32_t np, uint32_t D) {
+  for (uint32_t j = 0; j < nq; ++j)
+    for (uint32_t p = 0; p < np; ++p) {
+      const float* vr = v + static_cast<size_t>(p) * D;
+      for (uint32_t d = 0; d < D; ++d) acc[j][d] = std::fma(w[j][p], vr[d], acc[j][d]);
+    }
+}
+
+void wv(bool simd, uint32_t nq, float* const* acc, const float* const* w, const float* v, uint32_t np, uint32_t D) {
+  if (np == 0) return;
+#if defined(__x86_64__)
+  if (simd) return wv_simd(nq, acc, w, v, np, D);
+#endif
+  wv_portable(nq, acc, w, v, np, D);
+}
+
+void update(const TileBlock& b, const float* kt, const float* vt, uint32_t D, float scale, float* scratch, bool simd) {
+  if (b.nq == 0 || b.nq > kMaxBlock) throw std::logic_error("tile_block_update: block of " + std::to_string(b.nq) + " queries");
+  uint32_t L = kTileRows, H = 0, A = 0, B = kTileRows;  // union [L, H) and common [A, B) of the rows
+  for (uint32_t j = 0; j < b.nq; ++j) {
+    if (!(b.lo[j] < b.hi[j] && b.hi[j] <= kTileRows)) throw std::logic_error("tile_block_update: empty or oversized row range");
+    L = std::min(L, b.lo[j]);
+    H = std::max(H, b.hi[j]);
+    A = std::max(A, b.lo[j]);
+    B = std::min(B, b.hi[j]);
+  }
+  // Scores of every query against the union's rows: scratch[j][p - L].
+  gemm_with(simd ? GemmIsa::avx2 : GemmIsa::portable, WeightMatrix::f32(kt + static_cast<size_t>(L) * D, H - L, D, D),
+            b.q, b.nq, scratch, kTileRows, 1, D);
+#if defined(__x86_64__)
+  void (*const weights)(float*, uint32_t, float) = simd ? weights_avx2 : weights_portable;
+#else
+  void (*const weights)(float*, uint32_t, float) = weights_portable;
+#endif
+  float* acc[kMaxBlock];
+  const float* w[kMaxBlock];
+  for (uint32_t j = 0; j < b.nq; ++j) {
+    float* sc = scratch + static_cast<size_t>(j) * kTileRows + (b.lo[j] - L);
+    const uint32_t n = b.hi[j] - b.lo[j];
+    for (uint32_t p = 0; p < n; ++p) sc[p] = sc[p] * scale;
+    softmax_step(b, j, sc, n, D, weights);
+    acc[j] = b.acc + static_cast<size_t>(j) * D;
+    w[j] = sc;  // the weight of row lo[j]
+  }
+  // weight x V in increasing position per query: rows before the common range one query at a
+  // time, the common range as one block, then the rows after it.
+  if (A >= B) {
+    for (uint32_t j = 0; j < b.nq; ++j) wv(simd, 1, acc + j, w + j, vt + static_cast<size_t>(b.lo[j]) * D, b.hi[j] - b.lo[j], D);
+    return;
+  }
+  for (uint32_t j = 0; j < b.nq; ++j) wv(simd, 1, acc + j, w + j, vt + static_cast<size_t>(b.lo[j]) * D, A - b.lo[j], D);
+  const float* wc[kMaxBlock];
+  for (uint32_t j = 0; j < b.nq; ++j) wc[j] = w[j] + (A - b.lo[j]);
+  wv(simd, b.nq, acc, wc, vt + static_cast<size_t>(A) * D, B - A, D);
+  for (uint32_t j = 0; j < b.nq; ++j) {
+    const float* wt = w[j] + (B - b.lo[j]);
+    wv(simd, 1, acc + j, &wt, vt + static_cast<size_t>(B) * D, b.hi[j] - B, D);
+  }
+}
 
 }  // namespace
 
@@ -129,31 +198,9 @@ float exp_nonpos(float x) {
   return p * two_n;
 }
 
-void tile_block_update_portable(const TileBlock& b, const float* kt, const float* vt, uint32_t n, uint32_t D,
-                                float scale, float* scratch) {
-  const uint32_t D8 = D / 8 * 8;
-  for (uint32_t q = 0; q < b.nb; ++q) {
-    float* sc = scratch + static_cast<size_t>(q) * kTileRows;
-    const float* qv = b.q[q];
-    for (uint32_t p = 0; p < n; ++p) {
-      const float* kr = kt + static_cast<size_t>(p) * D;
-      float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (uint32_t i = 0; i < D8; i += 8)
-        for (uint32_t j = 0; j < 8; ++j) l[j] = l[j] + qv[i + j] * kr[i + j];
-      float t = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-      for (uint32_t i = D8; i < D; ++i) t = t + qv[i] * kr[i];
-      sc[p] = t * scale;
-    }
-    softmax_step(b, q, sc, n, D, weights_portable);
-  }
-  for (uint32_t q = 0; q < b.nb; ++q) {
-    const float* w = scratch + static_cast<size_t>(q) * kTileRows;
-    float* acc = b.acc[q];
-    for (uint32_t p = 0; p < n; ++p) {
-      const float* vv = vt + static_cast<size_t>(p) * D;
-      for (uint32_t d = 0; d < D; ++d) acc[d] = acc[d] + w[p] * vv[d];
-    }
-  }
+void tile_block_update_portable(const TileBlock& b, const float* kt, const float* vt, uint32_t D, float scale,
+                                float* scratch) {
+  update(b, kt, vt, D, scale, scratch, false);
 }
 
 bool tile_block_uses_avx2() {
@@ -165,23 +212,9 @@ bool tile_block_uses_avx2() {
 #endif
 }
 
-void tile_block_update(const TileBlock& b, const float* kt, const float* vt, uint32_t n, uint32_t D, float scale,
+void tile_block_update(const TileBlock& b, const float* kt, const float* vt, uint32_t D, float scale,
                        float* scratch) {
-#if defined(__x86_64__)
-  if (tile_block_uses_avx2()) {
-    switch (b.nb) {
-      case 1: return update_avx2<1>(b, kt, vt, n, D, scale, scratch);
-      case 2: return update_avx2<2>(b, kt, vt, n, D, scale, scratch);
-      case 3: return update_avx2<3>(b, kt, vt, n, D, scale, scratch);
-      case 4: return update_avx2<4>(b, kt, vt, n, D, scale, scratch);
-      case 5: return update_avx2<5>(b, kt, vt, n, D, scale, scratch);
-      case 6: return update_avx2<6>(b, kt, vt, n, D, scale, scratch);
-      case 7: return update_avx2<7>(b, kt, vt, n, D, scale, scratch);
-      default: return update_avx2<8>(b, kt, vt, n, D, scale, scratch);
-    }
-  }
-#endif
-  tile_block_update_portable(b, kt, vt, n, D, scale, scratch);
+  update(b, kt, vt, D, scale, scratch, tile_block_uses_avx2());
 }
 
 }  // namespace detail

@@ -158,6 +158,20 @@ void panel_product(const WeightMatrix& w, size_t r0, const float* x, size_t ldx,
   const size_t nr = std::min(kPanelRows, w.rows - r0), K = w.cols, K8 = K / 8 * 8;
   std::vector<float>& buf = panel_buffer(w.type == kGgmlF32 ? 0 : kPanelRows * K);
   const float* rows[kPanelRows];
+#if defined(__x86_64__)
+  if (simd && K8 == K && K <= kBlockK && n <= kTileTokens) {
+    // Decode: each weight is used by one tile only, so a tile's rows are dequantized just
+    // before it and read back from L1 instead of a whole panel from L2.
+    const float* xs[kTileTokens];
+    for (size_t i = 0; i < n; ++i) xs[i] = x + i * ldx;
+    for (size_t r = 0; r < nr; r += kTileRows) {
+      const size_t c = std::min(kTileRows, nr - r);
+      pack(w, r0 + r, c, simd, buf, rows);
+      avx2_final(n, c)(xs, rows, K, y + r0 + r, ldy);
+    }
+    return;
+  }
+#endif
   pack(w, r0, nr, simd, buf, rows);
 #if defined(__x86_64__)
   if (simd && K8 == K && K <= kBlockK) {  // the usual shapes: one k block, no tail

@@ -71,27 +71,37 @@ void check_shape(const LayerShape& s) {
 void fused_attend(const LayerShape& s, const RowSource& src, uint32_t pos0, uint32_t n, const float* q, float scale,
                   float* out) {
   const uint32_t D = s.head_dim, H = s.n_head, Hkv = s.n_head_kv, gq = H / Hkv;
-  std::vector<float> qr(q, q + static_cast<size_t>(n) * H * D);
-  for (size_t r = 0; r < static_cast<size_t>(n) * H; ++r) src.rotate_query(qr.data() + r * D);
   const uint32_t end = pos0 + n;
   const uint32_t lo = s.window && pos0 + 1 > s.window ? pos0 + 1 - s.window : 0;
   const uint32_t nq = n * gq;
+  // Queries of one KV head contiguous, [i][g][D], in the stored K basis.
+  std::vector<float> qr(static_cast<size_t>(n) * H * D);
+  for (uint32_t h = 0; h < Hkv; ++h)
+    for (uint32_t i = 0; i < n; ++i)
+      for (uint32_t g = 0; g < gq; ++g) {
+        float* dst = qr.data() + ((static_cast<size_t>(h) * n + i) * gq + g) * D;
+        std::copy_n(q + (static_cast<size_t>(i) * H + h * gq + g) * D, D, dst);
+        src.rotate_query(dst);
+      }
   std::vector<float> kt(static_cast<size_t>(kTile) * D), vt(static_cast<size_t>(kTile) * D);
   std::vector<float> acc(static_cast<size_t>(nq) * D), mx(nq), sum(nq);
-  // Work items: blocks of a position's query heads (their K/V rows are read once for the
-  // block), as large as still gives every thread an item (decode: smaller blocks). A query's
-  // floats do not depend on the block size (attend_tile.h).
+  // Work items: blocks of queries (bp positions x bq query heads; their K/V rows are read once
+  // for the block), as large as kMaxBlock allows while every thread still gets an item
+  // (decode: a position's heads split). A query's floats do not depend on the block
+  // (attend_tile.h).
   const uint32_t threads = static_cast<uint32_t>(std::max(1, omp_get_max_threads()));
-  const uint32_t bq = std::max(1u, std::min({gq, detail::kMaxBlock, n * gq / threads}));
-  const uint32_t blocks = (gq + bq - 1) / bq;  // per position
-  const int items = static_cast<int>(n * blocks);
+  const uint32_t bq = std::max(1u, std::min({gq, detail::kMaxBlock, nq / threads}));
+  const uint32_t bp = bq < gq ? 1 : std::max(1u, std::min(detail::kMaxBlock / gq, (n + threads - 1) / threads));
+  const uint32_t hblocks = (gq + bq - 1) / bq, pblocks = (n + bp - 1) / bp;
+  const int items = static_cast<int>(pblocks * hblocks);
   for (uint32_t h = 0; h < Hkv; ++h) {
     std::fill(acc.begin(), acc.end(), 0.0f);
     std::fill(mx.begin(), mx.end(), -std::numeric_limits<float>::infinity());
     std::fill(sum.begin(), sum.end(), 0.0f);
+    const float* qh = qr.data() + static_cast<size_t>(h) * nq * D;
 #pragma omp parallel
     {
-      float scratch[detail::kMaxBlock * kTile];
+      thread_local std::vector<float> scratch(static_cast<size_t>(detail::kMaxBlock) * kTile);
       // Tiles on absolute multiples of kTile: the same positions meet in the same order
       // whatever the ubatch split, so a row-format arm gives the same bytes for any split.
       for (uint32_t t0 = lo / kTile * kTile; t0 < end; t0 += kTile) {
@@ -104,25 +114,42 @@ void fused_attend(const LayerShape& s, const RowSource& src, uint32_t pos0, uint
             src.decode_rows(h, t0 + a, t0 + b, D, kt.data() + static_cast<size_t>(a) * D, vt.data() + static_cast<size_t>(a) * D);
         }
 #pragma omp barrier
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
         for (int it = 0; it < items; ++it) {
-          const uint32_t i = static_cast<uint32_t>(it) / blocks, g0 = static_cast<uint32_t>(it) % blocks * bq;
-          const uint32_t qpos = pos0 + i;
-          uint32_t a = t0;
-          const uint32_t b = std::min(t1, qpos + 1);
-          if (s.window && qpos + 1 > s.window) a = std::max(a, qpos + 1 - s.window);
-          if (a >= b) continue;
+          const uint32_t i0 = static_cast<uint32_t>(it) / hblocks * bp, i1 = std::min(n, i0 + bp);
+          const uint32_t g0 = static_cast<uint32_t>(it) % hblocks * bq, g1 = std::min(gq, g0 + bq);
+          // The block's positions with rows in this tile: a contiguous run (earlier positions
+          // end before it, later ones' windows start after it).
+          auto range = [&](uint32_t i, uint32_t& a, uint32_t& b) {
+            const uint32_t qpos = pos0 + i;
+            a = t0;
+            b = std::min(t1, qpos + 1);
+            if (s.window && qpos + 1 > s.window) a = std::max(a, qpos + 1 - s.window);
+            return a < b;
+          };
+          uint32_t first = i1, last = i0, a, b;
+          for (uint32_t i = i0; i < i1; ++i)
+            if (range(i, a, b)) {
+              first = std::min(first, i);
+              last = i + 1;
+            }
+          if (first >= last) continue;
           detail::TileBlock blk;
-          blk.nb = std::min(bq, gq - g0);
-          const size_t qi0 = static_cast<size_t>(i) * gq + g0;
-          for (uint32_t j = 0; j < blk.nb; ++j) {
-            blk.q[j] = qr.data() + (static_cast<size_t>(i) * H + h * gq + g0 + j) * D;
-            blk.acc[j] = acc.data() + (qi0 + j) * D;
+          const size_t qi0 = static_cast<size_t>(first) * gq + g0;
+          uint32_t j = 0;
+          for (uint32_t i = first; i < last; ++i) {
+            if (!range(i, a, b)) throw std::logic_error("fused_attend: a block's positions are not contiguous in a tile");
+            for (uint32_t g = g0; g < g1; ++g, ++j) {
+              blk.lo[j] = a - t0;
+              blk.hi[j] = b - t0;
+            }
           }
+          blk.nq = j;
+          blk.q = qh + qi0 * D;
+          blk.acc = acc.data() + qi0 * D;
           blk.m = mx.data() + qi0;
           blk.s = sum.data() + qi0;
-          detail::tile_block_update(blk, kt.data() + static_cast<size_t>(a - t0) * D,
-                                    vt.data() + static_cast<size_t>(a - t0) * D, b - a, D, scale, scratch);
+          detail::tile_block_update(blk, kt.data(), vt.data(), D, scale, scratch.data());
         }
       }
     }

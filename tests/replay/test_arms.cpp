@@ -946,6 +946,7 @@ namespace {
 
 struct TileCase {
   uint32_t D, n, nb;
+  bool ragged;  // per-query row ranges as on a diagonal tile and at a window's start
 };
 
 // Runs two tiles through the step for nb queries at once, or one query at a time, with the
@@ -964,21 +965,60 @@ std::vector<float> run_tiles(const TileCase& c, bool blocked, bool portable) {
     const float* vt = v.data() + static_cast<size_t>(t) * c.n * c.D;
     for (uint32_t q0 = 0; q0 < c.nb; q0 += blocked ? c.nb : 1) {
       sjkv::replay::detail::TileBlock b;
-      b.nb = blocked ? c.nb : 1;
-      for (uint32_t j = 0; j < b.nb; ++j) {
-        b.q[j] = q.data() + static_cast<size_t>(q0 + j) * c.D;
-        b.acc[j] = acc.data() + static_cast<size_t>(q0 + j) * c.D;
+      b.nq = blocked ? c.nb : 1;
+      for (uint32_t j = 0; j < b.nq; ++j) {
+        const uint32_t g = q0 + j;  // ragged: the end steps back by one per query, the start forward every third
+        b.lo[j] = c.ragged ? std::min(c.n - 1, g / 3) : 0;
+        b.hi[j] = c.ragged ? std::max(b.lo[j] + 1, c.n - std::min(c.n, (c.nb - 1 - g) % c.n)) : c.n;
       }
+      b.q = q.data() + static_cast<size_t>(q0) * c.D;
+      b.acc = acc.data() + static_cast<size_t>(q0) * c.D;
       b.m = m.data() + q0;
       b.s = s.data() + q0;
       const float scale = 1.0f / std::sqrt(static_cast<float>(c.D));
-      if (portable) sjkv::replay::detail::tile_block_update_portable(b, kt, vt, c.n, c.D, scale, scratch.data());
-      else sjkv::replay::detail::tile_block_update(b, kt, vt, c.n, c.D, scale, scratch.data());
+      if (portable) sjkv::replay::detail::tile_block_update_portable(b, kt, vt, c.D, scale, scratch.data());
+      else sjkv::replay::detail::tile_block_update(b, kt, vt, c.D, scale, scratch.data());
     }
   }
   acc.insert(acc.end(), m.begin(), m.end());
   acc.insert(acc.end(), s.begin(), s.end());
   return acc;
+}
+
+// The same step written out for one query in doubles: where the blocked build's floats
+// should be, to rounding.
+std::vector<double> tiles_in_double(const TileCase& c) {
+  std::mt19937 rng(c.D * 131 + c.n * 7 + c.nb);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> q(static_cast<size_t>(c.nb) * c.D), k(2 * static_cast<size_t>(c.n) * c.D), v(k.size());
+  for (auto& x : q) x = nd(rng);
+  for (auto& x : k) x = 3.0f * nd(rng);
+  for (auto& x : v) x = nd(rng);
+  std::vector<double> out;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.D));
+  for (uint32_t g = 0; g < c.nb; ++g) {
+    const uint32_t lo = c.ragged ? std::min(c.n - 1, g / 3) : 0;
+    const uint32_t hi = c.ragged ? std::max(lo + 1, c.n - std::min(c.n, (c.nb - 1 - g) % c.n)) : c.n;
+    std::vector<double> sc, o(c.D, 0.0);
+    std::vector<const float*> vs;
+    for (uint32_t t = 0; t < 2; ++t)
+      for (uint32_t p = lo; p < hi; ++p) {
+        const float* kr = k.data() + (static_cast<size_t>(t) * c.n + p) * c.D;
+        double d = 0;
+        for (uint32_t i = 0; i < c.D; ++i) d += static_cast<double>(q[g * c.D + i]) * kr[i];
+        sc.push_back(d * scale);
+        vs.push_back(v.data() + (static_cast<size_t>(t) * c.n + p) * c.D);
+      }
+    const double mx = *std::max_element(sc.begin(), sc.end());
+    double den = 0;
+    for (size_t r = 0; r < sc.size(); ++r) {
+      const double w = std::exp(sc[r] - mx);
+      den += w;
+      for (uint32_t d = 0; d < c.D; ++d) o[d] += w * vs[r][d];
+    }
+    for (uint32_t d = 0; d < c.D; ++d) out.push_back(o[d] / den);
+  }
+  return out;
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -991,12 +1031,22 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 // the block it is computed in (decode uses blocks of one, prefill a GQA group).
 TEST(AttendTile, BuildsAndBlockingGiveTheSameBits) {
   if (!sjkv::replay::detail::tile_block_uses_avx2()) std::printf("no AVX2 here: the portable build only\n");
-  for (const TileCase c : {TileCase{256, 256, 4}, TileCase{64, 256, 3}, TileCase{64, 37, 8}, TileCase{40, 9, 5},
-                           TileCase{128, 1, 1}, TileCase{256, 200, 2}}) {
+  for (const TileCase c : {TileCase{256, 256, 4, false}, TileCase{256, 256, 64, true}, TileCase{64, 256, 3, false},
+                           TileCase{64, 37, 8, true}, TileCase{40, 9, 5, true}, TileCase{128, 1, 1, false},
+                           TileCase{256, 200, 2, false}, TileCase{128, 256, 48, true}, TileCase{96, 17, 13, true}}) {
     const std::vector<float> ref = run_tiles(c, true, true);
     EXPECT_TRUE(same_bits(ref, run_tiles(c, true, false))) << "D " << c.D << " n " << c.n << " nb " << c.nb;
     EXPECT_TRUE(same_bits(ref, run_tiles(c, false, false))) << "D " << c.D << " n " << c.n << " nb " << c.nb;
     EXPECT_TRUE(same_bits(ref, run_tiles(c, false, true))) << "D " << c.D << " n " << c.n << " nb " << c.nb;
+    // And the floats are the attention they stand for: acc / s against doubles.
+    const std::vector<double> want = tiles_in_double(c);
+    double worst = 0;
+    for (uint32_t g = 0; g < c.nb; ++g)
+      for (uint32_t d = 0; d < c.D; ++d) {
+        const double got = ref[static_cast<size_t>(g) * c.D + d] / ref[static_cast<size_t>(c.nb) * c.D + c.nb + g];
+        worst = std::max(worst, std::fabs(got - want[static_cast<size_t>(g) * c.D + d]));
+      }
+    EXPECT_LT(worst, 1e-4) << "D " << c.D << " n " << c.n << " nb " << c.nb;
   }
 }
 

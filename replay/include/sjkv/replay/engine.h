@@ -7,7 +7,7 @@ namespace replay {
 
 // Bump it whenever the bits of the forward pass or of any arm can change (dequantizers,
 // matrix products, attention, a codec arm's sealing or decoding, the reference encoding).
-constexpr const char* kEngineVersion = "1";
+constexpr const char* kEngineVersion = "2";  // 2: products over the GGUF blocks (gemm.h)
 
 }  // namespace replay
 }  // namespace sjkv
