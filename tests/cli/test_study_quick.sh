@@ -2,8 +2,9 @@
 # scripts/study --quick end to end on the real default model (skipped, exit 77, without it):
 # the report and the table hold every arm and comparison, a second run recomputes nothing and
 # gives the same bytes, a fresh work folder resumes from the store of scores (a history whose
-# prompt changed is dropped from it), and a manifest whose file hash differs is refused by name before any
-# work. Usage: test_study_quick.sh SOURCE_DIR BUILD_DIR SCRATCH
+# prompt changed is dropped from it; a damaged store file stops it, exit 2, by name), a
+# damaged recording or scored arm in the work folder is made again, and a manifest whose file hash
+# differs is refused by name before any work. Usage: test_study_quick.sh SOURCE_DIR BUILD_DIR SCRATCH
 set -euo pipefail
 # shellcheck source=study_common.sh
 . "$(dirname "$0")/study_common.sh"
@@ -47,6 +48,46 @@ done
 study --work "$scratch/work-fresh" 2> "$scratch/fresh.log" || { cat "$scratch/fresh.log"; fail "fresh work folder"; }
 grep -q " 0 replays to run" "$scratch/fresh.log" || { cat "$scratch/fresh.log"; fail "the fresh work folder recomputed"; }
 cmp -s "$csv" "$scratch/first.csv" || fail "the table from the store differs"
+
+# The store's files are checked where they are read: a truncated results.json, or a positions.csv
+# cut inside its last number, stops a fresh work folder with exit 2 naming the store file.
+cp -r "$scratch/store" "$scratch/store-bad"
+arm="$scratch/store-bad/quick-retr-cc0-1/f16"
+for damage in json csv; do
+  rm -rf "$scratch/work-dmg"
+  if [ $damage = json ]; then
+    cp "$scratch/store/quick-retr-cc0-1/f16/results.json" "$arm/results.json"
+    head -c -40 "$scratch/store/quick-retr-cc0-1/f16/results.json" > "$arm/results.json"
+    file="$arm/results.json"
+  else
+    cp "$scratch/store/quick-retr-cc0-1/f16/results.json" "$arm/results.json"
+    head -c -2 "$scratch/store/quick-retr-cc0-1/f16/positions.csv" > "$arm/positions.csv"
+    file="$arm/positions.csv"
+  fi
+  set +e
+  study --work "$scratch/work-dmg" --store "$scratch/store-bad" --report-only 2> "$scratch/dmg.log"
+  rc=$?
+  set -e
+  [ $rc -eq 2 ] || { cat "$scratch/dmg.log"; fail "a damaged store $damage gave exit $rc, not 2"; }
+  [ "$(grep -c '' "$scratch/dmg.log")" -eq 1 ] || { cat "$scratch/dmg.log"; fail "a damaged store $damage: not one line"; }
+  # (named from the source folder when it lies inside it)
+  grep -qF "store-bad/quick-retr-cc0-1/f16/$(basename "$file"): " "$scratch/dmg.log" ||
+    { cat "$scratch/dmg.log"; fail "a damaged store $damage: the store file is not named"; }
+done
+
+# A damaged recording in the work folder is recorded again (it failed the same way on every
+# rerun); a damaged scored arm there is scored again.
+traj="$scratch/work/histories/quick-retr-cc0-1/quick-retr-cc0-1.h5"
+head -c 5000 "$traj" > "$traj.cut" && mv "$traj.cut" "$traj"
+rm -rf "$scratch/work/histories/quick-retr-cc0-1/arms/f16" "$scratch/store/quick-retr-cc0-1/f16"
+pc="$scratch/work/histories/quick-retr-cc0-1/arms/kvarn:4_4:tail=0/positions.csv"
+head -c -2 "$pc" > "$pc.cut" && mv "$pc.cut" "$pc"
+study 2> "$scratch/redo.log" || { cat "$scratch/redo.log"; fail "rerun over a damaged recording"; }
+grep -q "quick-retr-cc0-1.h5: damaged (its SHA-256 is not the recorded one); recording it again" "$scratch/redo.log" ||
+  { cat "$scratch/redo.log"; fail "no re-record message"; }
+grep -q "positions.csv: no line end after the last row (the file is cut short); scoring it again" "$scratch/redo.log" ||
+  { cat "$scratch/redo.log"; fail "no re-score message"; }
+cmp -s "$csv" "$scratch/first.csv" || fail "the table after re-recording differs"
 
 # A history whose prompt changed is dropped from the store, the other kept.
 cp -r "$src/study" "$scratch/study-edit"
