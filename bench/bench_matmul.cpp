@@ -142,7 +142,7 @@ class Collect : public benchmark::ConsoleReporter {
       const std::string suffix = "/real_time";
       if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
         name.resize(name.size() - suffix.size());
-      auto it = r.counters.find(r.benchmark_name().find("Copy") != std::string::npos ? "GB/s" : "GMAC/s");
+      auto it = r.counters.find(name.rfind("copy/", 0) == 0 ? "GB/s" : "GMAC/s");
       if (it != r.counters.end()) rates[name] = it->second.value;
       auto gb = r.counters.find("GB/s");
       if (gb != r.counters.end()) bytes[name] = gb->second.value;

@@ -106,6 +106,18 @@ std::vector<uint8_t> encode(const std::vector<float>& v, uint32_t type) {
   return b;
 }
 
+// The synthetic files are removed when the test binary exits (a model may still map them).
+struct TempFiles {
+  std::vector<std::string> paths;
+  ~TempFiles() {
+    for (const std::string& p : paths) std::remove(p.c_str());
+  }
+};
+TempFiles& temp_files() {
+  static TempFiles t;
+  return t;
+}
+
 std::string write_synth(const Synth& s, const std::string& name) {
   std::mt19937 rng(1234);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -160,6 +172,7 @@ std::string write_synth(const Synth& s, const std::string& name) {
   // ctest runs the parametrised tests as separate processes in parallel: a name of their own.
   const std::string path = ::testing::TempDir() + "sjkv-" + std::to_string(getpid()) + "-" + s.arch + "-" + name;
   w.write(path);
+  temp_files().paths.push_back(path);
   return path;
 }
 
