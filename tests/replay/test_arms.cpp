@@ -949,15 +949,29 @@ struct TileCase {
   bool ragged;  // per-query row ranges as on a diagonal tile and at a window's start
 };
 
-// Runs two tiles through the step for nb queries at once, or one query at a time, with the
-// portable or the dispatched (AVX2 where present) build; returns acc, m and s of every query.
-std::vector<float> run_tiles(const TileCase& c, bool blocked, bool portable) {
+// The case's queries [nb][D] and two tiles of K and V rows [2 n][D].
+void tile_inputs(const TileCase& c, std::vector<float>& q, std::vector<float>& k, std::vector<float>& v) {
   std::mt19937 rng(c.D * 131 + c.n * 7 + c.nb);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> q(static_cast<size_t>(c.nb) * c.D), k(2 * static_cast<size_t>(c.n) * c.D), v(k.size());
+  q.resize(static_cast<size_t>(c.nb) * c.D);
+  k.resize(2 * static_cast<size_t>(c.n) * c.D);
+  v.resize(k.size());
   for (auto& x : q) x = nd(rng);
   for (auto& x : k) x = 3.0f * nd(rng);
   for (auto& x : v) x = nd(rng);
+}
+
+// Query g's rows of a tile; ragged: the end steps back by one per query, the start forward every third.
+void tile_range(const TileCase& c, uint32_t g, uint32_t& lo, uint32_t& hi) {
+  lo = c.ragged ? std::min(c.n - 1, g / 3) : 0;
+  hi = c.ragged ? std::max(lo + 1, c.n - std::min(c.n, (c.nb - 1 - g) % c.n)) : c.n;
+}
+
+// Runs two tiles through the step for nb queries at once, or one query at a time, with the
+// portable or the dispatched (AVX2 where present) build; returns acc, m and s of every query.
+std::vector<float> run_tiles(const TileCase& c, bool blocked, bool portable) {
+  std::vector<float> q, k, v;
+  tile_inputs(c, q, k, v);
   std::vector<float> acc(static_cast<size_t>(c.nb) * c.D, 0.0f), m(c.nb, -INFINITY), s(c.nb, 0.0f);
   std::vector<float> scratch(static_cast<size_t>(sjkv::replay::detail::kMaxBlock) * sjkv::replay::detail::kTileRows);
   for (uint32_t t = 0; t < 2; ++t) {
@@ -967,9 +981,7 @@ std::vector<float> run_tiles(const TileCase& c, bool blocked, bool portable) {
       sjkv::replay::detail::TileBlock b;
       b.nq = blocked ? c.nb : 1;
       for (uint32_t j = 0; j < b.nq; ++j) {
-        const uint32_t g = q0 + j;  // ragged: the end steps back by one per query, the start forward every third
-        b.lo[j] = c.ragged ? std::min(c.n - 1, g / 3) : 0;
-        b.hi[j] = c.ragged ? std::max(b.lo[j] + 1, c.n - std::min(c.n, (c.nb - 1 - g) % c.n)) : c.n;
+        tile_range(c, q0 + j, b.lo[j], b.hi[j]);
       }
       b.q = q.data() + static_cast<size_t>(q0) * c.D;
       b.acc = acc.data() + static_cast<size_t>(q0) * c.D;
@@ -988,17 +1000,13 @@ std::vector<float> run_tiles(const TileCase& c, bool blocked, bool portable) {
 // The same step written out for one query in doubles: where the blocked build's floats
 // should be, to rounding.
 std::vector<double> tiles_in_double(const TileCase& c) {
-  std::mt19937 rng(c.D * 131 + c.n * 7 + c.nb);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> q(static_cast<size_t>(c.nb) * c.D), k(2 * static_cast<size_t>(c.n) * c.D), v(k.size());
-  for (auto& x : q) x = nd(rng);
-  for (auto& x : k) x = 3.0f * nd(rng);
-  for (auto& x : v) x = nd(rng);
+  std::vector<float> q, k, v;
+  tile_inputs(c, q, k, v);
   std::vector<double> out;
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.D));
   for (uint32_t g = 0; g < c.nb; ++g) {
-    const uint32_t lo = c.ragged ? std::min(c.n - 1, g / 3) : 0;
-    const uint32_t hi = c.ragged ? std::max(lo + 1, c.n - std::min(c.n, (c.nb - 1 - g) % c.n)) : c.n;
+    uint32_t lo, hi;
+    tile_range(c, g, lo, hi);
     std::vector<double> sc, o(c.D, 0.0);
     std::vector<const float*> vs;
     for (uint32_t t = 0; t < 2; ++t)
