@@ -167,19 +167,22 @@ void update(const TileBlock& b, const float* kt, const float* vt, uint32_t D, fl
     acc[j] = b.acc + static_cast<size_t>(j) * D;
     w[j] = sc;  // the weight of row lo[j]
   }
-  // weight x V in increasing position per query: rows before the common range one query at a
-  // time, the common range as one block, then the rows after it.
-  if (A >= B) {
-    for (uint32_t j = 0; j < b.nq; ++j) wv(simd, 1, acc + j, w + j, vt + static_cast<size_t>(b.lo[j]) * D, b.hi[j] - b.lo[j], D);
-    return;
-  }
-  for (uint32_t j = 0; j < b.nq; ++j) wv(simd, 1, acc + j, w + j, vt + static_cast<size_t>(b.lo[j]) * D, A - b.lo[j], D);
-  const float* wc[kMaxBlock];
-  for (uint32_t j = 0; j < b.nq; ++j) wc[j] = w[j] + (A - b.lo[j]);
-  wv(simd, b.nq, acc, wc, vt + static_cast<size_t>(A) * D, B - A, D);
+  // weight x V in increasing position per query: its rows before the common range [A, B) one
+  // query at a time, the common range as one block, then its rows after it (with no common
+  // range, the first part ends at min(A, hi) and the last takes the rest).
   for (uint32_t j = 0; j < b.nq; ++j) {
-    const float* wt = w[j] + (B - b.lo[j]);
-    wv(simd, 1, acc + j, &wt, vt + static_cast<size_t>(B) * D, b.hi[j] - B, D);
+    const uint32_t e = std::min(A, b.hi[j]);
+    wv(simd, 1, acc + j, w + j, vt + static_cast<size_t>(b.lo[j]) * D, e - b.lo[j], D);
+  }
+  if (A < B) {
+    const float* wc[kMaxBlock];
+    for (uint32_t j = 0; j < b.nq; ++j) wc[j] = w[j] + (A - b.lo[j]);
+    wv(simd, b.nq, acc, wc, vt + static_cast<size_t>(A) * D, B - A, D);
+  }
+  for (uint32_t j = 0; j < b.nq; ++j) {
+    const uint32_t f = std::max(B, std::min(A, b.hi[j]));
+    const float* wt = w[j] + (f - b.lo[j]);
+    wv(simd, 1, acc + j, &wt, vt + static_cast<size_t>(f) * D, b.hi[j] - f, D);
   }
 }
 

@@ -1041,7 +1041,8 @@ TEST(AttendTile, BuildsAndBlockingGiveTheSameBits) {
   if (!sjkv::replay::detail::tile_block_uses_avx2()) std::printf("no AVX2 here: the portable build only\n");
   for (const TileCase c : {TileCase{256, 256, 4, false}, TileCase{256, 256, 64, true}, TileCase{64, 256, 3, false},
                            TileCase{64, 37, 8, true}, TileCase{40, 9, 5, true}, TileCase{128, 1, 1, false},
-                           TileCase{256, 200, 2, false}, TileCase{128, 256, 48, true}, TileCase{96, 17, 13, true}}) {
+                           TileCase{256, 200, 2, false}, TileCase{128, 256, 48, true}, TileCase{96, 17, 13, true},
+                           TileCase{64, 40, 40, true}}) {  // the last: ranges with no row in common
     const std::vector<float> ref = run_tiles(c, true, true);
     EXPECT_TRUE(same_bits(ref, run_tiles(c, true, false))) << "D " << c.D << " n " << c.n << " nb " << c.nb;
     EXPECT_TRUE(same_bits(ref, run_tiles(c, false, false))) << "D " << c.D << " n " << c.n << " nb " << c.nb;
