@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "dequant_avx2.h"
 #include "sjkv/fp16.h"
 
 #if defined(__x86_64__)
@@ -24,18 +25,9 @@ namespace {
 constexpr uint32_t kQK = 32;    // values per block of the legacy formats
 constexpr uint32_t kQKK = 256;  // values per K-quant super-block
 
-float h2f(const uint8_t* p) { return f16_to_f32(static_cast<uint16_t>(p[0] | (p[1] << 8))); }
-
-// The 6-bit scale and min of sub-block j (0..7) packed in a K-quant's 12 scale bytes.
-void scale_min_k4(uint32_t j, const uint8_t* q, uint32_t& sc, uint32_t& m) {
-  if (j < 4) {
-    sc = q[j] & 63u;
-    m = q[j + 4] & 63u;
-  } else {
-    sc = (q[j + 4] & 0xFu) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
+using blocks::h2f;
+using blocks::le32;
+using blocks::scale_min_k4;
 
 void deq_q4_0(const uint8_t* b, float* y) {
   const float d = h2f(b);
@@ -53,11 +45,6 @@ void deq_q4_1(const uint8_t* b, float* y) {
     y[j] = static_cast<float>(qs[j] & 0xF) * d + m;
     y[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
   }
-}
-
-uint32_t le32(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
-         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
 }
 
 void deq_q5_0(const uint8_t* b, float* y) {
@@ -240,136 +227,26 @@ bool cpu_avx2() {
 #if defined(__x86_64__)
 #define SJKV_AVX2 __attribute__((target("avx2,fma,f16c")))
 
-// Eight unsigned bytes (the low 8 of v) to eight floats.
-SJKV_AVX2 inline __m256 u8x8_f(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
-// 32 byte codes minus `off` to 32 floats times d (the legacy types' (q - off) * d).
-SJKV_AVX2 inline void codes32_mul(__m256i q, int off, float d, float* y) {
-  const __m256 dv = _mm256_set1_ps(d);
-  const __m256i o = _mm256_set1_epi32(off);
-  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
-  const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
-  for (int i = 0; i < 4; ++i) {
-    const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(parts[i]), o));
-    _mm256_storeu_ps(y + 8 * i, _mm256_mul_ps(f, dv));
+// nb blocks of Type from b to y, through the walkers of dequant_avx2.h.
+template <uint32_t Type>
+SJKV_AVX2 void rows_blocks(const uint8_t* b, float* y, size_t nb) {
+  using B = blocks::avx2_block<Type>;
+  for (size_t i = 0; i < nb; ++i, b += B::kBytes, y += B::kValues) {
+    blocks::StoreSink sink{y};
+    B::walk(b, sink);
   }
 }
-// 32 byte codes to 32 floats as q * d + m (Q4_1, Q5_1).
-SJKV_AVX2 inline void codes32_mul_add(__m256i q, float d, float m, float* y) {
-  const __m256 dv = _mm256_set1_ps(d), mv = _mm256_set1_ps(m);
-  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
-  const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
-  for (int i = 0; i < 4; ++i) _mm256_storeu_ps(y + 8 * i, _mm256_add_ps(_mm256_mul_ps(u8x8_f(parts[i]), dv), mv));
-}
-// The 16 bytes of qs as 32 nibble codes in value order: low nibbles (values 0-15), then high.
-SJKV_AVX2 inline __m256i nibbles32(const uint8_t* qs) {
-  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i m = _mm_set1_epi8(0x0F);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
-}
-// Q5's fifth bits: bit j of qh, as 0x10 in byte j, for j in 0..31.
-SJKV_AVX2 inline __m256i fifth_bits32(uint32_t qh) {
-  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0);
-  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), shuf);
-  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
-  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
-  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
-}
-
-SJKV_AVX2 void rows_q4_0(const uint8_t* b, float* y, size_t nb) {
-  for (size_t i = 0; i < nb; ++i, b += 18, y += 32) codes32_mul(nibbles32(b + 2), 8, h2f(b), y);
-}
-SJKV_AVX2 void rows_q4_1(const uint8_t* b, float* y, size_t nb) {
-  for (size_t i = 0; i < nb; ++i, b += 20, y += 32) codes32_mul_add(nibbles32(b + 4), h2f(b), h2f(b + 2), y);
-}
-SJKV_AVX2 void rows_q5_0(const uint8_t* b, float* y, size_t nb) {
-  for (size_t i = 0; i < nb; ++i, b += 22, y += 32)
-    codes32_mul(_mm256_or_si256(nibbles32(b + 6), fifth_bits32(le32(b + 2))), 16, h2f(b), y);
-}
-SJKV_AVX2 void rows_q5_1(const uint8_t* b, float* y, size_t nb) {
-  for (size_t i = 0; i < nb; ++i, b += 24, y += 32)
-    codes32_mul_add(_mm256_or_si256(nibbles32(b + 8), fifth_bits32(le32(b + 4))), h2f(b), h2f(b + 2), y);
-}
-SJKV_AVX2 void rows_q8_0(const uint8_t* b, float* y, size_t nb) {
-  for (size_t i = 0; i < nb; ++i, b += 34, y += 32) {
-    const __m256 d = _mm256_set1_ps(h2f(b));
-    for (int j = 0; j < 4; ++j) {
-      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * j));
-      _mm256_storeu_ps(y + 8 * j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+// F16 and BF16 rows of any length: whole groups of eight, then the tail one value at a time.
+template <uint32_t Type>
+SJKV_AVX2 void rows_halves(const uint8_t* s, float* y, size_t n) {
+  rows_blocks<Type>(s, y, n / 8);
+  for (size_t i = n / 8 * 8; i < n; ++i) {
+    if (Type == kGgmlF16) {
+      y[i] = h2f(s + 2 * i);
+    } else {
+      const uint32_t u = (static_cast<uint32_t>(s[2 * i]) | (static_cast<uint32_t>(s[2 * i + 1]) << 8)) << 16;
+      std::memcpy(y + i, &u, 4);
     }
-  }
-}
-// 32 unsigned byte codes q to d * q - m.
-SJKV_AVX2 inline void codes32_k(__m256i q, float d, float m, float* y) {
-  const __m256 dv = _mm256_set1_ps(d), mv = _mm256_set1_ps(m);
-  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
-  const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
-  for (int i = 0; i < 4; ++i) _mm256_storeu_ps(y + 8 * i, _mm256_sub_ps(_mm256_mul_ps(dv, u8x8_f(parts[i])), mv));
-}
-SJKV_AVX2 void rows_q4_k(const uint8_t* b, float* y, size_t nb) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  for (size_t i = 0; i < nb; ++i, b += 144, y += 256) {
-    const float d = h2f(b), dmin = h2f(b + 2);
-    for (uint32_t j = 0; j < 4; ++j) {
-      uint32_t sc0, m0, sc1, m1;
-      scale_min_k4(2 * j, b + 4, sc0, m0);
-      scale_min_k4(2 * j + 1, b + 4, sc1, m1);
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * j));
-      codes32_k(_mm256_and_si256(q, m4), d * static_cast<float>(sc0), dmin * static_cast<float>(m0), y + 64 * j);
-      codes32_k(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), d * static_cast<float>(sc1), dmin * static_cast<float>(m1),
-                y + 64 * j + 32);
-    }
-  }
-}
-// 32 six-bit codes (bytes) minus 32, times (d * s[0]) for the first 16 and (d * s[1]) for the rest.
-SJKV_AVX2 inline void codes32_q6(__m256i q, float d, const int8_t* s, float* y) {
-  const __m256i o = _mm256_set1_epi32(32);
-  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
-  const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
-  for (int i = 0; i < 4; ++i) {
-    const __m256 sc = _mm256_set1_ps(d * static_cast<float>(s[i / 2]));
-    const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(parts[i]), o));
-    _mm256_storeu_ps(y + 8 * i, _mm256_mul_ps(sc, f));
-  }
-}
-SJKV_AVX2 void rows_q6_k(const uint8_t* b, float* y, size_t nb) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-  for (size_t i = 0; i < nb; ++i, b += 210, y += 256) {
-    const float d = h2f(b + 208);
-    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
-    for (uint32_t half = 0; half < 2; ++half) {
-      const uint8_t* l6 = b + 64 * half;
-      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(l6));
-      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(l6 + 32));
-      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * half));
-      const __m256i q1 = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
-      const __m256i q2 = _mm256_or_si256(_mm256_and_si256(c, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
-      const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_and_si256(h, m30));
-      const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4),
-                                         _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
-      const int8_t* s = sc + 8 * half;
-      float* o = y + 128 * half;
-      codes32_q6(q1, d, s, o);
-      codes32_q6(q2, d, s + 2, o + 32);
-      codes32_q6(q3, d, s + 4, o + 64);
-      codes32_q6(q4, d, s + 6, o + 96);
-    }
-  }
-}
-SJKV_AVX2 void rows_f16(const uint8_t* s, float* y, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 * i))));
-  for (; i < n; ++i) y[i] = h2f(s + 2 * i);
-}
-SJKV_AVX2 void rows_bf16(const uint8_t* s, float* y, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 * i)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm256_slli_epi32(v, 16));
-  }
-  for (; i < n; ++i) {
-    const uint32_t u = (static_cast<uint32_t>(s[2 * i]) | (static_cast<uint32_t>(s[2 * i + 1]) << 8)) << 16;
-    std::memcpy(y + i, &u, 4);
   }
 }
 #undef SJKV_AVX2
@@ -393,15 +270,15 @@ void dequantize_row_with(bool simd, uint32_t type, const void* src, float* dst, 
       const uint8_t* s = static_cast<const uint8_t*>(src);
       const size_t nb = n / bv;
       switch (type) {
-        case kGgmlQ4_0: return rows_q4_0(s, dst, nb);
-        case kGgmlQ4_1: return rows_q4_1(s, dst, nb);
-        case kGgmlQ5_0: return rows_q5_0(s, dst, nb);
-        case kGgmlQ5_1: return rows_q5_1(s, dst, nb);
-        case kGgmlQ8_0: return rows_q8_0(s, dst, nb);
-        case kGgmlQ4_K: return rows_q4_k(s, dst, nb);
-        case kGgmlQ6_K: return rows_q6_k(s, dst, nb);
-        case kGgmlF16: return rows_f16(s, dst, n);
-        case kGgmlBF16: return rows_bf16(s, dst, n);
+        case kGgmlQ4_0: return rows_blocks<kGgmlQ4_0>(s, dst, nb);
+        case kGgmlQ4_1: return rows_blocks<kGgmlQ4_1>(s, dst, nb);
+        case kGgmlQ5_0: return rows_blocks<kGgmlQ5_0>(s, dst, nb);
+        case kGgmlQ5_1: return rows_blocks<kGgmlQ5_1>(s, dst, nb);
+        case kGgmlQ8_0: return rows_blocks<kGgmlQ8_0>(s, dst, nb);
+        case kGgmlQ4_K: return rows_blocks<kGgmlQ4_K>(s, dst, nb);
+        case kGgmlQ6_K: return rows_blocks<kGgmlQ6_K>(s, dst, nb);
+        case kGgmlF16: return rows_halves<kGgmlF16>(s, dst, n);
+        case kGgmlBF16: return rows_halves<kGgmlBF16>(s, dst, n);
         default: break;
       }
     }

@@ -4,6 +4,8 @@
 // tokens x 3 rows stream it in k blocks of kBlockK, each tile holding 12 eight-lane
 // accumulators. Lanes persist across k blocks in a small buffer, so the sum of every output
 // element is the one order gemm.h states whatever the blocking.
+// One to four tokens (decode) take fused tiles instead: no panel, each weight dequantized in
+// registers by dequant_avx2.h's walker of its block type and multiply-added at once.
 #include "sjkv/replay/gemm.h"
 
 #include <omp.h>
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "dequant_avx2.h"
 #include "sjkv/replay/dequant.h"
 
 #if defined(__x86_64__)
@@ -97,6 +100,74 @@ __attribute__((target("avx2,fma"))) void tile_avx2_final(const float* const* xs,
 }
 #endif
 
+#if defined(__x86_64__)
+// Decode (one to four tokens): each weight is dequantized in registers by dequant_avx2.h's
+// walker and multiply-added where it is made, never stored; a row's lanes run over its blocks
+// in increasing k, so the sums are the order of gemm.h like every other path.
+template <size_t M>
+struct FmaSink {
+  __m256* acc;  // acc[t], t < M: one row's lanes for token t
+  const float* const* xs;
+  size_t k0;
+  __attribute__((target("avx2,fma,f16c"), always_inline)) inline void operator()(int g, __m256 w) {
+    for (size_t t = 0; t < M; ++t) acc[t] = _mm256_fmadd_ps(_mm256_loadu_ps(xs[t] + k0 + 8 * g), w, acc[t]);
+  }
+};
+
+template <uint32_t Type, size_t M, size_t N>
+__attribute__((target("avx2,fma,f16c"))) void fused_tile(const float* const* xs, const uint8_t* const* ws, size_t nb,
+                                                         float* y, size_t ldy) {
+  using B = blocks::avx2_block<Type>;
+  __m256 acc[N][4];
+  for (size_t r = 0; r < N; ++r)
+    for (size_t t = 0; t < 4; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (size_t i = 0; i < nb; ++i)
+    for (size_t r = 0; r < N; ++r) {
+      FmaSink<M> sink{acc[r], xs, i * B::kValues};
+      B::walk(ws[r] + i * B::kBytes, sink);
+    }
+  for (size_t r = 0; r < N; ++r) {
+    float s[4];
+    _mm_storeu_ps(s, reduce4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+    for (size_t t = 0; t < M; ++t) y[t * ldy + r] = s[t];
+  }
+}
+
+constexpr size_t kFusedRows = 4;  // rows a fused tile walks side by side
+using FusedFn = void (*)(const float* const*, const uint8_t* const*, size_t, float*, size_t);
+
+template <uint32_t Type>
+FusedFn fused_of(size_t m, size_t n) {
+  static const FusedFn t[kTileTokens][kFusedRows] = {
+      {fused_tile<Type, 1, 1>, fused_tile<Type, 1, 2>, fused_tile<Type, 1, 3>, fused_tile<Type, 1, 4>},
+      {fused_tile<Type, 2, 1>, fused_tile<Type, 2, 2>, fused_tile<Type, 2, 3>, fused_tile<Type, 2, 4>},
+      {fused_tile<Type, 3, 1>, fused_tile<Type, 3, 2>, fused_tile<Type, 3, 3>, fused_tile<Type, 3, 4>},
+      {fused_tile<Type, 4, 1>, fused_tile<Type, 4, 2>, fused_tile<Type, 4, 3>, fused_tile<Type, 4, 4>}};
+  return t[m - 1][n - 1];
+}
+
+// The fused tile of an M-token product over `type`, or nullptr for a type without a walker.
+FusedFn fused_fn(uint32_t type, size_t m, size_t n) {
+  switch (type) {
+    case kGgmlF32: return fused_of<kGgmlF32>(m, n);
+    case kGgmlF16: return fused_of<kGgmlF16>(m, n);
+    case kGgmlBF16: return fused_of<kGgmlBF16>(m, n);
+    case kGgmlQ4_0: return fused_of<kGgmlQ4_0>(m, n);
+    case kGgmlQ4_1: return fused_of<kGgmlQ4_1>(m, n);
+    case kGgmlQ5_0: return fused_of<kGgmlQ5_0>(m, n);
+    case kGgmlQ5_1: return fused_of<kGgmlQ5_1>(m, n);
+    case kGgmlQ8_0: return fused_of<kGgmlQ8_0>(m, n);
+    case kGgmlQ4_K: return fused_of<kGgmlQ4_K>(m, n);
+    case kGgmlQ6_K: return fused_of<kGgmlQ6_K>(m, n);
+    default: return nullptr;
+  }
+}
+
+uint32_t walker_values(uint32_t type) {
+  return type == kGgmlF32 || type == kGgmlF16 || type == kGgmlBF16 ? 8 : dequant_block_values(type);
+}
+#endif
+
 using TileFn = void (*)(const float* const*, const float* const*, size_t, size_t, float*, size_t, bool);
 
 #define SJKV_TILE_TABLE(name, fn)                                                         \
@@ -159,15 +230,17 @@ void panel_product(const WeightMatrix& w, size_t r0, const float* x, size_t ldx,
   std::vector<float>& buf = panel_buffer(w.type == kGgmlF32 ? 0 : kPanelRows * K);
   const float* rows[kPanelRows];
 #if defined(__x86_64__)
-  if (simd && K8 == K && K <= kBlockK && n <= kTileTokens) {
-    // Decode: each weight is used by one tile only, so a tile's rows are dequantized just
-    // before it and read back from L1 instead of a whole panel from L2.
+  if (simd && K8 == K && n <= kTileTokens && fused_fn(w.type, n, 1)) {
+    // Decode: each weight is used by one tile only; it is dequantized in registers and used
+    // at once (fused_tile).
     const float* xs[kTileTokens];
     for (size_t i = 0; i < n; ++i) xs[i] = x + i * ldx;
-    for (size_t r = 0; r < nr; r += kTileRows) {
-      const size_t c = std::min(kTileRows, nr - r);
-      pack(w, r0 + r, c, simd, buf, rows);
-      avx2_final(n, c)(xs, rows, K, y + r0 + r, ldy);
+    const size_t nb = K / walker_values(w.type);
+    for (size_t r = 0; r < nr; r += kFusedRows) {
+      const size_t c = std::min(kFusedRows, nr - r);
+      const uint8_t* ws[kFusedRows];
+      for (size_t i = 0; i < c; ++i) ws[i] = w.data + (r0 + r + i) * w.row_bytes;
+      fused_fn(w.type, n, c)(xs, ws, nb, y + r0 + r, ldy);
     }
     return;
   }

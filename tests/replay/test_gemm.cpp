@@ -80,12 +80,12 @@ TEST(Gemm, EveryTypeAndShapeEqualsTheReferenceBitForBit) {
   };
   const Case cases[] = {{kGgmlF32, 7},    {kGgmlF32, 13},   {kGgmlF32, 264},  {kGgmlF16, 333},  {kGgmlBF16, 72},
                         {kGgmlQ4_0, 576}, {kGgmlQ4_1, 576}, {kGgmlQ5_0, 640}, {kGgmlQ5_1, 96},  {kGgmlQ8_0, 640},
-                        {kGgmlQ4_K, 1024}, {kGgmlQ5_K, 512}, {kGgmlQ6_K, 2048}, {kGgmlF16, 1031}};
+                        {kGgmlQ4_K, 1024}, {kGgmlQ5_K, 512}, {kGgmlQ6_K, 2048}, {kGgmlF16, 1031}, {kGgmlF16, 256}};
   for (const Case& c : cases)
     for (size_t rows : {size_t(1), size_t(5), size_t(50), size_t(97)}) {
       const auto w = weights(c.type, rows, c.k, rng);
       const WeightMatrix m = WeightMatrix::of(c.type, rows, c.k, w.data());
-      for (size_t n : {size_t(1), size_t(3), size_t(6), size_t(21)}) {
+      for (size_t n : {size_t(1), size_t(2), size_t(3), size_t(4), size_t(6), size_t(21)}) {  // 1-4: the fused decode tiles
         const size_t ldx = c.k + 3, ldy = rows + 2;
         const auto x = tokens(n, ldx, rng);
         std::vector<float> ref(n * ldy, -7.0f);

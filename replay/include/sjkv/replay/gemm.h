@@ -5,10 +5,12 @@
 // Every output element is summed in one order that depends on k only: eight lanes, lane j
 // the fused multiply-adds of k = j, j + 8, ... (k below k / 8 * 8) in increasing k, the lanes
 // then added as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), and the last k % 8 terms
-// fused-multiply-added onto that in order. The AVX2 kernel (register tiles of 4 tokens x 3
-// rows over packed panels) and the portable path (std::fma) do exactly that, so the bytes do
-// not depend on the instruction set, the thread count, the tile or the number of tokens (a
-// token alone gives the bits it gets inside a batch). AVX-512 machines run the AVX2 kernel.
+// fused-multiply-added onto that in order. The AVX2 kernels (register tiles of 4 tokens x 3
+// rows over packed panels; for one to four tokens, tiles of 4 rows whose weights are
+// dequantized in registers and used where they are made, never stored) and the portable
+// path (std::fma) do exactly that, so the bytes do not depend on the instruction set, the
+// thread count, the tile or the number of tokens (a token alone gives the bits it gets
+// inside a batch). AVX-512 machines run the AVX2 kernels.
 #pragma once
 
 #include <cstddef>
