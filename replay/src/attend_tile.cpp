@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "sjkv/fp16.h"
 #include "sjkv/replay/gemm.h"
 
 #if defined(__x86_64__)
@@ -47,6 +48,20 @@ void softmax_step(const TileBlock& b, uint32_t q, float* sc, uint32_t n, uint32_
   b.s[q] = sw;
 }
 
+// Value d of a row of `type` (attend_tile.h's TileRows types): the floats a decoded tile holds.
+float row_value(uint32_t type, const uint8_t* row, uint32_t d) {
+  if (type == kGgmlF16) return f16_to_f32(static_cast<uint16_t>(row[2 * d] | (row[2 * d + 1] << 8)));
+  uint32_t u;
+  if (type == kGgmlBF16) {
+    u = static_cast<uint32_t>(row[2 * d] | (row[2 * d + 1] << 8)) << 16;
+  } else {
+    std::memcpy(&u, row + 4 * static_cast<size_t>(d), 4);
+  }
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
 void weights_portable(float* sc, uint32_t n, float m) {
   for (uint32_t p = 0; p < n; ++p) sc[p] = exp_nonpos(sc[p] - m);
 }
@@ -72,18 +87,29 @@ __attribute__((target("avx2"))) void weights_avx2(float* sc, uint32_t n, float m
   for (; p < n; ++p) sc[p] = exp_nonpos(sc[p] - m);
 }
 
+// Eight values of a V row from d, of the row's type (exact conversions).
+template <uint32_t T>
+__attribute__((target("avx2,f16c"), always_inline)) inline __m256 load8(const uint8_t* row, uint32_t d) {
+  if (T == kGgmlF16) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * size_t{d})));
+  if (T == kGgmlBF16)
+    return _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * size_t{d}))), 16));
+  return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + d);
+}
+
 // weight x V over rows [0, np) for M queries and N eight-float columns from d0: acc[j][d] =
 // fma(w[j][p], v[p][d], acc[j][d]) in increasing p, the lanes never leaving the registers.
-template <int M, int N>
-__attribute__((target("avx2,fma"))) void wv_avx2(float* const* acc, const float* const* w, const float* v,
-                                                 uint32_t np, uint32_t D, uint32_t d0) {
+// Row p of V is at v + p * stride, of type T.
+template <uint32_t T, int M, int N>
+__attribute__((target("avx2,fma,f16c"))) void wv_avx2(float* const* acc, const float* const* w, const uint8_t* v,
+                                                      size_t stride, uint32_t np, uint32_t d0) {
   __m256 a[M][N];
   for (int j = 0; j < M; ++j)
     for (int c = 0; c < N; ++c) a[j][c] = _mm256_loadu_ps(acc[j] + d0 + 8 * c);
   for (uint32_t p = 0; p < np; ++p) {
-    const float* vr = v + static_cast<size_t>(p) * D + d0;
+    const uint8_t* vr = v + p * stride;
     __m256 vv[N];
-    for (int c = 0; c < N; ++c) vv[c] = _mm256_loadu_ps(vr + 8 * c);
+    for (int c = 0; c < N; ++c) vv[c] = load8<T>(vr, d0 + 8 * c);
     for (int j = 0; j < M; ++j) {
       const __m256 wj = _mm256_broadcast_ss(w[j] + p);
       for (int c = 0; c < N; ++c) a[j][c] = _mm256_fmadd_ps(wj, vv[c], a[j][c]);
@@ -93,53 +119,64 @@ __attribute__((target("avx2,fma"))) void wv_avx2(float* const* acc, const float*
     for (int c = 0; c < N; ++c) _mm256_storeu_ps(acc[j] + d0 + 8 * c, a[j][c]);
 }
 
-using WvFn = void (*)(float* const*, const float* const*, const float*, uint32_t, uint32_t, uint32_t);
+using WvFn = void (*)(float* const*, const float* const*, const uint8_t*, size_t, uint32_t, uint32_t);
 constexpr int kWvQueries = 4, kWvCols = 3;  // 12 accumulators, 3 rows of V and one weight in 16 registers
 
-WvFn wv_table(int m, int n) {
-  static const WvFn t[kWvQueries][kWvCols] = {{wv_avx2<1, 1>, wv_avx2<1, 2>, wv_avx2<1, 3>},
-                                              {wv_avx2<2, 1>, wv_avx2<2, 2>, wv_avx2<2, 3>},
-                                              {wv_avx2<3, 1>, wv_avx2<3, 2>, wv_avx2<3, 3>},
-                                              {wv_avx2<4, 1>, wv_avx2<4, 2>, wv_avx2<4, 3>}};
+template <uint32_t T>
+WvFn wv_of(int m, int n) {
+  static const WvFn t[kWvQueries][kWvCols] = {{wv_avx2<T, 1, 1>, wv_avx2<T, 1, 2>, wv_avx2<T, 1, 3>},
+                                              {wv_avx2<T, 2, 1>, wv_avx2<T, 2, 2>, wv_avx2<T, 2, 3>},
+                                              {wv_avx2<T, 3, 1>, wv_avx2<T, 3, 2>, wv_avx2<T, 3, 3>},
+                                              {wv_avx2<T, 4, 1>, wv_avx2<T, 4, 2>, wv_avx2<T, 4, 3>}};
   return t[m - 1][n - 1];
 }
+WvFn wv_table(uint32_t type, int m, int n) {
+  return type == kGgmlF16 ? wv_of<kGgmlF16>(m, n) : type == kGgmlBF16 ? wv_of<kGgmlBF16>(m, n) : wv_of<kGgmlF32>(m, n);
+}
 
-void wv_simd(uint32_t nq, float* const* acc, const float* const* w, const float* v, uint32_t np, uint32_t D) {
+void wv_simd(uint32_t nq, float* const* acc, const float* const* w, uint32_t type, const uint8_t* v, size_t stride,
+             uint32_t np, uint32_t D) {
   const uint32_t D8 = D / 8 * 8;
   for (uint32_t j = 0; j < nq; j += kWvQueries) {
     const int m = static_cast<int>(std::min<uint32_t>(kWvQueries, nq - j));
     for (uint32_t d = 0; d < D8; d += 8 * kWvCols) {
       const int n = static_cast<int>(std::min<uint32_t>(kWvCols, (D8 - d) / 8));
-      wv_table(m, n)(acc + j, w + j, v, np, D, d);
+      wv_table(type, m, n)(acc + j, w + j, v, stride, np, d);
     }
   }
   for (uint32_t j = 0; j < nq; ++j)  // the D % 8 last columns
     for (uint32_t d = D8; d < D; ++d) {
       float s = acc[j][d];
-      for (uint32_t p = 0; p < np; ++p) s = std::fma(w[j][p], v[static_cast<size_t>(p) * D + d], s);
+      for (uint32_t p = 0; p < np; ++p) s = std::fma(w[j][p], row_value(type, v + p * stride, d), s);
       acc[j][d] = s;
     }
 }
 
 #endif
 
-void wv_portable(uint32_t nq, float* const* acc, const float* const* w, const float* v, uint32_t np, uint32_t D) {
+void wv_portable(uint32_t nq, float* const* acc, const float* const* w, uint32_t type, const uint8_t* v, size_t stride,
+                 uint32_t np, uint32_t D) {
   for (uint32_t j = 0; j < nq; ++j)
     for (uint32_t p = 0; p < np; ++p) {
-      const float* vr = v + static_cast<size_t>(p) * D;
-      for (uint32_t d = 0; d < D; ++d) acc[j][d] = std::fma(w[j][p], vr[d], acc[j][d]);
+      const uint8_t* vr = v + p * stride;
+      for (uint32_t d = 0; d < D; ++d) acc[j][d] = std::fma(w[j][p], row_value(type, vr, d), acc[j][d]);
     }
 }
 
-void wv(bool simd, uint32_t nq, float* const* acc, const float* const* w, const float* v, uint32_t np, uint32_t D) {
+// weight x V for nq queries over V rows [r, r + np) of the tile.
+void wv(bool simd, uint32_t nq, float* const* acc, const float* const* w, const TileRows& t, uint32_t r, uint32_t np,
+        uint32_t D) {
   if (np == 0) return;
+  const uint8_t* v = t.v + r * t.stride;
 #if defined(__x86_64__)
-  if (simd) return wv_simd(nq, acc, w, v, np, D);
+  if (simd) return wv_simd(nq, acc, w, t.type, v, t.stride, np, D);
 #endif
-  wv_portable(nq, acc, w, v, np, D);
+  wv_portable(nq, acc, w, t.type, v, t.stride, np, D);
 }
 
-void update(const TileBlock& b, const float* kt, const float* vt, uint32_t D, float scale, float* scratch, bool simd) {
+void update(const TileBlock& b, const TileRows& t, uint32_t D, float scale, float* scratch, bool simd) {
+  if (t.type != kGgmlF32 && t.type != kGgmlF16 && t.type != kGgmlBF16)
+    throw std::logic_error("tile_block_update: rows of ggml type " + std::to_string(t.type));
   if (b.nq == 0 || b.nq > kMaxBlock) throw std::logic_error("tile_block_update: block of " + std::to_string(b.nq) + " queries");
   uint32_t L = kTileRows, H = 0, A = 0, B = kTileRows;  // union [L, H) and common [A, B) of the rows
   for (uint32_t j = 0; j < b.nq; ++j) {
@@ -150,7 +187,7 @@ void update(const TileBlock& b, const float* kt, const float* vt, uint32_t D, fl
     B = std::min(B, b.hi[j]);
   }
   // Scores of every query against the union's rows: scratch[j][p - L].
-  gemm_with(simd ? GemmIsa::avx2 : GemmIsa::portable, WeightMatrix::f32(kt + static_cast<size_t>(L) * D, H - L, D, D),
+  gemm_with(simd ? GemmIsa::avx2 : GemmIsa::portable, WeightMatrix::strided(t.type, H - L, D, t.k + L * t.stride, t.stride),
             b.q, b.nq, scratch, kTileRows, 1, D);
 #if defined(__x86_64__)
   void (*const weights)(float*, uint32_t, float) = simd ? weights_avx2 : weights_portable;
@@ -172,17 +209,17 @@ void update(const TileBlock& b, const float* kt, const float* vt, uint32_t D, fl
   // range, the first part ends at min(A, hi) and the last takes the rest).
   for (uint32_t j = 0; j < b.nq; ++j) {
     const uint32_t e = std::min(A, b.hi[j]);
-    wv(simd, 1, acc + j, w + j, vt + static_cast<size_t>(b.lo[j]) * D, e - b.lo[j], D);
+    wv(simd, 1, acc + j, w + j, t, b.lo[j], e - b.lo[j], D);
   }
   if (A < B) {
     const float* wc[kMaxBlock];
     for (uint32_t j = 0; j < b.nq; ++j) wc[j] = w[j] + (A - b.lo[j]);
-    wv(simd, b.nq, acc, wc, vt + static_cast<size_t>(A) * D, B - A, D);
+    wv(simd, b.nq, acc, wc, t, A, B - A, D);
   }
   for (uint32_t j = 0; j < b.nq; ++j) {
     const uint32_t f = std::max(B, std::min(A, b.hi[j]));
     const float* wt = w[j] + (f - b.lo[j]);
-    wv(simd, 1, acc + j, &wt, vt + static_cast<size_t>(f) * D, b.hi[j] - f, D);
+    wv(simd, 1, acc + j, &wt, t, f, b.hi[j] - f, D);
   }
 }
 
@@ -201,23 +238,20 @@ float exp_nonpos(float x) {
   return p * two_n;
 }
 
-void tile_block_update_portable(const TileBlock& b, const float* kt, const float* vt, uint32_t D, float scale,
-                                float* scratch) {
-  update(b, kt, vt, D, scale, scratch, false);
+void tile_block_update_portable(const TileBlock& b, const TileRows& t, uint32_t D, float scale, float* scratch) {
+  update(b, t, D, scale, scratch, false);
 }
 
 bool tile_block_uses_avx2() {
 #if defined(__x86_64__)
-  static const bool ok = __builtin_cpu_supports("avx2");
-  return ok;
+  return gemm_best() == GemmIsa::avx2;  // AVX2, FMA and F16C
 #else
   return false;
 #endif
 }
 
-void tile_block_update(const TileBlock& b, const float* kt, const float* vt, uint32_t D, float scale,
-                       float* scratch) {
-  update(b, kt, vt, D, scale, scratch, tile_block_uses_avx2());
+void tile_block_update(const TileBlock& b, const TileRows& t, uint32_t D, float scale, float* scratch) {
+  update(b, t, D, scale, scratch, tile_block_uses_avx2());
 }
 
 }  // namespace detail

@@ -10,7 +10,10 @@
 // (its scores are gemm's fixed order, its softmax and its weight x V see only its own rows).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+
+#include "sjkv/replay/dequant.h"
 
 namespace sjkv {
 namespace replay {
@@ -34,12 +37,34 @@ struct TileBlock {
   uint32_t hi[kMaxBlock] = {};   // lo[j] < hi[j] <= kTileRows
 };
 
-// One tile (kt, vt: [rows][D], rows at least every hi[j]): scores scale * q.k, then m, s and
-// acc updated. `scratch` holds kMaxBlock * kTileRows floats.
-void tile_block_update(const TileBlock& b, const float* kt, const float* vt, uint32_t D, float scale, float* scratch);
+// The K and V rows of one tile: row p at k + p * stride and v + p * stride (bytes), of a ggml
+// type whose values are exact floats: kGgmlF32 (a decoded tile), kGgmlF16 or kGgmlBF16 (an
+// arm's stored rows read in place, each value converted where it is used). The type changes
+// where the floats come from, never the floats.
+struct TileRows {
+  uint32_t type = 0;
+  const uint8_t* k = nullptr;
+  const uint8_t* v = nullptr;
+  size_t stride = 0;
+  static TileRows f32(const float* kt, const float* vt, uint32_t D) {
+    return {kGgmlF32, reinterpret_cast<const uint8_t*>(kt), reinterpret_cast<const uint8_t*>(vt), size_t{D} * 4};
+  }
+};
+
+// One tile (rows at least every hi[j]): scores scale * q.k, then m, s and acc updated.
+// `scratch` holds kMaxBlock * kTileRows floats.
+void tile_block_update(const TileBlock& b, const TileRows& t, uint32_t D, float scale, float* scratch);
 // The same, portable build only (the reference the AVX2 build is tested against).
-void tile_block_update_portable(const TileBlock& b, const float* kt, const float* vt, uint32_t D, float scale,
-                                float* scratch);
+void tile_block_update_portable(const TileBlock& b, const TileRows& t, uint32_t D, float scale, float* scratch);
+// A decoded tile (kt, vt: [rows][D] floats).
+inline void tile_block_update(const TileBlock& b, const float* kt, const float* vt, uint32_t D, float scale,
+                              float* scratch) {
+  tile_block_update(b, TileRows::f32(kt, vt, D), D, scale, scratch);
+}
+inline void tile_block_update_portable(const TileBlock& b, const float* kt, const float* vt, uint32_t D, float scale,
+                                       float* scratch) {
+  tile_block_update_portable(b, TileRows::f32(kt, vt, D), D, scale, scratch);
+}
 // Whether tile_block_update runs the AVX2 build on this machine.
 bool tile_block_uses_avx2();
 

@@ -314,6 +314,15 @@ WeightMatrix WeightMatrix::f32(const float* data, size_t rows, size_t cols, size
   return w;
 }
 
+WeightMatrix WeightMatrix::strided(uint32_t type, size_t rows, size_t cols, const void* data, size_t row_bytes) {
+  WeightMatrix w = of(type, rows, cols, data);
+  if (row_bytes < w.row_bytes)
+    throw std::invalid_argument("WeightMatrix: rows " + std::to_string(row_bytes) + " bytes apart hold " +
+                                std::to_string(w.row_bytes) + " bytes each");
+  w.row_bytes = row_bytes;
+  return w;
+}
+
 GemmIsa gemm_best() { return have_avx2() ? GemmIsa::avx2 : GemmIsa::portable; }
 
 void gemm(const WeightMatrix& w, const float* x, size_t n, float* y, size_t ldy, int n_threads, size_t ldx) {

@@ -50,6 +50,13 @@ class RowSource {
     for (uint32_t p = p0; p < p1; ++p)
       stored_row(h, p, k + static_cast<size_t>(p - p0) * D, v + static_cast<size_t>(p - p0) * D);
   }
+  // Where the stored rows of head h can be read in place by the tile step (f32, f16 or bf16
+  // rows: their floats are the decoded ones): t's row 0 is position 0. False: decode them.
+  virtual bool rows_in_place(uint32_t h, detail::TileRows& t) const {
+    (void)h;
+    (void)t;
+    return false;
+  }
   // One head's D values: a query into the stored K basis, an output back from the V basis.
   virtual void rotate_query(float* x) const = 0;
   virtual void unrotate_output(float* x) const = 0;
@@ -99,23 +106,8 @@ void fused_attend(const LayerShape& s, const RowSource& src, uint32_t pos0, uint
     std::fill(mx.begin(), mx.end(), -std::numeric_limits<float>::infinity());
     std::fill(sum.begin(), sum.end(), 0.0f);
     const float* qh = qr.data() + static_cast<size_t>(h) * nq * D;
-#pragma omp parallel
-    {
-      thread_local std::vector<float> scratch(static_cast<size_t>(detail::kMaxBlock) * kTile);
-      // Tiles on absolute multiples of kTile: the same positions meet in the same order
-      // whatever the ubatch split, so a row-format arm gives the same bytes for any split.
-      for (uint32_t t0 = lo / kTile * kTile; t0 < end; t0 += kTile) {
-        const uint32_t t1 = std::min(end, t0 + kTile);
-        {  // contiguous row chunks per thread, so record state is set up once per chunk
-          const uint32_t r0 = std::max(t0, lo) - t0, rows = t1 - t0 - r0;
-          const uint32_t nt = static_cast<uint32_t>(omp_get_num_threads()), id = static_cast<uint32_t>(omp_get_thread_num());
-          const uint32_t a = r0 + rows * id / nt, b = r0 + rows * (id + 1) / nt;
-          if (a < b)
-            src.decode_rows(h, t0 + a, t0 + b, D, kt.data() + static_cast<size_t>(a) * D, vt.data() + static_cast<size_t>(a) * D);
-        }
-#pragma omp barrier
-#pragma omp for schedule(dynamic, 1)
-        for (int it = 0; it < items; ++it) {
+    // Item `it` of the tile [t0, t1), whose rows are `rows`.
+    auto item = [&](int it, uint32_t t0, uint32_t t1, const detail::TileRows& rows, float* scratch) {
           const uint32_t i0 = static_cast<uint32_t>(it) / hblocks * bp, i1 = std::min(n, i0 + bp);
           const uint32_t g0 = static_cast<uint32_t>(it) % hblocks * bq, g1 = std::min(gq, g0 + bq);
           // The block's positions with rows in this tile: a contiguous run (earlier positions
@@ -133,7 +125,7 @@ void fused_attend(const LayerShape& s, const RowSource& src, uint32_t pos0, uint
               first = std::min(first, i);
               last = i + 1;
             }
-          if (first >= last) continue;
+          if (first >= last) return;
           detail::TileBlock blk;
           const size_t qi0 = static_cast<size_t>(first) * gq + g0;
           uint32_t j = 0;
@@ -149,7 +141,43 @@ void fused_attend(const LayerShape& s, const RowSource& src, uint32_t pos0, uint
           blk.acc = acc.data() + qi0 * D;
           blk.m = mx.data() + qi0;
           blk.s = sum.data() + qi0;
-          detail::tile_block_update(blk, kt.data(), vt.data(), D, scale, scratch.data());
+          detail::tile_block_update(blk, rows, D, scale, scratch);
+    };
+    // Tiles on absolute multiples of kTile: the same positions meet in the same order
+    // whatever the ubatch split, so a row-format arm gives the same bytes for any split.
+    const uint32_t first_tile = lo / kTile * kTile;
+    detail::TileRows stored;
+    if (n == 1 && src.rows_in_place(h, stored)) {
+      // Decode over rows read in place: no tile buffer, so each item walks every tile on its
+      // own (a query still meets the tiles in order, in the same blocks: the same floats).
+#pragma omp parallel for schedule(static)
+      for (int it = 0; it < items; ++it) {
+        thread_local std::vector<float> scratch(static_cast<size_t>(detail::kMaxBlock) * kTile);
+        for (uint32_t t0 = first_tile; t0 < end; t0 += kTile) {
+          detail::TileRows rows = stored;
+          rows.k += t0 * rows.stride;
+          rows.v += t0 * rows.stride;
+          item(it, t0, std::min(end, t0 + kTile), rows, scratch.data());
+        }
+      }
+    } else {
+#pragma omp parallel
+      {
+        thread_local std::vector<float> scratch(static_cast<size_t>(detail::kMaxBlock) * kTile);
+        const detail::TileRows rows = detail::TileRows::f32(kt.data(), vt.data(), D);
+        for (uint32_t t0 = first_tile; t0 < end; t0 += kTile) {
+          const uint32_t t1 = std::min(end, t0 + kTile);
+          {  // contiguous row chunks per thread, so record state is set up once per chunk
+            const uint32_t r0 = std::max(t0, lo) - t0, nrows = t1 - t0 - r0;
+            const uint32_t nt = static_cast<uint32_t>(omp_get_num_threads()), id = static_cast<uint32_t>(omp_get_thread_num());
+            const uint32_t a = r0 + nrows * id / nt, b = r0 + nrows * (id + 1) / nt;
+            if (a < b)
+              src.decode_rows(h, t0 + a, t0 + b, D, kt.data() + static_cast<size_t>(a) * D,
+                              vt.data() + static_cast<size_t>(a) * D);
+          }
+#pragma omp barrier
+#pragma omp for schedule(dynamic, 1)
+          for (int it = 0; it < items; ++it) item(it, t0, t1, rows, scratch.data());
         }
       }
     }
@@ -267,6 +295,14 @@ class RowLayer final : public InspectableKv, private RowSource {
  private:
   void rotate_query(float* x) const override { rot_k_.forward(x, s_.head_dim); }
   void unrotate_output(float* x) const override { rot_v_.inverse(x, s_.head_dim); }
+  bool rows_in_place(uint32_t h, detail::TileRows& t) const override {
+    const uint32_t type = f_ == RowFormat::f16 ? kGgmlF16 : f_ == RowFormat::bf16 ? kGgmlBF16
+                        : f_ == RowFormat::f32 ? kGgmlF32 : ~0u;
+    if (type == ~0u) return false;
+    t = {type, k_.data() + static_cast<size_t>(h) * rb_, v_.data() + static_cast<size_t>(h) * rb_,
+         static_cast<size_t>(s_.n_head_kv) * rb_};
+    return true;
+  }
   void stored_row(uint32_t h, uint32_t p, float* k, float* v) const override {
     const size_t off = (static_cast<size_t>(p) * s_.n_head_kv + h) * rb_;
     fmt::decode_row(f_, k_.data() + off, s_.head_dim, k);

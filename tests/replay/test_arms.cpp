@@ -782,13 +782,25 @@ std::vector<float> run_outputs(const std::string& spec, const Data& d, uint32_t 
   return all;
 }
 
+// One token a ubatch reads f32, f16 and bf16 rows in place (no decoded tile) on any number of
+// threads; 64 a ubatch decodes tiles: the same bits.
 TEST(ArmAttention, UbatchOfOneEqualsUbatchOf64) {
-  const Data d = make_data(260, 128, 4, 2, 13);
-  const auto a = run_outputs("f32", d, 260, 1), b = run_outputs("f32", d, 260, 64);
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
-  // Also with a window: tiles sit on absolute positions.
-  const auto c = run_outputs("f32", d, 260, 1, 100), e = run_outputs("f32", d, 260, 64, 100);
-  EXPECT_EQ(std::memcmp(c.data(), e.data(), c.size() * sizeof(float)), 0);
+  const Data d = make_data(300, 128, 4, 2, 13);
+  const int saved = omp_get_max_threads();
+  for (const std::string spec : {"f32", "f16", "bf16"}) {
+    SCOPED_TRACE(spec);
+    const auto b = run_outputs(spec, d, 300, 64);
+    // Also with a window: tiles sit on absolute positions.
+    const auto e = run_outputs(spec, d, 300, 64, 100);
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      const auto a = run_outputs(spec, d, 300, 1);
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << threads << " threads";
+      const auto c = run_outputs(spec, d, 300, 1, 100);
+      EXPECT_EQ(std::memcmp(c.data(), e.data(), c.size() * sizeof(float)), 0) << threads << " threads, window";
+    }
+    omp_set_num_threads(saved);
+  }
 }
 
 TEST(ArmAttention, SameBytesForOneAndTwoThreads) {
@@ -1057,6 +1069,69 @@ TEST(AttendTile, BuildsAndBlockingGiveTheSameBits) {
       }
     EXPECT_LT(worst, 1e-4) << "D " << c.D << " n " << c.n << " nb " << c.nb;
   }
+}
+
+// The tile step over rows read in place (f16 and bf16 rows, a row stride wider than a row)
+// gives the bits of the same values decoded into an f32 tile, on both builds.
+TEST(AttendTile, RowsInPlaceEqualADecodedTile) {
+  for (const uint32_t type : {sjkv::replay::kGgmlF16, sjkv::replay::kGgmlBF16})
+    for (const TileCase c : {TileCase{256, 256, 4, false}, TileCase{128, 100, 3, true}, TileCase{64, 256, 2, false},
+                             TileCase{40, 9, 5, true}, TileCase{96, 17, 13, true}}) {
+      std::vector<float> q, k, v;
+      tile_inputs(c, q, k, v);
+      // Stored rows: 2 bytes a value, rows D + 8 values apart (a second KV head between them).
+      const size_t stride = 2 * (static_cast<size_t>(c.D) + 8);
+      std::vector<uint8_t> ks(k.size() / c.D * stride), vs(ks.size());
+      std::vector<float> kd(k.size()), vd(v.size());  // the decoded tile: the stored values as floats
+      for (size_t r = 0; r < k.size() / c.D; ++r)
+        for (uint32_t i = 0; i < c.D; ++i)
+          for (int side = 0; side < 2; ++side) {
+            const float x = (side ? v : k)[r * c.D + i];
+            uint16_t h;
+            float back;
+            if (type == sjkv::replay::kGgmlF16) {
+              h = sjkv::f32_to_f16(x);
+              back = sjkv::f16_to_f32(h);
+            } else {
+              uint32_t u;
+              std::memcpy(&u, &x, 4);
+              h = static_cast<uint16_t>(u >> 16);  // truncation is a bf16 value as good as any
+              u = static_cast<uint32_t>(h) << 16;
+              std::memcpy(&back, &u, 4);
+            }
+            uint8_t* dst = (side ? vs : ks).data() + r * stride + 2 * i;
+            dst[0] = static_cast<uint8_t>(h & 0xff);
+            dst[1] = static_cast<uint8_t>(h >> 8);
+            (side ? vd : kd)[r * c.D + i] = back;
+          }
+      for (const bool portable : {true, false}) {
+        std::vector<float> out[2];
+        for (int in_place = 0; in_place < 2; ++in_place) {
+          std::vector<float> acc(static_cast<size_t>(c.nb) * c.D, 0.0f), m(c.nb, -INFINITY), s(c.nb, 0.0f);
+          std::vector<float> scratch(static_cast<size_t>(sjkv::replay::detail::kMaxBlock) * sjkv::replay::detail::kTileRows);
+          for (uint32_t t = 0; t < 2; ++t) {
+            sjkv::replay::detail::TileBlock b;
+            b.nq = c.nb;
+            for (uint32_t j = 0; j < b.nq; ++j) tile_range(c, j, b.lo[j], b.hi[j]);
+            b.q = q.data();
+            b.acc = acc.data();
+            b.m = m.data();
+            b.s = s.data();
+            const size_t r0 = static_cast<size_t>(t) * c.n;
+            const sjkv::replay::detail::TileRows rows =
+                in_place ? sjkv::replay::detail::TileRows{type, ks.data() + r0 * stride, vs.data() + r0 * stride, stride}
+                         : sjkv::replay::detail::TileRows::f32(kd.data() + r0 * c.D, vd.data() + r0 * c.D, c.D);
+            if (portable) sjkv::replay::detail::tile_block_update_portable(b, rows, c.D, 0.0625f, scratch.data());
+            else sjkv::replay::detail::tile_block_update(b, rows, c.D, 0.0625f, scratch.data());
+          }
+          acc.insert(acc.end(), m.begin(), m.end());
+          acc.insert(acc.end(), s.begin(), s.end());
+          out[in_place] = acc;
+        }
+        EXPECT_TRUE(same_bits(out[0], out[1])) << "type " << type << " D " << c.D << " n " << c.n << " nb " << c.nb
+                                               << (portable ? " portable" : " dispatched");
+      }
+    }
 }
 
 // exp_nonpos against the double-precision exponential: within 2 float ulps on [-87, 0], 0 below.

@@ -29,6 +29,8 @@ struct WeightMatrix {
   static WeightMatrix of(uint32_t type, size_t rows, size_t cols, const void* data);
   // f32 rows with a leading dimension (ld >= cols, in floats).
   static WeightMatrix f32(const float* data, size_t rows, size_t cols, size_t ld);
+  // Rows of `type` row_bytes apart (at least a row's size); std::invalid_argument otherwise.
+  static WeightMatrix strided(uint32_t type, size_t rows, size_t cols, const void* data, size_t row_bytes);
   size_t bytes() const { return rows * row_bytes; }
 };
 
