@@ -169,7 +169,8 @@ def svg_forest(tab, pairs, path, title):
     return True
 
 
-def write(csv_path, histories, arms_cfg, sets, report_dir, cmd, manifest, study_dir, expected, left_out=()):
+def write(csv_path, histories, arms_cfg, sets, report_dir, cmd, manifest, study_dir, expected, left_out=(),
+          engine=None, timing=None):
     t = load(csv_path)
     plots = os.path.join(report_dir, "results")
     os.makedirs(plots, exist_ok=True)
@@ -297,7 +298,17 @@ def write(csv_path, histories, arms_cfg, sets, report_dir, cmd, manifest, study_
           "- Ratio = mean KL of the arm / mean KL of the baseline over the same positions. CIs are paired bootstrap 95% "
           "intervals: over positions (circular blocks of ceil(sqrt(n)) within each history) and over whole histories. "
           "'Lower at' counts positions where the arm's KL is the smaller; 'histories won' counts histories whose mean "
-          "KL is the smaller.", ""]
+          "KL is the smaller."]
+    if engine:
+        o += [f"- Every score is replay engine {engine}'s (`sjkv-replay engine`; the store is keyed by it, so a new "
+              "engine scores everything again)."]
+    if timing:
+        h, m = divmod(int(timing["wall_s"] / 60 + 0.5), 60)
+        o += [f"- Time to score with engine {engine}: {timing['replays']} replays (recordings and arms) in "
+              f"{h} h {m:02d} min of wall time over {timing['runs']} run(s) of `scripts/study` on "
+              f"{' / '.join(timing['cpus'])}, {' / '.join(timing['shapes'])} (jobs x threads), from "
+              f"`study/runs/_timing.csv`."]
+    o += [""]
     with open(os.path.join(report_dir, "RESULTS.md") + ".tmp", "w") as f:
         f.write("\n".join(o))
     os.replace(os.path.join(report_dir, "RESULTS.md") + ".tmp", os.path.join(report_dir, "RESULTS.md"))
