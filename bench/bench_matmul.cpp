@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   for (const std::string& p : models) load_model(p);
-  std::fprintf(stderr, "bench_matmul: gemm path %s\n", gemm_best() == GemmIsa::avx2 ? "avx2" : "portable");
+  std::fprintf(stderr, "bench_matmul: gemm path %s\n", gemm_best() == GemmIsa::avx512 ? "avx512" : gemm_best() == GemmIsa::avx2 ? "avx2" : "portable");
   for (int threads : {1, 2}) benchmark::RegisterBenchmark(("copy/threads" + std::to_string(threads)).c_str(), BM_Copy, threads)->Unit(benchmark::kMillisecond)->UseRealTime();
   for (auto& m : g_models)
     for (size_t n : {size_t(512), size_t(1)})

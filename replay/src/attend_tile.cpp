@@ -244,7 +244,7 @@ void tile_block_update_portable(const TileBlock& b, const TileRows& t, uint32_t 
 
 bool tile_block_uses_avx2() {
 #if defined(__x86_64__)
-  return gemm_best() == GemmIsa::avx2;  // AVX2, FMA and F16C
+  return gemm_best() != GemmIsa::portable;  // AVX2, FMA and F16C
 #else
   return false;
 #endif

@@ -5,7 +5,9 @@
 // accumulators. Lanes persist across k blocks in a small buffer, so the sum of every output
 // element is the one order gemm.h states whatever the blocking.
 // One to four tokens (decode) take fused tiles instead: no panel, each weight dequantized in
-// registers by dequant_avx2.h's walker of its block type and multiply-added at once.
+// registers by dequant_avx2.h's walker of its block type and multiply-added at once. With
+// AVX-512, batches of block-type weights take tiles of 8 tokens x 6 rows over a panel whose
+// row pairs are interleaved, two rows' eight lanes in one register (tile512_final).
 #include "sjkv/replay/gemm.h"
 
 #include <omp.h>
@@ -168,6 +170,58 @@ uint32_t walker_values(uint32_t type) {
 }
 #endif
 
+#if defined(__x86_64__)
+// AVX-512 batch tile: M (up to 8) tokens x 3 row pairs over an interleaved panel (pair j at pairs + 2 k j,
+// its k block i at + 2 i: row 2j's eight values, then row 2j+1's). Each lane gets the fused
+// multiply-adds tile_avx2_final gives it, in the same order, and the same tree at the end.
+constexpr size_t kPairRows = 6;
+// GCC 12's AVX-512 headers fill unused operands with an "undefined" value that -Wuninitialized
+// reports inside the intrinsics (a known false positive).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+constexpr size_t kTokens512 = 8;
+template <size_t M>
+__attribute__((target("avx512f,avx512dq,avx2,fma"))) void tile512_final(const float* const* xs, const float* pairs,
+                                                                       size_t k, float* y, size_t ldy) {
+  __m512 acc[kTokens512][3];
+  for (size_t t = 0; t < kTokens512; ++t)
+    for (size_t j = 0; j < 3; ++j) acc[t][j] = _mm512_setzero_ps();
+  for (size_t i = 0; i < k; i += 8) {
+    __m512 w[3];
+    for (size_t j = 0; j < 3; ++j) w[j] = _mm512_loadu_ps(pairs + 2 * k * j + 2 * i);
+    for (size_t t = 0; t < M; ++t) {
+      const __m512 x = _mm512_broadcast_f32x8(_mm256_loadu_ps(xs[t] + i));
+      for (size_t j = 0; j < 3; ++j) acc[t][j] = _mm512_fmadd_ps(x, w[j], acc[t][j]);
+    }
+  }
+  for (size_t t0 = 0; t0 < M; t0 += 4)
+    for (size_t j = 0; j < 3; ++j) {
+      float lo[4], hi[4];
+      _mm_storeu_ps(lo, reduce4(_mm512_castps512_ps256(acc[t0][j]), _mm512_castps512_ps256(acc[t0 + 1][j]),
+                                _mm512_castps512_ps256(acc[t0 + 2][j]), _mm512_castps512_ps256(acc[t0 + 3][j])));
+      _mm_storeu_ps(hi, reduce4(_mm512_extractf32x8_ps(acc[t0][j], 1), _mm512_extractf32x8_ps(acc[t0 + 1][j], 1),
+                                _mm512_extractf32x8_ps(acc[t0 + 2][j], 1), _mm512_extractf32x8_ps(acc[t0 + 3][j], 1)));
+      for (size_t t = t0; t < std::min(M, t0 + 4); ++t) {
+        y[t * ldy + 2 * j] = lo[t - t0];
+        y[t * ldy + 2 * j + 1] = hi[t - t0];
+      }
+    }
+}
+#pragma GCC diagnostic pop
+using Tile512Fn = void (*)(const float* const*, const float*, size_t, float*, size_t);
+Tile512Fn tile512(size_t m) {
+  static const Tile512Fn t[kTokens512] = {tile512_final<1>, tile512_final<2>, tile512_final<3>, tile512_final<4>,
+                                          tile512_final<5>, tile512_final<6>, tile512_final<7>, tile512_final<8>};
+  return t[m - 1];
+}
+
+bool have_avx512() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  return ok;
+}
+#endif
+
 using TileFn = void (*)(const float* const*, const float* const*, size_t, size_t, float*, size_t, bool);
 
 #define SJKV_TILE_TABLE(name, fn)                                                         \
@@ -223,9 +277,15 @@ void pack(const WeightMatrix& w, size_t r0, size_t nr, bool simd, std::vector<fl
   }
 }
 
-// One panel of rows against all n tokens.
+// Whether gemm_with takes the AVX-512 batch tiles for this product.
+bool uses_tile512(GemmIsa isa, const WeightMatrix& w, size_t n) {
+  return isa == GemmIsa::avx512 && w.type != kGgmlF32 && w.cols % 8 == 0 && w.cols <= kBlockK && n > kTileTokens;
+}
+
+// One panel of rows against all n tokens; t512: uses_tile512.
 void panel_product(const WeightMatrix& w, size_t r0, const float* x, size_t ldx, size_t n, float* y, size_t ldy,
-                   bool simd) {
+                   GemmIsa isa, bool t512) {
+  const bool simd = isa != GemmIsa::portable;
   const size_t nr = std::min(kPanelRows, w.rows - r0), K = w.cols, K8 = K / 8 * 8;
   std::vector<float>& buf = panel_buffer(w.type == kGgmlF32 ? 0 : kPanelRows * K);
   const float* rows[kPanelRows];
@@ -241,6 +301,38 @@ void panel_product(const WeightMatrix& w, size_t r0, const float* x, size_t ldx,
       const uint8_t* ws[kFusedRows];
       for (size_t i = 0; i < c; ++i) ws[i] = w.data + (r0 + r + i) * w.row_bytes;
       fused_fn(w.type, n, c)(xs, ws, nb, y + r0 + r, ldy);
+    }
+    return;
+  }
+  if (t512 && nr >= kPairRows) {
+    // Rows [0, n6) as interleaved pairs, the rest row-major after them for the AVX2 tiles.
+    const size_t n6 = nr / kPairRows * kPairRows;
+    thread_local std::vector<float> two;
+    if (two.size() < 2 * K) two.resize(2 * K);
+    float* P = buf.data();
+    for (size_t r = 0; r < n6; r += 2) {
+      dequantize_row_with(true, w.type, w.data + (r0 + r) * w.row_bytes, two.data(), K);
+      dequantize_row_with(true, w.type, w.data + (r0 + r + 1) * w.row_bytes, two.data() + K, K);
+      float* dst = P + r * K;
+      for (size_t i = 0; i < K; i += 8) {
+        std::memcpy(dst + 2 * i, two.data() + i, 32);
+        std::memcpy(dst + 2 * i + 8, two.data() + K + i, 32);
+      }
+    }
+    for (size_t r = n6; r < nr; ++r) {
+      float* dst = P + r * K;
+      dequantize_row_with(true, w.type, w.data + (r0 + r) * w.row_bytes, dst, K);
+      rows[r] = dst;
+    }
+    for (size_t t = 0; t < n; t += kTokens512) {
+      const size_t m = std::min(kTokens512, n - t);
+      const float* xs[kTokens512];
+      for (size_t i = 0; i < m; ++i) xs[i] = x + (t + i) * ldx;
+      for (size_t r = 0; r < n6; r += kPairRows) tile512(m)(xs, P + r * K, K, y + t * ldy + r0 + r, ldy);
+      for (size_t u = 0; u < m; u += kTileTokens)
+        for (size_t r = n6; r < nr; r += kTileRows)
+          avx2_final(std::min(kTileTokens, m - u), std::min(kTileRows, nr - r))(xs + u, rows + r, K,
+                                                                              y + (t + u) * ldy + r0 + r, ldy);
     }
     return;
   }
@@ -323,7 +415,12 @@ WeightMatrix WeightMatrix::strided(uint32_t type, size_t rows, size_t cols, cons
   return w;
 }
 
-GemmIsa gemm_best() { return have_avx2() ? GemmIsa::avx2 : GemmIsa::portable; }
+GemmIsa gemm_best() {
+#if defined(__x86_64__)
+  if (have_avx2() && have_avx512()) return GemmIsa::avx512;
+#endif
+  return have_avx2() ? GemmIsa::avx2 : GemmIsa::portable;
+}
 
 void gemm(const WeightMatrix& w, const float* x, size_t n, float* y, size_t ldy, int n_threads, size_t ldx) {
   gemm_with(gemm_best(), w, x, n, y, ldy, n_threads, ldx);
@@ -331,20 +428,26 @@ void gemm(const WeightMatrix& w, const float* x, size_t n, float* y, size_t ldy,
 
 void gemm_with(GemmIsa isa, const WeightMatrix& w, const float* x, size_t n, float* y, size_t ldy, int n_threads,
                size_t ldx) {
-  if (isa == GemmIsa::avx2 && !have_avx2())
+  if (isa != GemmIsa::portable && !have_avx2())
     throw std::invalid_argument("gemm_with: AVX2 is not available on this machine");
+#if defined(__x86_64__)
+  if (isa == GemmIsa::avx512 && !have_avx512())
+#else
+  if (isa == GemmIsa::avx512)
+#endif
+    throw std::invalid_argument("gemm_with: AVX-512 is not available on this machine");
   if (ldx == 0) ldx = w.cols;
   if (ldx < w.cols || ldy < w.rows) throw std::invalid_argument("gemm: leading dimension below the row length");
   if (n == 0 || w.rows == 0) return;
-  const bool simd = isa == GemmIsa::avx2;
   const long panels = static_cast<long>((w.rows + kPanelRows - 1) / kPanelRows);
   const int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
+  const bool t512 = uses_tile512(isa, w, n);
   if (nt == 1 || panels == 1 || w.rows * w.cols * n < 32768) {
-    for (long p = 0; p < panels; ++p) panel_product(w, static_cast<size_t>(p) * kPanelRows, x, ldx, n, y, ldy, simd);
+    for (long p = 0; p < panels; ++p) panel_product(w, static_cast<size_t>(p) * kPanelRows, x, ldx, n, y, ldy, isa, t512);
     return;
   }
 #pragma omp parallel for schedule(static) num_threads(nt)
-  for (long p = 0; p < panels; ++p) panel_product(w, static_cast<size_t>(p) * kPanelRows, x, ldx, n, y, ldy, simd);
+  for (long p = 0; p < panels; ++p) panel_product(w, static_cast<size_t>(p) * kPanelRows, x, ldx, n, y, ldy, isa, t512);
 }
 
 void gemm_reference(const WeightMatrix& w, const float* x, size_t n, float* y, size_t ldy, size_t ldx) {

@@ -66,7 +66,8 @@ std::vector<float> tokens(size_t n, size_t ld, std::mt19937& rng) {
 
 std::vector<GemmIsa> isas() {
   std::vector<GemmIsa> v{GemmIsa::portable};
-  if (gemm_best() == GemmIsa::avx2) v.push_back(GemmIsa::avx2);
+  if (gemm_best() != GemmIsa::portable) v.push_back(GemmIsa::avx2);
+  if (gemm_best() == GemmIsa::avx512) v.push_back(GemmIsa::avx512);
   return v;
 }
 
@@ -82,10 +83,10 @@ TEST(Gemm, EveryTypeAndShapeEqualsTheReferenceBitForBit) {
                         {kGgmlQ4_0, 576}, {kGgmlQ4_1, 576}, {kGgmlQ5_0, 640}, {kGgmlQ5_1, 96},  {kGgmlQ8_0, 640},
                         {kGgmlQ4_K, 1024}, {kGgmlQ5_K, 512}, {kGgmlQ6_K, 2048}, {kGgmlF16, 1031}, {kGgmlF16, 256}};
   for (const Case& c : cases)
-    for (size_t rows : {size_t(1), size_t(5), size_t(50), size_t(97)}) {
+    for (size_t rows : {size_t(1), size_t(5), size_t(50), size_t(59), size_t(97)}) {  // 59: a last panel of 6 + 5 rows
       const auto w = weights(c.type, rows, c.k, rng);
       const WeightMatrix m = WeightMatrix::of(c.type, rows, c.k, w.data());
-      for (size_t n : {size_t(1), size_t(2), size_t(3), size_t(4), size_t(6), size_t(21)}) {  // 1-4: the fused decode tiles
+      for (size_t n : {size_t(1), size_t(2), size_t(3), size_t(4), size_t(6), size_t(9), size_t(12), size_t(21)}) {  // 1-4: the fused decode tiles; 9, 12, 21: 8-token AVX-512 tiles and the rest
         const size_t ldx = c.k + 3, ldy = rows + 2;
         const auto x = tokens(n, ldx, rng);
         std::vector<float> ref(n * ldy, -7.0f);

@@ -10,7 +10,9 @@
 // dequantized in registers and used where they are made, never stored) and the portable
 // path (std::fma) do exactly that, so the bytes do not depend on the instruction set, the
 // thread count, the tile or the number of tokens (a token alone gives the bits it gets
-// inside a batch). AVX-512 machines run the AVX2 kernels.
+// inside a batch). On AVX-512 machines the batch tiles hold two rows' eight lanes in one
+// register (4 tokens x 6 rows over panels whose row pairs are interleaved): each lane still
+// takes the same fused multiply-adds in the same order, so the same bits.
 #pragma once
 
 #include <cstddef>
@@ -34,8 +36,8 @@ struct WeightMatrix {
   size_t bytes() const { return rows * row_bytes; }
 };
 
-enum class GemmIsa { portable = 0, avx2 = 1 };
-GemmIsa gemm_best();
+enum class GemmIsa { portable = 0, avx2 = 1, avx512 = 2 };
+GemmIsa gemm_best();  // avx512 where AVX-512 F and DQ are present, else avx2 where AVX2, FMA and F16C are
 
 // x [n][ldx] (ldx >= k; 0 means k), y [n][ldy] (ldy >= rows). n_threads 0: OpenMP's default;
 // 1 runs on the calling thread (for callers already inside a parallel region).
