@@ -90,7 +90,7 @@ void fused_attend(const LayerShape& s, const RowSource& src, uint32_t pos0, uint
         std::copy_n(q + (static_cast<size_t>(i) * H + h * gq + g) * D, D, dst);
         src.rotate_query(dst);
       }
-  std::vector<float> kt(static_cast<size_t>(kTile) * D), vt(static_cast<size_t>(kTile) * D);
+  std::vector<float> kt, vt;  // a decoded tile, when the rows are not read in place
   std::vector<float> acc(static_cast<size_t>(nq) * D), mx(nq), sum(nq);
   // Work items: blocks of queries (bp positions x bq query heads; their K/V rows are read once
   // for the block), as large as kMaxBlock allows while every thread still gets an item
@@ -108,40 +108,40 @@ void fused_attend(const LayerShape& s, const RowSource& src, uint32_t pos0, uint
     const float* qh = qr.data() + static_cast<size_t>(h) * nq * D;
     // Item `it` of the tile [t0, t1), whose rows are `rows`.
     auto item = [&](int it, uint32_t t0, uint32_t t1, const detail::TileRows& rows, float* scratch) {
-          const uint32_t i0 = static_cast<uint32_t>(it) / hblocks * bp, i1 = std::min(n, i0 + bp);
-          const uint32_t g0 = static_cast<uint32_t>(it) % hblocks * bq, g1 = std::min(gq, g0 + bq);
-          // The block's positions with rows in this tile: a contiguous run (earlier positions
-          // end before it, later ones' windows start after it).
-          auto range = [&](uint32_t i, uint32_t& a, uint32_t& b) {
-            const uint32_t qpos = pos0 + i;
-            a = t0;
-            b = std::min(t1, qpos + 1);
-            if (s.window && qpos + 1 > s.window) a = std::max(a, qpos + 1 - s.window);
-            return a < b;
-          };
-          uint32_t first = i1, last = i0, a, b;
-          for (uint32_t i = i0; i < i1; ++i)
-            if (range(i, a, b)) {
-              first = std::min(first, i);
-              last = i + 1;
-            }
-          if (first >= last) return;
-          detail::TileBlock blk;
-          const size_t qi0 = static_cast<size_t>(first) * gq + g0;
-          uint32_t j = 0;
-          for (uint32_t i = first; i < last; ++i) {
-            if (!range(i, a, b)) throw std::logic_error("fused_attend: a block's positions are not contiguous in a tile");
-            for (uint32_t g = g0; g < g1; ++g, ++j) {
-              blk.lo[j] = a - t0;
-              blk.hi[j] = b - t0;
-            }
-          }
-          blk.nq = j;
-          blk.q = qh + qi0 * D;
-          blk.acc = acc.data() + qi0 * D;
-          blk.m = mx.data() + qi0;
-          blk.s = sum.data() + qi0;
-          detail::tile_block_update(blk, rows, D, scale, scratch);
+      const uint32_t i0 = static_cast<uint32_t>(it) / hblocks * bp, i1 = std::min(n, i0 + bp);
+      const uint32_t g0 = static_cast<uint32_t>(it) % hblocks * bq, g1 = std::min(gq, g0 + bq);
+      // The block's positions with rows in this tile: a contiguous run (earlier positions
+      // end before it, later ones' windows start after it).
+      auto range = [&](uint32_t i, uint32_t& a, uint32_t& b) {
+        const uint32_t qpos = pos0 + i;
+        a = t0;
+        b = std::min(t1, qpos + 1);
+        if (s.window && qpos + 1 > s.window) a = std::max(a, qpos + 1 - s.window);
+        return a < b;
+      };
+      uint32_t first = i1, last = i0, a, b;
+      for (uint32_t i = i0; i < i1; ++i)
+        if (range(i, a, b)) {
+          first = std::min(first, i);
+          last = i + 1;
+        }
+      if (first >= last) return;
+      detail::TileBlock blk;
+      const size_t qi0 = static_cast<size_t>(first) * gq + g0;
+      uint32_t j = 0;
+      for (uint32_t i = first; i < last; ++i) {
+        if (!range(i, a, b)) throw std::logic_error("fused_attend: a block's positions are not contiguous in a tile");
+        for (uint32_t g = g0; g < g1; ++g, ++j) {
+          blk.lo[j] = a - t0;
+          blk.hi[j] = b - t0;
+        }
+      }
+      blk.nq = j;
+      blk.q = qh + qi0 * D;
+      blk.acc = acc.data() + qi0 * D;
+      blk.m = mx.data() + qi0;
+      blk.s = sum.data() + qi0;
+      detail::tile_block_update(blk, rows, D, scale, scratch);
     };
     // Tiles on absolute multiples of kTile: the same positions meet in the same order
     // whatever the ubatch split, so a row-format arm gives the same bytes for any split.
@@ -161,6 +161,8 @@ void fused_attend(const LayerShape& s, const RowSource& src, uint32_t pos0, uint
         }
       }
     } else {
+      kt.resize(static_cast<size_t>(kTile) * D);
+      vt.resize(static_cast<size_t>(kTile) * D);
 #pragma omp parallel
       {
         thread_local std::vector<float> scratch(static_cast<size_t>(detail::kMaxBlock) * kTile);
