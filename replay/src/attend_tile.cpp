@@ -134,12 +134,71 @@ WvFn wv_table(uint32_t type, int m, int n) {
   return type == kGgmlF16 ? wv_of<kGgmlF16>(m, n) : type == kGgmlBF16 ? wv_of<kGgmlBF16>(m, n) : wv_of<kGgmlF32>(m, n);
 }
 
+// The AVX-512 form for sixteen columns a register: every (query, column) the same fused
+// multiply-adds in the same order, so the AVX2 bits. (GCC 12's AVX-512 headers trip
+// -Wmaybe-uninitialized on their own "undefined" operands: a known false positive.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+template <uint32_t T>
+__attribute__((target("avx512f,avx2,f16c"), always_inline)) inline __m512 load16(const uint8_t* row, uint32_t d) {
+  if (T == kGgmlF16) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * size_t{d})));
+  if (T == kGgmlBF16)
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * size_t{d}))), 16));
+  return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + d);
+}
+
+template <uint32_t T, int M, int N>
+__attribute__((target("avx512f,avx2,fma,f16c"))) void wv_avx512(float* const* acc, const float* const* w,
+                                                                const uint8_t* v, size_t stride, uint32_t np,
+                                                                uint32_t d0) {
+  __m512 a[M][N];
+  for (int j = 0; j < M; ++j)
+    for (int c = 0; c < N; ++c) a[j][c] = _mm512_loadu_ps(acc[j] + d0 + 16 * c);
+  for (uint32_t p = 0; p < np; ++p) {
+    const uint8_t* vr = v + p * stride;
+    __m512 vv[N];
+    for (int c = 0; c < N; ++c) vv[c] = load16<T>(vr, d0 + 16 * c);
+    for (int j = 0; j < M; ++j) {
+      const __m512 wj = _mm512_set1_ps(w[j][p]);
+      for (int c = 0; c < N; ++c) a[j][c] = _mm512_fmadd_ps(wj, vv[c], a[j][c]);
+    }
+  }
+  for (int j = 0; j < M; ++j)
+    for (int c = 0; c < N; ++c) _mm512_storeu_ps(acc[j] + d0 + 16 * c, a[j][c]);
+}
+
+#pragma GCC diagnostic pop
+
+constexpr int kWv512Cols = 6;  // 4 queries x 6 registers: 24 accumulators, 6 of V, one weight
+template <uint32_t T>
+WvFn wv512_of(int m, int n) {
+#define SJKV_ROW(M) {wv_avx512<T, M, 1>, wv_avx512<T, M, 2>, wv_avx512<T, M, 3>, wv_avx512<T, M, 4>, wv_avx512<T, M, 5>, wv_avx512<T, M, 6>}
+  static const WvFn t[kWvQueries][kWv512Cols] = {SJKV_ROW(1), SJKV_ROW(2), SJKV_ROW(3), SJKV_ROW(4)};
+#undef SJKV_ROW
+  return t[m - 1][n - 1];
+}
+WvFn wv512_table(uint32_t type, int m, int n) {
+  return type == kGgmlF16 ? wv512_of<kGgmlF16>(m, n) : type == kGgmlBF16 ? wv512_of<kGgmlBF16>(m, n)
+                                                                          : wv512_of<kGgmlF32>(m, n);
+}
+
+bool have_avx512f() {
+  static const bool ok = __builtin_cpu_supports("avx512f");
+  return ok;
+}
+
 void wv_simd(uint32_t nq, float* const* acc, const float* const* w, uint32_t type, const uint8_t* v, size_t stride,
              uint32_t np, uint32_t D) {
-  const uint32_t D8 = D / 8 * 8;
+  const uint32_t D8 = D / 8 * 8, D16 = have_avx512f() ? D / 16 * 16 : 0;
   for (uint32_t j = 0; j < nq; j += kWvQueries) {
     const int m = static_cast<int>(std::min<uint32_t>(kWvQueries, nq - j));
-    for (uint32_t d = 0; d < D8; d += 8 * kWvCols) {
+    for (uint32_t d = 0; d < D16; d += 16 * kWv512Cols) {
+      const int n = static_cast<int>(std::min<uint32_t>(kWv512Cols, (D16 - d) / 16));
+      wv512_table(type, m, n)(acc + j, w + j, v, stride, np, d);
+    }
+    for (uint32_t d = D16; d < D8; d += 8 * kWvCols) {
       const int n = static_cast<int>(std::min<uint32_t>(kWvCols, (D8 - d) / 8));
       wv_table(type, m, n)(acc + j, w + j, v, stride, np, d);
     }
@@ -187,7 +246,7 @@ void update(const TileBlock& b, const TileRows& t, uint32_t D, float scale, floa
     B = std::min(B, b.hi[j]);
   }
   // Scores of every query against the union's rows: scratch[j][p - L].
-  gemm_with(simd ? GemmIsa::avx2 : GemmIsa::portable, WeightMatrix::strided(t.type, H - L, D, t.k + L * t.stride, t.stride),
+  gemm_with(simd ? gemm_best() : GemmIsa::portable, WeightMatrix::strided(t.type, H - L, D, t.k + L * t.stride, t.stride),
             b.q, b.nq, scratch, kTileRows, 1, D);
 #if defined(__x86_64__)
   void (*const weights)(float*, uint32_t, float) = simd ? weights_avx2 : weights_portable;

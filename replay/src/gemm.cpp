@@ -6,8 +6,8 @@
 // element is the one order gemm.h states whatever the blocking.
 // One to four tokens (decode) take fused tiles instead: no panel, each weight dequantized in
 // registers by dequant_avx2.h's walker of its block type and multiply-added at once. With
-// AVX-512, batches of block-type weights take tiles of 8 tokens x 6 rows over a panel whose
-// row pairs are interleaved, two rows' eight lanes in one register (tile512_final).
+// AVX-512, batches take tiles of 8 tokens x 6 rows over a panel whose row pairs are
+// interleaved, two rows' eight lanes in one register (tile512_final).
 #include "sjkv/replay/gemm.h"
 
 #include <omp.h>
@@ -279,7 +279,7 @@ void pack(const WeightMatrix& w, size_t r0, size_t nr, bool simd, std::vector<fl
 
 // Whether gemm_with takes the AVX-512 batch tiles for this product.
 bool uses_tile512(GemmIsa isa, const WeightMatrix& w, size_t n) {
-  return isa == GemmIsa::avx512 && w.type != kGgmlF32 && w.cols % 8 == 0 && w.cols <= kBlockK && n > kTileTokens;
+  return isa == GemmIsa::avx512 && w.cols % 8 == 0 && w.cols <= kBlockK && n > kTileTokens;
 }
 
 // One panel of rows against all n tokens; t512: uses_tile512.
@@ -287,7 +287,8 @@ void panel_product(const WeightMatrix& w, size_t r0, const float* x, size_t ldx,
                    GemmIsa isa, bool t512) {
   const bool simd = isa != GemmIsa::portable;
   const size_t nr = std::min(kPanelRows, w.rows - r0), K = w.cols, K8 = K / 8 * 8;
-  std::vector<float>& buf = panel_buffer(w.type == kGgmlF32 ? 0 : kPanelRows * K);
+  // f32 rows are used in place, except by the AVX-512 tiles, which read them as interleaved pairs.
+  std::vector<float>& buf = panel_buffer(w.type == kGgmlF32 && !t512 ? 0 : kPanelRows * K);
   const float* rows[kPanelRows];
 #if defined(__x86_64__)
   if (simd && K8 == K && n <= kTileTokens && fused_fn(w.type, n, 1)) {
