@@ -108,29 +108,39 @@ __attribute__((target("avx2,fma"))) void tile_avx2_final(const float* const* xs,
 // in increasing k, so the sums are the order of gemm.h like every other path.
 template <size_t M>
 struct FmaSink {
-  __m256* acc;  // acc[t], t < M: one row's lanes for token t
+  __m256 acc[M];  // token t's lanes of one row
   const float* const* xs;
   size_t k0;
   __attribute__((target("avx2,fma,f16c"), always_inline)) inline void operator()(int g, __m256 w) {
+#pragma GCC unroll 4
     for (size_t t = 0; t < M; ++t) acc[t] = _mm256_fmadd_ps(_mm256_loadu_ps(xs[t] + k0 + 8 * g), w, acc[t]);
   }
 };
 
+// The sinks of the rows live in registers only when every loop over them is unrolled.
 template <uint32_t Type, size_t M, size_t N>
 __attribute__((target("avx2,fma,f16c"))) void fused_tile(const float* const* xs, const uint8_t* const* ws, size_t nb,
                                                          float* y, size_t ldy) {
   using B = blocks::avx2_block<Type>;
-  __m256 acc[N][4];
-  for (size_t r = 0; r < N; ++r)
-    for (size_t t = 0; t < 4; ++t) acc[r][t] = _mm256_setzero_ps();
-  for (size_t i = 0; i < nb; ++i)
+  FmaSink<M> sink[N];
+#pragma GCC unroll 4
+  for (size_t r = 0; r < N; ++r) {
+    sink[r].xs = xs;
+#pragma GCC unroll 4
+    for (size_t t = 0; t < M; ++t) sink[r].acc[t] = _mm256_setzero_ps();
+  }
+  for (size_t i = 0; i < nb; ++i) {
+#pragma GCC unroll 4
     for (size_t r = 0; r < N; ++r) {
-      FmaSink<M> sink{acc[r], xs, i * B::kValues};
-      B::walk(ws[r] + i * B::kBytes, sink);
+      sink[r].k0 = i * B::kValues;
+      B::walk(ws[r] + i * B::kBytes, sink[r]);
     }
+  }
+  const __m256 z = _mm256_setzero_ps();
   for (size_t r = 0; r < N; ++r) {
     float s[4];
-    _mm_storeu_ps(s, reduce4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+    const __m256* a = sink[r].acc;
+    _mm_storeu_ps(s, reduce4(a[0], M > 1 ? a[M > 1 ? 1 : 0] : z, M > 2 ? a[M > 2 ? 2 : 0] : z, M > 3 ? a[M > 3 ? 3 : 0] : z));
     for (size_t t = 0; t < M; ++t) y[t * ldy + r] = s[t];
   }
 }
