@@ -294,6 +294,31 @@ TEST(Dequant, FastEqualsPortableBitForBit) {
   }
 }
 
+// The AVX2 walkers read block scales with F16C where it is exact: every f16 pattern as a scale
+// (subnormals, infinities, quiet and signalling NaNs included) decodes to the portable bits.
+TEST(Dequant, FastScalesOfEveryF16PatternEqualPortable) {
+  if (!dequant_simd()) GTEST_SKIP() << "no AVX2 on this machine";
+  std::mt19937 rng(37);
+  for (uint32_t type : {kGgmlQ8_0, kGgmlQ4_1, kGgmlQ4_K, kGgmlQ6_K}) {
+    const size_t bb = dequant_block_bytes(type), bv = dequant_block_values(type), nb = 65536;
+    std::vector<uint8_t> b = random_blocks(type, nb * bv, rng);
+    for (size_t i = 0; i < nb; ++i) {
+      uint8_t* blk = b.data() + i * bb;
+      const size_t at = type == kGgmlQ6_K ? 208 : 0;
+      blk[at] = static_cast<uint8_t>(i & 0xff);
+      blk[at + 1] = static_cast<uint8_t>(i >> 8);
+      if (type == kGgmlQ4_1 || type == kGgmlQ4_K) {  // the second scale too, another pattern
+        blk[2] = static_cast<uint8_t>((i * 7919) & 0xff);
+        blk[3] = static_cast<uint8_t>(((i * 7919) >> 8) & 0xff);
+      }
+    }
+    std::vector<float> a(nb * bv), f(nb * bv);
+    dequantize_row_with(false, type, b.data(), a.data(), nb * bv);
+    dequantize_row_fast(type, b.data(), f.data(), nb * bv);
+    EXPECT_EQ(0, std::memcmp(a.data(), f.data(), a.size() * 4)) << "type " << type;
+  }
+}
+
 TEST(Dequant, FiniteCheckFindsEveryNonFiniteScale) {
   std::mt19937 rng(31);
   const uint16_t inf = 0x7c00, nan = 0x7e01;
