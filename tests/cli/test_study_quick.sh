@@ -95,7 +95,7 @@ tpl=$("$py" -c 'import re,sys; print(re.search(r'"'"'name = "quick-code-shells-1
 echo "One more line." >> "$scratch/study-edit/$tpl"
 study --work "$scratch/work-edit" --study-dir "$scratch/study-edit" --report-only 2> "$scratch/edit.log" ||
   { cat "$scratch/edit.log"; fail "report after an edit"; }
-grep -q "quick-code-shells-1: scored for another prompt; dropping it" "$scratch/edit.log" || { cat "$scratch/edit.log"; fail "no drop message"; }
+grep -q "quick-code-shells-1: scored for another prompt, length, model or engine; dropping it" "$scratch/edit.log" || { cat "$scratch/edit.log"; fail "no drop message"; }
 [ ! -e "$scratch/store/quick-code-shells-1" ] || fail "the changed history was kept in the store"
 [ -s "$scratch/store/quick-retr-cc0-1/key.txt" ] || fail "the unchanged history was dropped"
 
