@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "dequant_avx2.h"
 #include "sjkv/fp16.h"
 #include "sjkv/replay/gemm.h"
 
@@ -87,16 +88,6 @@ __attribute__((target("avx2"))) void weights_avx2(float* sc, uint32_t n, float m
   for (; p < n; ++p) sc[p] = exp_nonpos(sc[p] - m);
 }
 
-// Eight values of a V row from d, of the row's type (exact conversions).
-template <uint32_t T>
-__attribute__((target("avx2,f16c"), always_inline)) inline __m256 load8(const uint8_t* row, uint32_t d) {
-  if (T == kGgmlF16) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * size_t{d})));
-  if (T == kGgmlBF16)
-    return _mm256_castsi256_ps(_mm256_slli_epi32(
-        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * size_t{d}))), 16));
-  return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + d);
-}
-
 // weight x V over rows [0, np) for M queries and N eight-float columns from d0: acc[j][d] =
 // fma(w[j][p], v[p][d], acc[j][d]) in increasing p, the lanes never leaving the registers.
 // Row p of V is at v + p * stride, of type T.
@@ -109,7 +100,7 @@ __attribute__((target("avx2,fma,f16c"))) void wv_avx2(float* const* acc, const f
   for (uint32_t p = 0; p < np; ++p) {
     const uint8_t* vr = v + p * stride;
     __m256 vv[N];
-    for (int c = 0; c < N; ++c) vv[c] = load8<T>(vr, d0 + 8 * c);
+    for (int c = 0; c < N; ++c) vv[c] = blocks::load8<T>(vr + (d0 + 8 * c) * (blocks::avx2_plain<T>::kBytes / 8));
     for (int j = 0; j < M; ++j) {
       const __m256 wj = _mm256_broadcast_ss(w[j] + p);
       for (int c = 0; c < N; ++c) a[j][c] = _mm256_fmadd_ps(wj, vv[c], a[j][c]);
@@ -184,14 +175,9 @@ WvFn wv512_table(uint32_t type, int m, int n) {
                                                                           : wv512_of<kGgmlF32>(m, n);
 }
 
-bool have_avx512f() {
-  static const bool ok = __builtin_cpu_supports("avx512f");
-  return ok;
-}
-
 void wv_simd(uint32_t nq, float* const* acc, const float* const* w, uint32_t type, const uint8_t* v, size_t stride,
              uint32_t np, uint32_t D) {
-  const uint32_t D8 = D / 8 * 8, D16 = have_avx512f() ? D / 16 * 16 : 0;
+  const uint32_t D8 = D / 8 * 8, D16 = gemm_best() == GemmIsa::avx512 ? D / 16 * 16 : 0;
   for (uint32_t j = 0; j < nq; j += kWvQueries) {
     const int m = static_cast<int>(std::min<uint32_t>(kWvQueries, nq - j));
     for (uint32_t d = 0; d < D16; d += 16 * kWv512Cols) {

@@ -204,31 +204,31 @@ struct avx2_block<kGgmlQ6_K> {
     }
   }
 };
-template <>
-struct avx2_block<kGgmlF16> {
-  static constexpr uint32_t kValues = 8, kBytes = 16;
+// Eight values of an F32, F16 or BF16 row from p, as floats (exact conversions).
+template <uint32_t T>
+SJKV_AVX2_INLINE __m256 load8(const uint8_t* p) {
+  static_assert(T == kGgmlF32 || T == kGgmlF16 || T == kGgmlBF16, "load8: f32, f16 or bf16");
+  if (T == kGgmlF16) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  if (T == kGgmlBF16)
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+  return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+}
+// F16, BF16 and F32 walk eight values as one "block".
+template <uint32_t T>
+struct avx2_plain {
+  static constexpr uint32_t kValues = 8, kBytes = T == kGgmlF32 ? 32 : 16;
   template <class Sink>
   SJKV_AVX2_INLINE static void walk(const uint8_t* b, Sink& sink) {
-    sink(0, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b))));
+    sink(0, load8<T>(b));
   }
 };
 template <>
-struct avx2_block<kGgmlBF16> {
-  static constexpr uint32_t kValues = 8, kBytes = 16;
-  template <class Sink>
-  SJKV_AVX2_INLINE static void walk(const uint8_t* b, Sink& sink) {
-    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
-    sink(0, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
-  }
-};
+struct avx2_block<kGgmlF16> : avx2_plain<kGgmlF16> {};
 template <>
-struct avx2_block<kGgmlF32> {
-  static constexpr uint32_t kValues = 8, kBytes = 32;
-  template <class Sink>
-  SJKV_AVX2_INLINE static void walk(const uint8_t* b, Sink& sink) {
-    sink(0, _mm256_loadu_ps(reinterpret_cast<const float*>(b)));
-  }
-};
+struct avx2_block<kGgmlBF16> : avx2_plain<kGgmlBF16> {};
+template <>
+struct avx2_block<kGgmlF32> : avx2_plain<kGgmlF32> {};
 
 // The sink of the row dequantizers: each group stored at y + 8 g.
 struct StoreSink {

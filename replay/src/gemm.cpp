@@ -136,11 +136,11 @@ __attribute__((target("avx2,fma,f16c"))) void fused_tile(const float* const* xs,
       B::walk(ws[r] + i * B::kBytes, sink[r]);
     }
   }
-  const __m256 z = _mm256_setzero_ps();
   for (size_t r = 0; r < N; ++r) {
+    __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (size_t t = 0; t < M; ++t) a[t] = sink[r].acc[t];
     float s[4];
-    const __m256* a = sink[r].acc;
-    _mm_storeu_ps(s, reduce4(a[0], M > 1 ? a[M > 1 ? 1 : 0] : z, M > 2 ? a[M > 2 ? 2 : 0] : z, M > 3 ? a[M > 3 ? 3 : 0] : z));
+    _mm_storeu_ps(s, reduce4(a[0], a[1], a[2], a[3]));
     for (size_t t = 0; t < M; ++t) y[t * ldy + r] = s[t];
   }
 }
@@ -292,16 +292,17 @@ bool uses_tile512(GemmIsa isa, const WeightMatrix& w, size_t n) {
   return isa == GemmIsa::avx512 && w.cols % 8 == 0 && w.cols <= kBlockK && n > kTileTokens;
 }
 
-// One panel of rows against all n tokens; t512: uses_tile512.
+// One panel of rows against all n tokens.
 void panel_product(const WeightMatrix& w, size_t r0, const float* x, size_t ldx, size_t n, float* y, size_t ldy,
-                   GemmIsa isa, bool t512) {
-  const bool simd = isa != GemmIsa::portable;
+                   GemmIsa isa) {
+  const bool simd = isa != GemmIsa::portable, t512 = uses_tile512(isa, w, n);
   const size_t nr = std::min(kPanelRows, w.rows - r0), K = w.cols, K8 = K / 8 * 8;
   // f32 rows are used in place, except by the AVX-512 tiles, which read them as interleaved pairs.
   std::vector<float>& buf = panel_buffer(w.type == kGgmlF32 && !t512 ? 0 : kPanelRows * K);
   const float* rows[kPanelRows];
 #if defined(__x86_64__)
-  if (simd && K8 == K && n <= kTileTokens && fused_fn(w.type, n, 1)) {
+  const FusedFn fused = simd && K8 == K && n <= kTileTokens ? fused_fn(w.type, n, kFusedRows) : nullptr;
+  if (fused) {
     // Decode: each weight is used by one tile only; it is dequantized in registers and used
     // at once (fused_tile).
     const float* xs[kTileTokens];
@@ -311,7 +312,7 @@ void panel_product(const WeightMatrix& w, size_t r0, const float* x, size_t ldx,
       const size_t c = std::min(kFusedRows, nr - r);
       const uint8_t* ws[kFusedRows];
       for (size_t i = 0; i < c; ++i) ws[i] = w.data + (r0 + r + i) * w.row_bytes;
-      fused_fn(w.type, n, c)(xs, ws, nb, y + r0 + r, ldy);
+      (c == kFusedRows ? fused : fused_fn(w.type, n, c))(xs, ws, nb, y + r0 + r, ldy);
     }
     return;
   }
@@ -452,13 +453,12 @@ void gemm_with(GemmIsa isa, const WeightMatrix& w, const float* x, size_t n, flo
   if (n == 0 || w.rows == 0) return;
   const long panels = static_cast<long>((w.rows + kPanelRows - 1) / kPanelRows);
   const int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
-  const bool t512 = uses_tile512(isa, w, n);
   if (nt == 1 || panels == 1 || w.rows * w.cols * n < 32768) {
-    for (long p = 0; p < panels; ++p) panel_product(w, static_cast<size_t>(p) * kPanelRows, x, ldx, n, y, ldy, isa, t512);
+    for (long p = 0; p < panels; ++p) panel_product(w, static_cast<size_t>(p) * kPanelRows, x, ldx, n, y, ldy, isa);
     return;
   }
 #pragma omp parallel for schedule(static) num_threads(nt)
-  for (long p = 0; p < panels; ++p) panel_product(w, static_cast<size_t>(p) * kPanelRows, x, ldx, n, y, ldy, isa, t512);
+  for (long p = 0; p < panels; ++p) panel_product(w, static_cast<size_t>(p) * kPanelRows, x, ldx, n, y, ldy, isa);
 }
 
 void gemm_reference(const WeightMatrix& w, const float* x, size_t n, float* y, size_t ldy, size_t ldx) {
