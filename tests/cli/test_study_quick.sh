@@ -49,6 +49,21 @@ study --work "$scratch/work-fresh" 2> "$scratch/fresh.log" || { cat "$scratch/fr
 grep -q " 0 replays to run" "$scratch/fresh.log" || { cat "$scratch/fresh.log"; fail "the fresh work folder recomputed"; }
 cmp -s "$csv" "$scratch/first.csv" || fail "the table from the store differs"
 
+# The run that replayed logged its replays and wall time in the store, under the engine that
+# replayed them, and the report says so; a timing file that is not one stops the report, exit 2, by name.
+engine=$("$build/tools/sjkv-replay" engine)
+[ "$(head -1 "$scratch/store/_timing.csv")" = "engine,date,replays,wall_s,jobs,threads,cpu" ] || fail "timing header"
+grep -q "^$engine,[0-9-]*,[1-9][0-9]*,[0-9]*,[1-9],[1-9]," "$scratch/store/_timing.csv" || fail "no timing row"
+grep -q "Time to score with engine $engine: " "$scratch/out/RESULTS.md" || fail "the report gives no time"
+cp -r "$scratch/store" "$scratch/store-time"
+printf 'engine,date,replays\n%s,today,many\n' "$engine" > "$scratch/store-time/_timing.csv"
+set +e
+study --work "$scratch/work-time" --store "$scratch/store-time" --report-only 2> "$scratch/time.log"
+rc=$?
+set -e
+[ $rc -eq 2 ] || { cat "$scratch/time.log"; fail "a bad timing file gave exit $rc, not 2"; }
+grep -qF "store-time/_timing.csv: not a timing file" "$scratch/time.log" || { cat "$scratch/time.log"; fail "no timing-file message"; }
+
 # The store's files are checked where they are read: a truncated results.json, or a positions.csv
 # cut inside its last number, stops a fresh work folder with exit 2 naming the store file.
 cp -r "$scratch/store" "$scratch/store-bad"
