@@ -245,6 +245,10 @@ void update(const TileBlock& b, const TileRows& t, uint32_t D, float scale, floa
     float* sc = scratch + static_cast<size_t>(j) * kTileRows + (b.lo[j] - L);
     const uint32_t n = b.hi[j] - b.lo[j];
     for (uint32_t p = 0; p < n; ++p) sc[p] = sc[p] * scale;
+    if (b.softcap > 0.0f) {  // scalar in both builds, as llama.cpp: tanh(s * (1 / cap)) * cap
+      const float inv = 1.0f / b.softcap;
+      for (uint32_t p = 0; p < n; ++p) sc[p] = std::tanh(sc[p] * inv) * b.softcap;
+    }
     softmax_step(b, j, sc, n, D, weights);
     acc[j] = b.acc + static_cast<size_t>(j) * D;
     w[j] = sc;  // the weight of row lo[j]

@@ -33,6 +33,7 @@ struct TileBlock {
   float* acc = nullptr;          // [nq][D]: the running sums of weight x V
   float* m = nullptr;            // [nq] running maxima (-inf before the first tile)
   float* s = nullptr;            // [nq] running sums of weights
+  float softcap = 0.0f;          // > 0: each score s becomes tanh(s * (1 / cap)) * cap (Gemma 2)
   uint32_t lo[kMaxBlock] = {};   // query j attends to the tile's rows [lo[j], hi[j]),
   uint32_t hi[kMaxBlock] = {};   // lo[j] < hi[j] <= kTileRows
 };
@@ -51,7 +52,8 @@ struct TileRows {
   }
 };
 
-// One tile (rows at least every hi[j]): scores scale * q.k, then m, s and acc updated.
+// One tile (rows at least every hi[j]): scores scale * q.k (soft-capped when b.softcap > 0),
+// then m, s and acc updated.
 // `scratch` holds kMaxBlock * kTileRows floats.
 void tile_block_update(const TileBlock& b, const TileRows& t, uint32_t D, float scale, float* scratch);
 // The same, portable build only (the reference the AVX2 build is tested against).

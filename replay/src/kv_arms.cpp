@@ -137,6 +137,7 @@ void fused_attend(const LayerShape& s, const RowSource& src, uint32_t pos0, uint
         }
       }
       blk.nq = j;
+      blk.softcap = s.softcap;
       blk.q = qh + qi0 * D;
       blk.acc = acc.data() + qi0 * D;
       blk.m = mx.data() + qi0;

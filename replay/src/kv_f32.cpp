@@ -75,7 +75,8 @@ class F32Layer final : public LayerKv {
         float mx = -INFINITY;
         for (uint32_t j = lo; j <= p; ++j) {
           const float* kr = k_.data() + j * row_ + kvo;
-          const float s = dot(qh, kr, D) * scale;
+          float s = dot(qh, kr, D) * scale;
+          if (s_.softcap > 0.0f) s = std::tanh(s * (1.0f / s_.softcap)) * s_.softcap;
           sc[j - lo] = s;
           mx = std::max(mx, s);
         }

@@ -130,6 +130,7 @@ Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput
   for (int32_t id : in.prompt)
     if (id < 0 || static_cast<uint32_t>(id) >= V) throw std::invalid_argument("prompt token " + std::to_string(id) + " is out of the vocabulary");
   const uint32_t n_ctx = P + s.generate;
+  m.set_context(n_ctx);
 
   Trajectory t;
   t.model_file = in.model_file;
@@ -278,6 +279,7 @@ std::vector<ScoreRow> score_trajectory(Model& m, const KvArm& arm, const Traject
                                        const ProgressFn& progress, ReferenceRows* ref, ScoreDetail* detail) {
   check_vocab(m, t);
   const uint32_t P = t.prompt_tokens, G = t.generated();
+  m.set_context(P + t.settings.generate);  // the context it was recorded with
   std::unique_ptr<ReferenceRows> own;
   if (t.encoding == RefEncoding::hidden && !ref) {
     own = std::make_unique<ReferenceRows>(m, t);
@@ -297,6 +299,7 @@ void score_arms(Model& m, const std::vector<const KvArm*>& arms, const Trajector
                 const ArmDoneFn& done, const std::function<ProgressFn(size_t)>& progress, ReferenceRows* ref) {
   check_vocab(m, t);
   const uint32_t P = t.prompt_tokens, G = t.generated(), E = m.info().n_embd;
+  m.set_context(P + t.settings.generate);  // the context it was recorded with
   std::unique_ptr<ReferenceRows> own;
   if (t.encoding == RefEncoding::hidden && !ref) {
     own = std::make_unique<ReferenceRows>(m, t);

@@ -91,6 +91,9 @@ class GeometryReader {
       g.context_length = *u;
     }
     g.sliding_window = opt_u32(key("attention.sliding_window")).value_or(0);
+    // llama.cpp's Gemma 2 slides even without the key (n_swa 4096 by default).
+    const bool gemma2_default_window = arch_ == "gemma2" && !f_.find(key("attention.sliding_window"));
+    if (gemma2_default_window) g.sliding_window = 4096;
 
     const auto heads = per_layer(key("attention.head_count"), n);
     if (!heads) fail("missing key '" + key("attention.head_count") + "'");
@@ -158,7 +161,8 @@ class GeometryReader {
       else if (arch_ == "cohere2") p = 4;
       if (p) {
         for (uint32_t i = 0; i < n; ++i) swa[i] = i % p < p - 1;
-        rule += "sliding unless (il + 1) % " + std::to_string(p) + " == 0 (llama.cpp's built-in pattern for " + arch_ + "); ";
+        rule += "sliding unless (il + 1) % " + std::to_string(p) + " == 0 (llama.cpp's built-in pattern for " + arch_ +
+                (gemma2_default_window ? ", window 4096 by default" : "") + "); ";
       } else {
         rule += "sliding_window set but no pattern known for " + arch_ + ": every attention layer counted as full; ";
       }

@@ -5,8 +5,8 @@
 //  - K/V rows are the model's (after k-norm and RoPE), f32, [n][n_head_kv][head_dim];
 //  - attend is causal (query i of the ubatch sees positions <= pos0 + i, and only the last
 //    `window` of them when the layer slides), online softmax, GQA (query head h reads KV head
-//    h / (n_head / n_head_kv)); compressed arms attend over what they store, fused, never
-//    materialising a decoded cache;
+//    h / (n_head / n_head_kv)), logits soft-capped when the shape says so; compressed arms
+//    attend over what they store, fused, never materialising a decoded cache;
 //  - results depend on nothing but the inputs: the same bytes for any thread count.
 #pragma once
 
@@ -24,6 +24,7 @@ struct LayerShape {
   uint32_t layer = 0;
   bool full_attention = true;   // false: sliding-window layer (kept f16 unless the arm says otherwise)
   uint32_t window = 0;          // sliding window in positions, 0 = none
+  float softcap = 0.0f;         // attention logits soft-capped to cap * tanh(s / cap) (Gemma 2), 0 = none
   uint32_t n_head = 1;
   uint32_t n_head_kv = 1;
   uint32_t head_dim = 128;

@@ -1,5 +1,6 @@
-// A GGUF model's forward pass on the CPU: Gemma 3 and Llama-family architectures, every
-// hyper-parameter read from the file's metadata. K/V go through one LayerKv per layer (kv.h).
+// A GGUF model's forward pass on the CPU (supported_architectures() lists the GGUF
+// architectures; replay/src/model/ has one file each), every hyper-parameter read from the
+// file's metadata. K/V go through one LayerKv per layer (kv.h).
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,7 @@ namespace sjkv {
 namespace replay {
 
 struct ModelInfo {
-  std::string architecture;     // "gemma3", "llama", ...
+  std::string architecture;     // general.architecture: "gemma3", "llama", "qwen3", ...
   std::string file_name;        // base name of the GGUF file
   uint32_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_vocab = 0, n_ff = 0;
   uint64_t n_ctx_train = 0;
@@ -25,6 +26,10 @@ struct ModelInfo {
 
 struct LoadOptions {
   int n_threads = 0;  // 0: OpenMP's default
+  // The longest sequence the caller will run (set_context can change it): Phi-3's long RoPE
+  // factors are used above its original context, as llama.cpp picks them by n_ctx.
+  // 0: the trained context length.
+  uint32_t n_ctx = 0;
 };
 
 class Model {
@@ -34,6 +39,8 @@ class Model {
   virtual ~Model() = default;
   virtual const ModelInfo& info() const = 0;
   virtual const GgufFile& gguf() const = 0;
+  // The longest sequence the next evaluations will reach (see LoadOptions::n_ctx).
+  virtual void set_context(uint32_t /*n_ctx*/) {}
 
   // Runs tokens [0, n) at positions pos0.. in ubatches of at most n_ubatch, storing into and
   // attending over `kv` (info().n_layer stores). logits: [n][n_vocab] when all_logits, else
@@ -67,6 +74,9 @@ class Model {
     throw std::logic_error("Model::eval_suffix: this model does not split its forward pass");
   }
 };
+
+// The GGUF architectures Model::load accepts, for --help and errors.
+std::vector<std::string> supported_architectures();
 
 // The model the tools use without --model: $SJKV_MODEL, else the file scripts/setup links
 // into the cache folder ($XDG_CACHE_HOME or ~/.cache)/sjkv/models/. Empty when none is found.

@@ -1,0 +1,558 @@
+// The loader and the building blocks of every architecture's forward pass (graph.h).
+#include "graph.h"
+
+#include <omp.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sjkv/io/model_geometry.h"
+#include "sjkv/io/paths.h"
+#include "sjkv/replay/dequant.h"
+
+namespace sjkv {
+namespace replay {
+namespace graph {
+namespace {
+
+std::string dims_str(const std::vector<uint64_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+float gelu_tanh(float x) {
+  const double xd = x;
+  return static_cast<float>(0.5 * xd * (1.0 + std::tanh(0.7978845608028654 * (xd + 0.044715 * xd * xd * xd))));
+}
+float silu(float x) { return static_cast<float>(static_cast<double>(x) / (1.0 + std::exp(-static_cast<double>(x)))); }
+
+}  // namespace
+
+GraphModel::GraphModel(const std::string& path, const ArchTable& table, const LoadOptions& opt)
+    : f_(GgufFile::open(path)), table_(table), opt_(opt) {}
+
+int GraphModel::threads() const { return opt_.n_threads > 0 ? opt_.n_threads : omp_get_max_threads(); }
+
+const GgufTensorInfo* GraphModel::optional(const std::string& name, std::vector<uint64_t> dims) const {
+  const GgufTensorInfo* t = f_.find_tensor(name);
+  if (!t) return nullptr;
+  if (t->dims != dims) fail("tensor '" + name + "' has shape " + dims_str(t->dims) + ", expected " + dims_str(dims));
+  if (!dequant_supported(t->type))
+    fail(std::string("tensor '") + name + "' has type " + t->type_name() + ", which sjkv-replay cannot dequantize");
+  return t;
+}
+
+const GgufTensorInfo& GraphModel::need(const std::string& name, std::vector<uint64_t> dims) const {
+  const GgufTensorInfo* t = optional(name, dims);
+  if (!t) fail("missing tensor '" + name + "'");
+  return *t;
+}
+
+std::vector<float> GraphModel::load_vec(const GgufTensorInfo& t) const {
+  std::vector<float> v(t.n_elements);
+  dequantize_row(t.type, f_.tensor_data(t), v.data(), v.size());
+  for (float x : v)
+    if (!std::isfinite(x)) fail("tensor '" + t.name + "' holds a non-finite value");
+  weight_bytes_ += v.size() * 4;
+  return v;
+}
+
+Mat GraphModel::load_mat(const GgufTensorInfo& t) {
+  const uint8_t* base = f_.tensor_data(t);
+  const Mat m = WeightMatrix::of(t.type, t.dims[1], t.dims[0], base);
+  if (m.bytes() != t.n_bytes) fail("tensor '" + t.name + "' has " + std::to_string(t.n_bytes) + " bytes, expected " + std::to_string(m.bytes()));
+  // Checked once here so that no product meets a non-finite weight; rows in parallel.
+  int bad = 0;
+#pragma omp parallel for schedule(static) num_threads(threads()) reduction(| : bad)
+  for (long r = 0; r < static_cast<long>(m.rows); ++r)
+    if (!dequant_finite(t.type, base + static_cast<size_t>(r) * m.row_bytes, m.cols)) bad = 1;
+  if (bad) fail("tensor '" + t.name + "' holds a non-finite value");
+  weight_bytes_ += m.bytes();
+  return m;
+}
+
+uint64_t GraphModel::dim(Dim d) const {
+  const uint64_t D = info_.head_dim;
+  switch (d) {
+    case Dim::embd: return info_.n_embd;
+    case Dim::head: return D;
+    case Dim::q: return uint64_t(info_.n_head) * D;
+    case Dim::kv: return uint64_t(info_.n_head_kv) * D;
+    case Dim::qkv: return uint64_t(info_.n_head + 2 * info_.n_head_kv) * D;
+    case Dim::ff: return info_.n_ff;
+    case Dim::ff2: return uint64_t(2) * info_.n_ff;
+  }
+  return 0;
+}
+
+// RoPE: rotated dimensions, the global and sliding configurations, the linear scaling, the
+// frequency factors and the attention factor, as llama.cpp reads them.
+void GraphModel::load_rope(const std::string& p) {
+  const uint32_t D = info_.head_dim;
+  n_rot_ = f_.has(p + "rope.dimension_count") ? static_cast<uint32_t>(f_.get_uint(p + "rope.dimension_count")) : D;
+  if (n_rot_ == 0 || n_rot_ > D || n_rot_ % 2 != 0) fail("rope.dimension_count " + std::to_string(n_rot_) + " out of range");
+
+  const std::string scaling = f_.has(p + "rope.scaling.type") ? f_.get_string(p + "rope.scaling.type") : "linear";
+  float factor = f_.has(p + "rope.scaling.factor") ? f_.get_f32(p + "rope.scaling.factor") : 0.0f;
+  if (factor == 0.0f && f_.has(p + "rope.scale_linear")) factor = f_.get_f32(p + "rope.scale_linear");
+  if (scaling == "none") factor = 0.0f;
+  else if (scaling == "longrope") {
+    if (table_.factors != RopeFactors::long_short) fail("rope scaling 'longrope' is not supported for " + info_.architecture);
+  } else if (scaling != "linear") {
+    fail("rope scaling '" + scaling + "' is not supported (none, linear" +
+         std::string(table_.factors == RopeFactors::long_short ? ", longrope" : "") + ")");
+  }
+  if (factor != 0.0f && !(factor > 0.0f && std::isfinite(factor))) fail("rope.scaling.factor must be positive");
+  if (!(hp_.rope_attn_factor > 0.0f) || !std::isfinite(hp_.rope_attn_factor))
+    fail("rope.scaling.attn_factor must be positive");
+
+  RopeConfig global;
+  global.base = hp_.rope_base;
+  global.scale = factor == 0.0f ? 1.0 : 1.0 / static_cast<double>(factor);
+  RopeConfig local = global;
+  if (table_.swa_rope == SwaRope::gemma3) {
+    local.base = hp_.rope_base_swa != 0.0f ? hp_.rope_base_swa : 10000.0f;
+    local.scale = 1.0;
+  } else if (table_.swa_rope == SwaRope::gemma2 && hp_.rope_base_swa != 0.0f) {
+    local.base = hp_.rope_base_swa;
+  }
+  if (!(global.base > 1.0) || !(local.base > 1.0) || !std::isfinite(global.base) || !std::isfinite(local.base))
+    fail("rope.freq_base must be finite and above 1");
+  ropes_ = {global};
+  if (!(local == global)) ropes_.push_back(local);
+
+  auto factors = [&](const char* name) {
+    std::vector<float> v = load_vec(need(name, {n_rot_ / 2}));
+    for (float x : v)
+      if (!(x > 0.0f)) fail(std::string("tensor '") + name + "' holds a non-positive factor");
+    return v;
+  };
+  if (table_.factors == RopeFactors::freqs && f_.find_tensor("rope_freqs.weight")) {
+    rope_ff_ = factors("rope_freqs.weight");
+  } else if (table_.factors == RopeFactors::long_short) {
+    const bool has_long = f_.find_tensor("rope_factors_long.weight") != nullptr;
+    const bool has_short = f_.find_tensor("rope_factors_short.weight") != nullptr;
+    if (has_long != has_short) fail("one of 'rope_factors_long.weight' and 'rope_factors_short.weight' is missing");
+    if (has_long) {
+      rope_long_ = factors("rope_factors_long.weight");
+      rope_short_ = factors("rope_factors_short.weight");
+      rope_orig_ctx_ = f_.has(p + "rope.scaling.original_context_length")
+                           ? f_.get_uint(p + "rope.scaling.original_context_length")
+                           : info_.n_ctx_train;
+    }
+  }
+}
+
+void GraphModel::set_context(uint32_t n_ctx) {
+  if (rope_long_.empty()) return;
+  // llama.cpp: the long factors when the sequence's context exceeds the original one.
+  rope_ff_ = n_ctx > rope_orig_ctx_ ? rope_long_ : rope_short_;
+}
+
+void GraphModel::load() {
+  const std::string arch = table_.name;
+  const std::string p = arch + ".";
+  const ModelGeometry g = geometry_from_gguf(f_);
+
+  info_.architecture = arch;
+  info_.file_name = base_name(f_.path());
+  const uint64_t n_layer = g.n_layers, n_embd = f_.get_uint(p + "embedding_length"),
+                 n_ff = f_.get_uint(p + "feed_forward_length");
+  if (n_embd == 0 || n_embd > 65536) fail("embedding_length " + std::to_string(n_embd) + " out of range");
+  if (n_ff == 0 || n_ff > 1048576) fail("feed_forward_length " + std::to_string(n_ff) + " out of range");
+  const LayerInfo& l0 = g.layers.at(0);
+  for (const LayerInfo& li : g.layers) {
+    if (li.kind != LayerKind::full_attention && li.kind != LayerKind::sliding_window)
+      fail(std::string("layer kind '") + layer_kind_name(li.kind) + "' is not supported");
+    if (li.n_head != l0.n_head || li.n_head_kv != l0.n_head_kv || li.head_dim_k != l0.head_dim_k ||
+        li.head_dim_v != l0.head_dim_v)
+      fail("layers with differing attention shapes are not supported");
+  }
+  const uint32_t H = l0.n_head, Hkv = l0.n_head_kv, D = l0.head_dim_k;
+  if (H == 0 || Hkv == 0 || H % Hkv != 0) fail("head_count " + std::to_string(H) + " is not a multiple of head_count_kv " + std::to_string(Hkv));
+  if (l0.head_dim_v != D) fail("key_length and value_length differ; not supported");
+  if (D == 0 || D % 2 != 0 || D > 1024) fail("head dimension " + std::to_string(D) + " out of range");
+  info_.n_layer = static_cast<uint32_t>(n_layer);
+  info_.n_embd = static_cast<uint32_t>(n_embd);
+  info_.n_head = H;
+  info_.n_head_kv = Hkv;
+  info_.head_dim = D;
+  info_.n_ff = static_cast<uint32_t>(n_ff);
+  info_.n_ctx_train = g.context_length;
+
+  eps_ = f_.get_f32(p + "attention.layer_norm_rms_epsilon");
+  if (!(eps_ > 0.0f) || !std::isfinite(eps_)) fail("attention.layer_norm_rms_epsilon must be positive");
+  for (const KeySlot& k : table_.keys) {
+    const float v = f_.has(p + k.key) ? f_.get_f32(p + k.key) : k.dflt;
+    if (!std::isfinite(v) || v < 0.0f) fail(p + k.key + " must be finite and non-negative");
+    hp_.*k.field = v;
+  }
+  load_rope(p);
+
+  // Embeddings: [n_embd, n_vocab].
+  tok_embd_ = f_.find_tensor("token_embd.weight");
+  if (!tok_embd_) fail("missing tensor 'token_embd.weight'");
+  if (tok_embd_->dims.size() != 2 || tok_embd_->dims[0] != n_embd || tok_embd_->dims[1] == 0 ||
+      tok_embd_->dims[1] > (1u << 24))
+    fail("tensor 'token_embd.weight' has shape " + dims_str(tok_embd_->dims) + ", expected [" +
+         std::to_string(n_embd) + ", n_vocab]");
+  if (!dequant_supported(tok_embd_->type))
+    fail(std::string("tensor 'token_embd.weight' has type ") + tok_embd_->type_name() + ", which sjkv-replay cannot dequantize");
+  const uint64_t V = tok_embd_->dims[1];
+  // Every token the tokenizer can emit needs an embedding row; checked here so that a
+  // mismatched file fails at load, not at the first such token.
+  if (const GgufValue* vocab = f_.find("tokenizer.ggml.tokens"); vocab && vocab->is_array() && vocab->count() > V)
+    fail("the vocabulary has " + std::to_string(vocab->count()) + " tokens but 'token_embd.weight' only " +
+         std::to_string(V) + " rows");
+  info_.n_vocab = static_cast<uint32_t>(V);
+  embd_row_bytes_ = tok_embd_->n_bytes / V;
+  weight_bytes_ += tok_embd_->n_bytes;  // mapped, read row by row
+
+  out_norm_ = load_vec(need("output_norm.weight", {n_embd}));
+  if (const GgufTensorInfo* out = optional("output.weight", {n_embd, V})) {
+    output_ = load_mat(*out);
+  } else {  // tied: the embedding, already counted in weight_bytes_
+    const size_t counted = weight_bytes_;
+    output_ = load_mat(*tok_embd_);
+    weight_bytes_ = counted;
+  }
+
+  layers_.resize(n_layer);
+  for (uint32_t il = 0; il < n_layer; ++il) {
+    Layer& L = layers_[il];
+    const std::string b = "blk." + std::to_string(il) + ".";
+    L.sliding = g.layers[il].kind == LayerKind::sliding_window;
+    L.rope = (L.sliding && ropes_.size() > 1) ? 1 : 0;
+    for (const TensorSlot& s : table_.tensors) {
+      const std::string name = b + s.name;
+      if (s.vec) {
+        const GgufTensorInfo* t = optional(name, {dim(s.in)});
+        if (t) L.*s.vec = load_vec(*t);
+        else if (s.required) fail("missing tensor '" + name + "'");
+      } else {
+        const GgufTensorInfo* t = optional(name, {dim(s.in), dim(s.out)});
+        if (t) L.*s.mat = load_mat(*t);
+        else if (s.required) fail("missing tensor '" + name + "'");
+      }
+    }
+    if (L.wqkv.rows == 0 && (L.wq.rows == 0 || L.wk.rows == 0 || L.wv.rows == 0))
+      fail("missing tensor '" + b + "attn_q.weight', '" + b + "attn_k.weight', '" + b + "attn_v.weight' or '" + b +
+           "attn_qkv.weight'");
+  }
+  check_arch();
+
+  for (uint32_t il = 0; il < n_layer; ++il) {
+    LayerShape s;
+    s.layer = il;
+    s.full_attention = !layers_[il].sliding;
+    s.window = layers_[il].sliding ? g.sliding_window : 0;
+    s.n_head = H;
+    s.n_head_kv = Hkv;
+    s.head_dim = D;
+    s.softcap = hp_.attn_softcap;
+    info_.layers.push_back(s);
+  }
+  set_context(opt_.n_ctx ? opt_.n_ctx : static_cast<uint32_t>(std::min<uint64_t>(info_.n_ctx_train, UINT32_MAX)));
+  info_.weight_bytes = weight_bytes_;
+}
+
+float GraphModel::default_attn_scale() const {
+  return hp_.attn_scale != 0.0f ? hp_.attn_scale : 1.0f / std::sqrt(static_cast<float>(info_.head_dim));
+}
+
+// ---- building blocks -------------------------------------------------------------------------
+
+void GraphModel::norm(const float* x, float* y, uint32_t rows, uint32_t dim, const std::vector<float>& w) const {
+#pragma omp parallel for schedule(static) num_threads(threads()) if (rows > 1)
+  for (long r = 0; r < static_cast<long>(rows); ++r) {
+    const float* xr = x + static_cast<size_t>(r) * dim;
+    float* yr = y + static_cast<size_t>(r) * dim;
+    double s = 0.0;
+    for (uint32_t i = 0; i < dim; ++i) s += static_cast<double>(xr[i]) * xr[i];
+    const float mean = static_cast<float>(s / dim);
+    const float sc = 1.0f / std::sqrt(mean + eps_);
+    for (uint32_t i = 0; i < dim; ++i) yr[i] = (xr[i] * sc) * w[i];
+  }
+}
+
+void GraphModel::qkv(const Layer& L, Ubatch& u) const {
+  const uint32_t m = u.m;
+  const size_t nq = dim(Dim::q), nkv = dim(Dim::kv);
+  if (L.wqkv.rows) {
+    std::vector<float> f(size_t(m) * (nq + 2 * nkv));
+    matmul(L.wqkv, u.h.data(), m, f.data());
+    for (uint32_t i = 0; i < m; ++i) {
+      const float* r = f.data() + size_t(i) * (nq + 2 * nkv);
+      std::copy(r, r + nq, u.q.data() + size_t(i) * nq);
+      std::copy(r + nq, r + nq + nkv, u.k.data() + size_t(i) * nkv);
+      std::copy(r + nq + nkv, r + nq + 2 * nkv, u.v.data() + size_t(i) * nkv);
+    }
+  } else {
+    matmul(L.wq, u.h.data(), m, u.q.data());
+    matmul(L.wk, u.h.data(), m, u.k.data());
+    matmul(L.wv, u.h.data(), m, u.v.data());
+  }
+  auto add_bias = [m](float* rows, size_t width, const std::vector<float>& b) {
+    if (b.empty()) return;
+    for (uint32_t i = 0; i < m; ++i)
+      for (size_t c = 0; c < width; ++c) rows[i * width + c] += b[c];
+  };
+  add_bias(u.q.data(), nq, L.bq);
+  add_bias(u.k.data(), nkv, L.bk);
+  add_bias(u.v.data(), nkv, L.bv);
+}
+
+void GraphModel::head_norms(const Layer& L, Ubatch& u) const {
+  const uint32_t D = info_.head_dim;
+  norm(u.q.data(), u.q.data(), u.m * info_.n_head, D, L.q_norm);
+  norm(u.k.data(), u.k.data(), u.m * info_.n_head_kv, D, L.k_norm);
+}
+
+void GraphModel::rope(const Layer& L, Ubatch& u) const {
+  const uint32_t D = info_.head_dim, half = n_rot_ / 2;
+  const bool neox = table_.rope == RopeStyle::neox;
+  auto apply = [&](float* rows, uint32_t heads) {
+    for (uint32_t i = 0; i < u.m; ++i)
+      for (uint32_t hh = 0; hh < heads; ++hh) {
+        float* r = rows + (size_t(i) * heads + hh) * D;
+        const float* cs = u.rcos[L.rope].data() + size_t(i) * half;
+        const float* sn = u.rsin[L.rope].data() + size_t(i) * half;
+        for (uint32_t j = 0; j < half; ++j) {
+          const uint32_t i0 = neox ? j : 2 * j, i1 = neox ? j + half : 2 * j + 1;
+          const float x0 = r[i0], x1 = r[i1];
+          r[i0] = x0 * cs[j] - x1 * sn[j];
+          r[i1] = x0 * sn[j] + x1 * cs[j];
+        }
+      }
+  };
+  apply(u.q.data(), info_.n_head);
+  apply(u.k.data(), info_.n_head_kv);
+}
+
+void GraphModel::scale_q(Ubatch& u, float s) const {
+  for (float& e : u.q) e = e * s;
+}
+
+void GraphModel::attention(uint32_t il, const Layer& L, Ubatch& u, Kv& kv, float scale) const {
+  kv[il]->begin_ubatch(u.pos, u.m);
+  kv[il]->store(u.pos, u.m, u.k.data(), u.v.data());
+  kv[il]->attend(u.pos, u.m, u.q.data(), scale, u.att.data());
+  matmul(L.wo, u.att.data(), u.m, u.a.data());
+  if (!L.bo.empty())
+    for (uint32_t i = 0; i < u.m; ++i)
+      for (uint32_t c = 0; c < info_.n_embd; ++c) u.a[size_t(i) * info_.n_embd + c] += L.bo[c];
+}
+
+void GraphModel::ffn(const Layer& L, Act act, Ubatch& u) const {
+  const int nt = threads();
+  const uint32_t F = info_.n_ff;
+  if (L.gate.rows) {
+    matmul(L.gate, u.h.data(), u.m, u.g.data());
+    matmul(L.up, u.h.data(), u.m, u.u.data());
+    const long gn = static_cast<long>(size_t(u.m) * F);
+    float* g = u.g.data();
+    const float* up = u.u.data();
+    if (act == Act::gelu_tanh) {
+#pragma omp parallel for schedule(static) num_threads(nt)
+      for (long i = 0; i < gn; ++i) g[i] = gelu_tanh(g[i]) * up[i];
+    } else {
+#pragma omp parallel for schedule(static) num_threads(nt)
+      for (long i = 0; i < gn; ++i) g[i] = silu(g[i]) * up[i];
+    }
+  } else {  // fused [gate | up] per row
+    matmul(L.up, u.h.data(), u.m, u.u.data());
+    const long rows = static_cast<long>(u.m);
+    float* g = u.g.data();
+    const float* up = u.u.data();
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (long i = 0; i < rows; ++i)
+      for (uint32_t c = 0; c < F; ++c) {
+        const float gv = up[size_t(i) * 2 * F + c], uv = up[size_t(i) * 2 * F + F + c];
+        g[size_t(i) * F + c] = (act == Act::gelu_tanh ? gelu_tanh(gv) : silu(gv)) * uv;
+      }
+  }
+  matmul(L.down, u.g.data(), u.m, u.a.data());
+}
+
+void GraphModel::residual(Ubatch& u) const {
+  for (size_t i = 0; i < u.x.size(); ++i) u.x[i] = u.x[i] + u.a[i];
+}
+
+// ---- the ubatch loop -------------------------------------------------------------------------
+
+void GraphModel::check_eval(const int32_t* tokens, uint32_t n, uint32_t n_ubatch, const Kv& kv) const {
+  if (kv.size() != info_.n_layer)
+    throw std::invalid_argument("Model::eval: " + std::to_string(kv.size()) + " cache layers for a " +
+                                std::to_string(info_.n_layer) + "-layer model");
+  if (n_ubatch == 0) throw std::invalid_argument("Model::eval: n_ubatch is 0");
+  if (!tokens) return;
+  for (uint32_t i = 0; i < n; ++i)
+    if (tokens[i] < 0 || static_cast<uint32_t>(tokens[i]) >= info_.n_vocab)
+      throw std::invalid_argument("Model::eval: token id " + std::to_string(tokens[i]) + " outside the vocabulary of " +
+                                  std::to_string(info_.n_vocab));
+}
+
+// The ubatch loop of the three entry points: tokens (or x rows) in ubatches of n_ubatch through
+// layers [l0, l1); the residual stream to x_out, the last rows' hidden state and logits (every
+// row's with all_logits) when l1 is the last layer.
+void GraphModel::run_ubatches(const int32_t* tokens, const float* x_in, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
+                              uint32_t l0, uint32_t l1, Kv& kv, float* x_out, float* hidden, float* logits,
+                              bool all_logits) {
+  check_eval(tokens, n, n_ubatch, kv);
+  if (l1 > info_.n_layer) throw std::invalid_argument("Model::eval: more layers than the model has");
+  const size_t E = info_.n_embd;
+  for (uint32_t s = 0; s < n; s += n_ubatch) {
+    const uint32_t m = std::min(n_ubatch, n - s);
+    const bool last = s + m == n;
+    float* dst = !logits ? nullptr : all_logits ? logits + static_cast<size_t>(s) * info_.n_vocab : (last ? logits : nullptr);
+    float* hdst = !hidden ? nullptr : all_logits ? hidden + s * E : (last ? hidden : nullptr);
+    Span sp;
+    sp.tokens = tokens ? tokens + s : nullptr;
+    sp.x_in = x_in ? x_in + s * E : nullptr;
+    sp.l0 = l0;
+    sp.l1 = l1;
+    sp.x_out = x_out ? x_out + s * E : nullptr;
+    ubatch(sp, m, pos0 + s, kv, hdst, dst, all_logits);
+  }
+}
+
+void GraphModel::eval_hidden(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch, Kv& kv, float* hidden,
+                             float* logits, bool all_logits) {
+  run_ubatches(tokens, nullptr, n, pos0, n_ubatch, 0, info_.n_layer, kv, nullptr, hidden, logits, all_logits);
+}
+
+void GraphModel::eval_prefix(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch, uint32_t layers,
+                             Kv& kv, float* x) {
+  run_ubatches(tokens, nullptr, n, pos0, n_ubatch, 0, layers, kv, x, nullptr, nullptr, false);
+}
+
+void GraphModel::eval_suffix(const float* x, uint32_t n, uint32_t pos0, uint32_t n_ubatch, uint32_t layers, Kv& kv,
+                             float* hidden, float* logits, bool all_logits) {
+  if (layers > info_.n_layer) throw std::invalid_argument("Model::eval: more layers than the model has");
+  run_ubatches(nullptr, x, n, pos0, n_ubatch, layers, info_.n_layer, kv, nullptr, hidden, logits, all_logits);
+}
+
+void GraphModel::ubatch(const Span& sp, uint32_t m, uint32_t pos, Kv& kv, float* hidden, float* logits, bool all_logits) {
+  const size_t E = info_.n_embd, F = info_.n_ff;
+  Ubatch u;
+  u.m = m;
+  u.pos = pos;
+  u.x.resize(m * E);
+  u.h.resize(m * E);
+  u.a.resize(m * E);
+  u.q.resize(m * dim(Dim::q));
+  u.att.resize(m * dim(Dim::q));
+  u.k.resize(m * dim(Dim::kv));
+  u.v.resize(m * dim(Dim::kv));
+  u.g.resize(m * F);
+  u.u.resize(m * F * (layers_.empty() || layers_[0].gate.rows ? 1 : 2));
+
+  if (!sp.x_in) {
+    const float emb_scale = table_.embd_scale ? std::sqrt(static_cast<float>(E)) : 1.0f;
+    const uint8_t* emb = f_.tensor_data(*tok_embd_);
+    for (uint32_t i = 0; i < m; ++i) {
+      float* xr = u.x.data() + size_t(i) * E;
+      dequantize_row(tok_embd_->type, emb + size_t(sp.tokens[i]) * embd_row_bytes_, xr, E);
+      if (table_.embd_scale)
+        for (size_t c = 0; c < E; ++c) xr[c] = xr[c] * emb_scale;
+    }
+  } else {
+    std::copy(sp.x_in, sp.x_in + u.x.size(), u.x.begin());
+  }
+
+  // RoPE tables per configuration: [m][n_rot / 2] cos and sin.
+  const uint32_t half = n_rot_ / 2;
+  const float mscale = hp_.rope_attn_factor;
+  u.rcos.resize(ropes_.size());
+  u.rsin.resize(ropes_.size());
+  for (size_t c = 0; c < ropes_.size(); ++c) {
+    u.rcos[c].resize(size_t(m) * half);
+    u.rsin[c].resize(size_t(m) * half);
+    for (uint32_t i = 0; i < m; ++i)
+      for (uint32_t j = 0; j < half; ++j) {
+        double theta = static_cast<double>(pos + i) * ropes_[c].scale *
+                       std::pow(ropes_[c].base, -2.0 * j / static_cast<double>(n_rot_));
+        if (!rope_ff_.empty()) theta /= rope_ff_[j];
+        float cs = static_cast<float>(std::cos(theta)), sn = static_cast<float>(std::sin(theta));
+        if (mscale != 1.0f) {
+          cs = cs * mscale;
+          sn = sn * mscale;
+        }
+        u.rcos[c][size_t(i) * half + j] = cs;
+        u.rsin[c][size_t(i) * half + j] = sn;
+      }
+  }
+
+  for (uint32_t il = sp.l0; il < sp.l1; ++il) layer(il, u, kv);
+
+  if (sp.x_out) std::copy(u.x.begin(), u.x.end(), sp.x_out);
+  if (!logits || sp.l1 != info_.n_layer) return;
+  const uint32_t first = all_logits ? 0 : m - 1, rows = m - first;
+  norm(u.x.data() + size_t(first) * E, u.h.data(), rows, static_cast<uint32_t>(E), out_norm_);
+  if (hidden) std::copy(u.h.begin(), u.h.begin() + static_cast<std::ptrdiff_t>(size_t(rows) * E), hidden);
+  project(u.h.data(), rows, logits);
+}
+
+void GraphModel::project(const float* hidden, uint32_t rows, float* logits) const {
+  const uint32_t V = info_.n_vocab;
+  gemm(output_, hidden, rows, logits, V, opt_.n_threads);
+  const float cap = hp_.final_softcap;
+  if (cap > 0.0f) {  // as llama.cpp: tanh(x * (1 / cap)) * cap
+    const float inv = 1.0f / cap;
+    const size_t total = size_t(rows) * V;
+    for (size_t i = 0; i < total; ++i) logits[i] = std::tanh(logits[i] * inv) * cap;
+  }
+}
+
+const std::vector<ArchEntry>& architectures() {
+  static const std::vector<ArchEntry> all{{&gemma2_table(), make_gemma2}, {&gemma3_table(), make_gemma3},
+                                          {&llama_table(), make_llama},   {&phi3_table(), make_phi3},
+                                          {&qwen2_table(), make_qwen2},   {&qwen3_table(), make_qwen3}};
+  return all;
+}
+
+}  // namespace graph
+
+std::unique_ptr<Model> Model::load(const std::string& gguf_path, const LoadOptions& opt) {
+  std::string arch;
+  {
+    const GgufFile f = GgufFile::open(gguf_path);
+    arch = f.get_string("general.architecture");
+  }
+  std::string names;
+  for (const graph::ArchEntry& e : graph::architectures()) {
+    if (arch == e.table->name) {
+      std::unique_ptr<graph::GraphModel> m = e.make(gguf_path, opt);
+      m->load();
+      return m;
+    }
+    names += (names.empty() ? "" : ", ") + std::string(e.table->name);
+  }
+  throw FileError(gguf_path, "architecture '" + arch + "' is not supported (" + names + ")");
+}
+
+std::vector<std::string> supported_architectures() {
+  std::vector<std::string> out;
+  for (const graph::ArchEntry& e : graph::architectures()) out.push_back(e.table->name);
+  return out;
+}
+
+std::string default_model_path() {
+  if (const char* e = std::getenv("SJKV_MODEL"); e && *e) return e;
+  std::string dir;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) dir = x;
+  else if (const char* home = std::getenv("HOME"); home && *home) dir = std::string(home) + "/.cache";
+  else return "";
+  const std::string p = dir + "/sjkv/models/default.gguf";
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 ? p : "";
+}
+
+}  // namespace replay
+}  // namespace sjkv

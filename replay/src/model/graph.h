@@ -1,0 +1,217 @@
+// The forward pass's shared parts: the loader, driven by each architecture's table of tensor
+// names and metadata keys, and the building blocks its graph is made of (norms, the RoPE
+// variants, attention through the layer's cache with its window and soft-cap, the FFN kinds).
+// Each architecture is one file (arch_*.cpp) holding its table and its layer graph, as
+// llama.cpp's src/models/ does; graph facts are read from llama.cpp's source, not copied.
+//
+// Weights: every matrix stays in the mapped file as the GGUF stores it and is dequantized a
+// panel at a time inside the products (gemm.h), so the products use the file's exact values
+// and the weights take the file's size; norms and biases in f32; embedding rows are
+// dequantized on lookup.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sjkv/replay/gemm.h"
+#include "sjkv/replay/model.h"
+
+namespace sjkv {
+namespace replay {
+namespace graph {
+
+using Mat = WeightMatrix;  // [rows][cols] in the mapping
+
+struct Layer {
+  std::vector<float> attn_norm, q_norm, k_norm, post_attn_norm, ffn_norm, post_ffw_norm;
+  std::vector<float> bq, bk, bv, bo;  // biases, empty when absent
+  Mat wq, wk, wv, wqkv, wo, gate, up, down;  // wqkv: fused q|k|v (then wq/wk/wv are empty)
+  bool sliding = false;
+  uint32_t rope = 0;  // index into the model's RoPE configurations
+};
+
+// A tensor dimension, in terms of the model's shape.
+enum class Dim : uint8_t {
+  embd,  // n_embd
+  head,  // head size D
+  q,     // n_head * D
+  kv,    // n_head_kv * D
+  qkv,   // q + 2 kv (fused projection)
+  ff,    // n_ff
+  ff2,   // 2 n_ff (fused gate|up)
+};
+
+// A per-layer tensor "blk.N.<name>": a vector or a matrix [in, out] in GGUF's order.
+struct TensorSlot {
+  const char* name;
+  Dim in;
+  Dim out;  // ignored for vectors
+  std::vector<float> Layer::*vec = nullptr;
+  Mat Layer::*mat = nullptr;
+  bool required = true;
+};
+inline TensorSlot vec(const char* name, Dim n, std::vector<float> Layer::*f, bool required = true) {
+  return {name, n, n, f, nullptr, required};
+}
+inline TensorSlot mat(const char* name, Dim in, Dim out, Mat Layer::*f, bool required = true) {
+  return {name, in, out, nullptr, f, required};
+}
+
+// Float hyper-parameters read from "<arch>.<key>", with the architecture's defaults.
+struct Hparams {
+  float attn_scale = 0.0f;        // attention.scale (0: 1/sqrt(D))
+  float attn_softcap = 0.0f;      // attn_logit_softcapping (0: none)
+  float final_softcap = 0.0f;     // final_logit_softcapping (0: none)
+  float rope_base = 10000.0f;     // rope.freq_base
+  float rope_base_swa = 0.0f;     // rope.freq_base_swa (0: the table's SwaRope rule)
+  float rope_attn_factor = 1.0f;  // rope.scaling.attn_factor (multiplies cos and sin)
+};
+struct KeySlot {
+  const char* key;  // after "<arch>."
+  float Hparams::*field;
+  float dflt;
+};
+
+enum class RopeStyle : uint8_t { norm, neox };  // adjacent pairs (llama.cpp NORM) or halves (NEOX)
+// The RoPE of sliding layers: the global one; gemma3's (freq_base_swa, default 10,000, never
+// scaled: llama.cpp's rope_freq_scale_train_swa = 1); or gemma2's (freq_base_swa, default the
+// global base, scaled as the global one).
+enum class SwaRope : uint8_t { global, gemma3, gemma2 };
+// RoPE frequency factors: none, one rope_freqs tensor (llama 3), or Phi-3's long and short
+// factors (long when the context exceeds rope.scaling.original_context_length).
+enum class RopeFactors : uint8_t { none, freqs, long_short };
+
+struct ArchTable {
+  const char* name;
+  RopeStyle rope;
+  SwaRope swa_rope;
+  RopeFactors factors;
+  bool embd_scale;  // embeddings times sqrt(n_embd) (Gemma)
+  std::vector<KeySlot> keys;
+  std::vector<TensorSlot> tensors;  // per layer
+};
+
+class GraphModel : public Model {
+ public:
+  GraphModel(const std::string& path, const ArchTable& table, const LoadOptions& opt);
+  const ModelInfo& info() const override { return info_; }
+  const GgufFile& gguf() const override { return f_; }
+  void set_context(uint32_t n_ctx) override;
+  void eval_hidden(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
+                   std::vector<std::unique_ptr<LayerKv>>& kv, float* hidden, float* logits, bool all_logits) override;
+  void project(const float* hidden, uint32_t rows, float* logits) const override;
+  bool splits() const override { return true; }
+  void eval_prefix(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch, uint32_t layers,
+                   std::vector<std::unique_ptr<LayerKv>>& kv, float* x) override;
+  void eval_suffix(const float* x, uint32_t n, uint32_t pos0, uint32_t n_ubatch, uint32_t layers,
+                   std::vector<std::unique_ptr<LayerKv>>& kv, float* hidden, float* logits, bool all_logits) override;
+
+  // Loads the tensors and keys; called once after construction (it calls check_arch).
+  void load();
+
+ protected:
+  // One ubatch's working rows: x the residual stream, h the normed input of a block, a a
+  // block's output, q/k/v/att [m][heads][D], g/u the FFN's [m][n_ff] (u [m][2 n_ff] when fused).
+  struct Ubatch {
+    uint32_t m = 0, pos = 0;
+    std::vector<float> x, h, a, q, k, v, att, g, u;
+    std::vector<std::vector<float>> rcos, rsin;  // per RoPE configuration: [m][n_rot / 2]
+  };
+  using Kv = std::vector<std::unique_ptr<LayerKv>>;
+
+  // The architecture's layer graph: from u.x to u.x.
+  virtual void layer(uint32_t il, Ubatch& u, Kv& kv) const = 0;
+  // Checks beyond the table's (shapes the graph needs); after every tensor is loaded.
+  virtual void check_arch() {}
+
+  // ---- building blocks ----
+  void norm(const float* x, float* y, uint32_t rows, uint32_t dim, const std::vector<float>& w) const;
+  void norm(Ubatch& u, const std::vector<float>& w) const { norm(u.x.data(), u.h.data(), u.m, info_.n_embd, w); }
+  void norm_out(Ubatch& u, const std::vector<float>& w) const { norm(u.a.data(), u.a.data(), u.m, info_.n_embd, w); }
+  void matmul(const Mat& w, const float* x, uint32_t n, float* y) const { gemm(w, x, n, y, w.rows, opt_.n_threads); }
+  // q, k, v from u.h: separate matrices or the fused one, then the biases.
+  void qkv(const Layer& L, Ubatch& u) const;
+  // RMS norm of each head of q and of k (Gemma 3, Qwen 3).
+  void head_norms(const Layer& L, Ubatch& u) const;
+  void rope(const Layer& L, Ubatch& u) const;
+  void scale_q(Ubatch& u, float s) const;
+  // Store k, v in the layer's cache and attend q over it (logits scale * q.k, soft-capped by
+  // the layer's shape) into u.att; then the output projection (and its bias) into u.a.
+  void attention(uint32_t il, const Layer& L, Ubatch& u, Kv& kv, float scale) const;
+  enum class Act : uint8_t { silu, gelu_tanh };
+  // From u.h into u.a: down(act(gate h) * up h), or with the fused matrix act(first half) * second.
+  void ffn(const Layer& L, Act act, Ubatch& u) const;
+  void residual(Ubatch& u) const;  // x += a
+
+  float default_attn_scale() const;  // hp_.attn_scale, else 1/sqrt(D)
+
+  GgufFile f_;
+  const ArchTable& table_;
+  LoadOptions opt_;
+  ModelInfo info_;
+  Hparams hp_;
+  float eps_ = 1e-6f;
+  std::vector<Layer> layers_;
+
+ private:
+  struct Span {
+    const int32_t* tokens = nullptr;
+    const float* x_in = nullptr;
+    uint32_t l0 = 0, l1 = 0;
+    float* x_out = nullptr;
+  };
+  struct RopeConfig {
+    double base = 10000.0;
+    double scale = 1.0;  // multiplies positions (1 / linear scaling factor)
+    bool operator==(const RopeConfig& o) const { return base == o.base && scale == o.scale; }
+  };
+  [[noreturn]] void fail(const std::string& what) const { throw FileError(f_.path(), what); }
+  const GgufTensorInfo* optional(const std::string& name, std::vector<uint64_t> dims) const;
+  const GgufTensorInfo& need(const std::string& name, std::vector<uint64_t> dims) const;
+  std::vector<float> load_vec(const GgufTensorInfo& t) const;
+  Mat load_mat(const GgufTensorInfo& t);
+  uint64_t dim(Dim d) const;
+  void load_rope(const std::string& p);
+  void check_eval(const int32_t* tokens, uint32_t n, uint32_t n_ubatch, const Kv& kv) const;
+  void run_ubatches(const int32_t* tokens, const float* x_in, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
+                    uint32_t l0, uint32_t l1, Kv& kv, float* x_out, float* hidden, float* logits, bool all_logits);
+  void ubatch(const Span& sp, uint32_t m, uint32_t pos, Kv& kv, float* hidden, float* logits, bool all_logits);
+  int threads() const;
+
+  uint32_t n_rot_ = 0;
+  std::vector<RopeConfig> ropes_;
+  std::vector<float> rope_ff_;                 // frequency factors in use (divide the angle), empty: none
+  std::vector<float> rope_long_, rope_short_;  // Phi-3's two sets
+  uint64_t rope_orig_ctx_ = 0;                 // Phi-3: the long factors above this context
+  const GgufTensorInfo* tok_embd_ = nullptr;
+  size_t embd_row_bytes_ = 0;
+  std::vector<float> out_norm_;
+  Mat output_;  // output.weight, or the tied token embedding
+  mutable size_t weight_bytes_ = 0;
+};
+
+// The architectures, by general.architecture; each file registers its table and its class.
+struct ArchEntry {
+  const ArchTable* table;
+  std::unique_ptr<GraphModel> (*make)(const std::string& path, const LoadOptions& opt);
+};
+const std::vector<ArchEntry>& architectures();
+
+const ArchTable& gemma2_table();
+const ArchTable& gemma3_table();
+const ArchTable& llama_table();
+const ArchTable& phi3_table();
+const ArchTable& qwen2_table();
+const ArchTable& qwen3_table();
+std::unique_ptr<GraphModel> make_gemma2(const std::string& path, const LoadOptions& opt);
+std::unique_ptr<GraphModel> make_gemma3(const std::string& path, const LoadOptions& opt);
+std::unique_ptr<GraphModel> make_llama(const std::string& path, const LoadOptions& opt);
+std::unique_ptr<GraphModel> make_phi3(const std::string& path, const LoadOptions& opt);
+std::unique_ptr<GraphModel> make_qwen2(const std::string& path, const LoadOptions& opt);
+std::unique_ptr<GraphModel> make_qwen3(const std::string& path, const LoadOptions& opt);
+
+}  // namespace graph
+}  // namespace replay
+}  // namespace sjkv
