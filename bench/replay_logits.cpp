@@ -196,6 +196,7 @@ int main(int argc, char** argv) {
     if (ids.empty()) return 0;
     const uint32_t n = static_cast<uint32_t>(ids.size());
     Phase full, sliding;
+    model->set_context(n + n_decode);
     auto kv = make_cache(info, arm.get(), n + n_decode, n_ubatch, profile ? &full : nullptr, &sliding);
     std::fprintf(stderr, "cache arm %s\n", arm ? arm->spec().c_str() : "f32");
     // Every position's logits only when they are written (--out); else the last one.

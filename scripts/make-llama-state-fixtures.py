@@ -36,11 +36,18 @@ TEXT_SHA256 = "3972dc9744f6499f0f9b2dbf76696f2ae7ad8af9b23dde66d6af86c9dfb36986"
 # file name, model (under the models folder), cache type, flash attention, kind, tokens. Each
 # model has one sequence state and one full state; between them every cache type and both flash
 # settings. The first is README's worked example: 128 tokens, so that records seal past a sink of 64.
+# A model named "test:NAME" is the random-weight test model NAME of scripts/make-test-models.py
+# (already F32; --test-models says where it was written): the architectures whose real weights
+# cannot be fetched, so that the importer is checked on their layouts too (Gemma 2's sliding
+# and full sections, Qwen 3's head size 128 from key_length, Phi-3's 96).
 FIXTURES = [
     ("gemma3-f16-fa.ggsq", "default.gguf", "f16", True, "seq", 128),
     ("gemma3-f32-nofa.ggsn", "default.gguf", "f32", False, "full", 64),
     ("smollm2-f32-nofa.ggsq", "smollm2.gguf", "f32", False, "seq", 64),
     ("smollm2-f16-fa.ggsn", "smollm2.gguf", "f16", True, "full", 64),
+    ("gemma2-f16-nofa.ggsq", "test:gemma2", "f16", False, "seq", 64),
+    ("qwen3-f32-fa.ggsn", "test:qwen3", "f32", True, "full", 64),
+    ("phi3-f16-fa.ggsq", "test:phi3", "f16", True, "seq", 64),
 ]
 
 
@@ -60,6 +67,8 @@ def models_dir():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out", help="folder to write (tests/golden/llama_state)")
+    ap.add_argument("--test-models", default="build/test-models",
+                    help="where scripts/make-test-models.py wrote the test models (default build/test-models)")
     args = ap.parse_args()
     try:
         import llama_cpp
@@ -74,9 +83,14 @@ def main():
     tmp = tempfile.TemporaryDirectory(prefix="sjkv-f32-models-")
     f32_copy = {}
     for name, model, cache, fa, kind, n_tokens in FIXTURES:
-        src = os.path.join(models_dir(), model)
+        test_model = model.startswith("test:")
+        src = (os.path.join(args.test_models, model[5:] + ".gguf") if test_model
+               else os.path.join(models_dir(), model))
         if not os.path.exists(src):
-            sys.exit(src + " is missing: run scripts/setup")
+            sys.exit(src + " is missing: run " + ("scripts/make-test-models.py" if test_model else "scripts/setup"))
+        if test_model and model not in f32_copy:
+            model_sha[model] = sha256(src)
+            f32_copy[model] = src  # its tensors are F32 already
         if model not in f32_copy:
             model_sha[model] = sha256(src)
             f32_copy[model] = os.path.join(tmp.name, model)
@@ -107,7 +121,9 @@ def main():
         f.write("# llama.cpp state files\n\n"
                 "KV caches saved by llama.cpp itself (llama-cpp-python %s) after a prefill of the first 64 or 128 tokens\n"
                 "of `%s` (SHA-256 `%s`), with F32 copies (llama.cpp's quantize tool, ftype ALL_F32)\n"
-                "of the models scripts/setup installs, so that llama.cpp multiplies the weights sjkv uses.\n"
+                "of the models scripts/setup installs, so that llama.cpp multiplies the weights sjkv uses, and with\n"
+                "the random-weight test models `test:NAME` of scripts/make-test-models.py (F32 already;\n"
+                "tests/golden/arch/models.sha256).\n"
                 "`tests/replay/test_llama_state_fixtures.cpp` imports each with sjkv's reader and checks its K/V\n"
                 "against sjkv's own forward pass over the file's tokens. Made with\n\n"
                 "    scripts/make-llama-state-fixtures.py tests/golden/llama_state\n\n"

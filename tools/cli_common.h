@@ -21,6 +21,9 @@
 #include "sjkv/config.h"
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/file_error.h"
+#include "sjkv/io/gguf.h"
+#include "sjkv/io/load.h"
+#include "sjkv/io/model_geometry.h"
 #include "sjkv/io/paths.h"
 #include "sjkv/io/text.h"
 
@@ -239,6 +242,36 @@ inline int guarded(const char* tool, const std::function<int()>& body) {
     std::fprintf(stderr, "%s: %s\n", tool, line.c_str());
     return code;
   }
+}
+
+// Where a llama.cpp state file's layers are: from a GGUF model's geometry (--model, see
+// import_options_for) or given by hand (--head-dim, --layers, --layer-ids, --kv-sections).
+struct StateOptions {
+  ImportOptions io;
+  std::string model;
+  // io, or the model's options: FileError (exit 2) on a bad GGUF, UsageError when its geometry
+  // does not say.
+  ImportOptions resolve() const {
+    if (model.empty()) return io;
+    const ModelGeometry g = geometry_from_gguf(GgufFile::open(model));
+    try {
+      return import_options_for(g);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError("--model " + model + ": " + e.what());
+    }
+  }
+};
+// `what` names the input the options are for ("llama.cpp state files").
+inline void add_state_options(CLI::App* app, StateOptions& s, const std::string& what) {
+  CLI::Option* m = app->add_option("--model", s.model, what + ": the GGUF model they were saved from, whose metadata "
+                                                      "gives the head size and the full-attention layers");
+  for (CLI::Option* o : {app->add_option("--head-dim", s.io.head_dim, what + ": head size (or --model)"),
+                         app->add_option("--layers", s.io.layers, what + ": layers to keep, as positions in the file (default: all)"),
+                         app->add_option("--layer-ids", s.io.layer_ids, what + ": the model's layer number of each kept layer"),
+                         app->add_option("--kv-sections", s.io.kv_sections,
+                                         what + ": cache sections to read (0 = all; an iSWA model such as Gemma 3 writes "
+                                                "its full-attention layers first)")})
+    m->excludes(o);
 }
 
 }  // namespace sjkv::cli

@@ -36,9 +36,8 @@ struct EncodeArgs {
   std::string input, output, bits = "4/4", body = "auto", staging = "tq6_0", sink_type = "f16", device = "auto";
   std::string axis = "token";
   std::vector<std::string> codebooks;
-  uint32_t sink = 128, tail = 4096, tail_max = 8192, ubatch = 512, iters = 16, head_dim = 0, group = 128;
-  std::vector<uint32_t> layers, layer_ids;
-  uint32_t kv_sections = 0;
+  uint32_t sink = 128, tail = 4096, tail_max = 8192, ubatch = 512, iters = 16, group = 128;
+  cli::StateOptions state;
   bool kvarn = false, assume_rotated = false, quiet = false;
   int threads = 0;
   bool tail_given = false, tail_max_given = false;
@@ -80,12 +79,7 @@ int run_encode(const EncodeArgs& a) {
   inputs.push_back(a.input);
   check_output(a.output, "-o", inputs);
   const Device device = Device::resolve(a.device);
-  ImportOptions io;
-  io.head_dim = a.head_dim;
-  io.layers = a.layers;
-  io.layer_ids = a.layer_ids;
-  io.kv_sections = a.kv_sections;
-  const Capture cap = load_capture_any(a.input, io);
+  const Capture cap = load_capture_any(a.input, a.state.resolve());
   EncodeOptions eo;
   eo.config = config_from(a);
   eo.config.head_dim = cap.head_dim;
@@ -167,12 +161,12 @@ RegionBits allocated_of(const Snapshot& s) {
   return allocated_bits(s.config, s.N, cap, s.B, s.N);
 }
 
-int run_inspect(const std::string& path, const std::string& against, const ImportOptions& io, const StreamArgs& sa,
+int run_inspect(const std::string& path, const std::string& against, const cli::StateOptions& state, const StreamArgs& sa,
                 bool json) {
   const Snapshot s = read_snapshot_any(path, stream_options(sa));
   std::vector<RegionComparison> cmp;
   if (!against.empty()) {
-    const Capture ref = load_capture_any(against, io);
+    const Capture ref = load_capture_any(against, state.resolve());
     try {
       cmp = compare_snapshot(s, ref);
     } catch (const std::invalid_argument& e) {
@@ -516,11 +510,7 @@ int main(int argc, char** argv) {
   enc->add_option("--codebook", ea.codebooks, "Trellis codebook (.sjcb from sjkv-train, raw .bin table or C header), "
                                               "once per bit width; default: the built-in reference tables");
   enc->add_flag("--assume-rotated", ea.assume_rotated, "The input is already in the rotated basis");
-  enc->add_option("--head-dim", ea.head_dim, "Head size, needed for llama.cpp state files");
-  enc->add_option("--layers", ea.layers, "llama.cpp state files: layers to keep, as positions in the file (default: all)");
-  enc->add_option("--layer-ids", ea.layer_ids, "llama.cpp state files: the model's layer number of each kept layer");
-  enc->add_option("--kv-sections", ea.kv_sections, "llama.cpp state files: cache sections to read (0 = all; Gemma 3 "
-                                                     "writes its full-attention layers first)");
+  cli::add_state_options(enc, ea.state, "llama.cpp state files");
   enc->add_option("--threads", ea.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024))->capture_default_str();
   enc->add_option("--device", ea.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   enc->add_flag("-q,--quiet", ea.quiet, "No progress or summary on stderr");
@@ -560,11 +550,8 @@ int main(int argc, char** argv) {
   ins->add_option("snapshot", ins_in, "Snapshot file or sequence-state stream")->required();
   ins->add_option("--against", ins_against, "Reference capture (or .kvd / llama.cpp state)");
   ins->add_flag("--json", ins_json, "JSON output");
-  ImportOptions ins_io;
-  ins->add_option("--head-dim", ins_io.head_dim, "llama.cpp state reference: head size");
-  ins->add_option("--layers", ins_io.layers, "llama.cpp state reference: layers to keep, as positions in the file");
-  ins->add_option("--layer-ids", ins_io.layer_ids, "llama.cpp state reference: the model's layer number of each kept layer");
-  ins->add_option("--kv-sections", ins_io.kv_sections, "llama.cpp state reference: cache sections to read (0 = all)");
+  cli::StateOptions ins_state;
+  cli::add_state_options(ins, ins_state, "llama.cpp state reference");
   add_stream_options(ins, ins_sa, "A stream");
 
   std::string dump_in, dump_region_name, dump_out;
@@ -610,7 +597,7 @@ int main(int argc, char** argv) {
 
   if (enc->parsed()) return cli::guarded(kTool, [&] { return run_encode(ea); });
   if (dec->parsed()) return cli::guarded(kTool, [&] { return run_decode(dec_in, dec_out, dec_sa, dec_rot, dec_quiet); });
-  if (ins->parsed()) return cli::guarded(kTool, [&] { return run_inspect(ins_in, ins_against, ins_io, ins_sa, ins_json); });
+  if (ins->parsed()) return cli::guarded(kTool, [&] { return run_inspect(ins_in, ins_against, ins_state, ins_sa, ins_json); });
   if (exp->parsed()) return cli::guarded(kTool, [&] { return run_export(exp_in, exp_out, exp_quiet); });
   if (imp->parsed()) return cli::guarded(kTool, [&] { return run_import(imp_in, imp_out, imp_sa, imp_quiet); });
   if (dmp->parsed()) return cli::guarded(kTool, [&] { return run_dump(dump_in, dump_layer, dump_region_name, dump_out); });

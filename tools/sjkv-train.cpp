@@ -45,7 +45,7 @@ struct TrainArgs {
   std::string axis = "token";
   std::string device = "auto";  // auto | cpu | cuda: where the Lloyd encode + sum passes run
   uint32_t sink = 128, iters = 16;
-  ImportOptions io;
+  cli::StateOptions state;
 };
 
 // The options checked and turned into the run (UsageError, FileError); the device chosen.
@@ -81,7 +81,7 @@ void prepare_train(const TrainArgs& a, const cluster::Comm& comm, TrainRun& run,
   device = std::make_unique<Device>(Device::resolve(comm.distributed() ? "cpu" : a.device, "this build has no CUDA support"));
   if (!parse_staging(a.staging, &run.staging)) throw cli::UsageError("--staging must be tq6_0, q8_0 or f16");
   run.inputs = a.inputs;
-  run.io = a.io;
+  run.io = a.state.resolve();
   run.bits = a.bits;
   run.init = a.init;
   run.seed = a.seed;
@@ -341,10 +341,7 @@ int main(int argc, char** argv) {
   app.add_option("--sink", a.sink, "Sink positions (not sealed)")->capture_default_str();
   app.add_option("--iters", a.iters, "Balancing iterations")->check(CLI::Range(0u, 64u))->capture_default_str();
   app.add_flag("--assume-rotated", a.assume_rotated, "The inputs are already in the rotated basis");
-  app.add_option("--head-dim", a.io.head_dim, "Head size, needed for llama.cpp state files");
-  app.add_option("--layers", a.io.layers, "llama.cpp state files: layers to keep, as positions in the file");
-  app.add_option("--layer-ids", a.io.layer_ids, "llama.cpp state files: the model's layer number of each kept layer");
-  app.add_option("--kv-sections", a.io.kv_sections, "llama.cpp state files: cache sections to read (0 = all)");
+  cli::add_state_options(&app, a.state, "llama.cpp state files");
   app.add_option("--device", a.device,
                  "Where the Lloyd passes run: auto (a GPU when present), cpu or cuda; the codebook does not depend on it")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();

@@ -7,6 +7,7 @@
 #include "sjkv/io/file_error.h"
 #include "sjkv/io/kvd.h"
 #include "sjkv/io/llama_state.h"
+#include "sjkv/io/model_geometry.h"
 #include "sjkv/io/paths.h"
 #include "sjkv/io/state_stream.h"
 
@@ -82,6 +83,28 @@ Capture load_unchecked(const std::string& path, const ImportOptions& opt) {
 }
 
 }  // namespace
+
+ImportOptions import_options_for(const ModelGeometry& g) {
+  ImportOptions o;
+  const std::vector<uint32_t> full = g.full_attention_layers();
+  if (full.empty()) throw std::invalid_argument("the model (" + g.architecture + ") has no full-attention layer");
+  o.head_dim = g.layers[full[0]].head_dim_k;
+  bool split = false;
+  for (uint32_t i = 0; i < g.layers.size(); ++i) {
+    const LayerInfo& l = g.layers[i];
+    if (l.kind == LayerKind::nextn)
+      throw std::invalid_argument("the model (" + g.architecture + ") has draft (nextn) layers; give --head-dim and --layers");
+    if (l.kind != LayerKind::full_attention) split = true;
+    else if (l.head_dim_k != o.head_dim || l.head_dim_v != o.head_dim)
+      throw std::invalid_argument("the model's full-attention layers have differing head sizes (layer " + std::to_string(i) +
+                                  "); give --head-dim and --layers");
+  }
+  if (split) {
+    o.kv_sections = 1;
+    o.layer_ids = full;
+  }
+  return o;
+}
 
 Capture load_capture_any(const std::string& path, const ImportOptions& opt) {
   Capture c = load_unchecked(path, opt);

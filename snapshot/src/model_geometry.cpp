@@ -164,7 +164,11 @@ class GeometryReader {
         rule += "sliding unless (il + 1) % " + std::to_string(p) + " == 0 (llama.cpp's built-in pattern for " + arch_ +
                 (gemma2_default_window ? ", window 4096 by default" : "") + "); ";
       } else {
-        rule += "sliding_window set but no pattern known for " + arch_ + ": every attention layer counted as full; ";
+        // llama.cpp ignores Mistral's declared window in its llama graph and disables Phi-3's.
+        if (arch_ == "llama" || arch_ == "phi3")
+          rule += "sliding_window set but not applied by llama.cpp's " + arch_ + " graph: every layer has full attention; ";
+        else
+          rule += "sliding_window set but no pattern known for " + arch_ + ": every attention layer counted as full; ";
       }
     }
     for (uint32_t i = 0; i < n_main; ++i)

@@ -83,6 +83,8 @@ struct Synth {
   std::string q8_1;                  // tensor written as Q8_1 (not dequantized by replay)
   uint32_t matrix_type = kGgmlF16;   // F32, F16 or Q8_0 for the matrices
   uint32_t vocab_tokens = 0;         // > 0: a tokenizer.ggml.tokens array of that many pieces
+  std::string rope_scaling;          // rope.scaling.type when not empty
+  uint32_t experts = 0;              // > 0: expert_count
 };
 
 std::vector<uint8_t> encode(const std::vector<float>& v, uint32_t type) {
@@ -135,6 +137,8 @@ std::string write_synth(const Synth& s, const std::string& name) {
   w.key_f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
   w.key_f32(a + "rope.freq_base", s.arch == "gemma3" ? 1e6f : 1e4f);
   if (s.arch == "gemma3") w.key_u32(a + "attention.sliding_window", 4);
+  if (!s.rope_scaling.empty()) w.key_str(a + "rope.scaling.type", s.rope_scaling);
+  if (s.experts) w.key_u32(a + "expert_count", s.experts);
   if (s.vocab_tokens) {
     std::vector<std::string> pieces;
     for (uint32_t i = 0; i < s.vocab_tokens; ++i) pieces.push_back("t" + std::to_string(i));
@@ -317,6 +321,13 @@ TEST_P(SynthModel, DefectsNameTheFileAndTensor) {
   expect_defect(d, "vocab.gguf", "the vocabulary has 51 tokens but 'token_embd.weight' only 50 rows");
   d.vocab_tokens = s.V;
   EXPECT_NO_THROW((void)Model::load(write_synth(d, "vocab-ok.gguf")));
+  // what the forward pass does not implement is refused by name
+  d = s;
+  d.rope_scaling = "yarn";
+  expect_defect(d, "yarn.gguf", "rope scaling 'yarn' is not supported (none, linear)");
+  d = s;
+  d.experts = 8;
+  expect_defect(d, "moe.gguf", "a mixture-of-experts model (" + s.arch + ".expert_count 8) is not supported");
   if (s.arch == "gemma3") {
     d = s;
     d.drop = "blk.0.attn_q_norm.weight";

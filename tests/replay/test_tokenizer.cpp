@@ -511,6 +511,18 @@ TEST(TokenizerRealModel, Gemma3MatchesLlamaCpp) {
   EXPECT_EQ(tok->encode("<start_of_turn>", false).size() > 1, true);
 }
 
+// The random-weight test models' small vocabularies (scripts/make-test-models.py): BPE with
+// the qwen2 and llama-bpe pre-tokenizers, SentencePiece as Mistral, Gemma 2 and Phi-3 declare it.
+class TokenizerTestModel : public ::testing::TestWithParam<const char*> {};
+TEST_P(TokenizerTestModel, MatchesLlamaCpp) {
+  const std::string name = GetParam();
+  const std::string path = std::string(SJKV_TEST_MODELS_DIR) + "/" + name + ".gguf";
+  ASSERT_EQ(::access(path.c_str(), R_OK), 0) << "no test model at " << path << " (the arch_test_models test makes it)";
+  check_real_model(path, "arch-" + name + ".txt");
+}
+INSTANTIATE_TEST_SUITE_P(Arch, TokenizerTestModel,
+                         ::testing::Values("qwen2", "qwen3", "llama3", "mistral", "gemma2", "phi3"));
+
 TEST(TokenizerRealModel, SmolLM2MatchesLlamaCpp) {
   const std::string path = model_path("SJKV_SMOLLM2_GGUF", "smollm2.gguf");
   check_real_model(path, "smollm2-135m.txt");

@@ -920,6 +920,21 @@ TEST(GgufGeometry, OtherBuiltInPatterns) {
   const sjkv::ModelGeometry g = sjkv::geometry_from_gguf(unknown.parse());
   EXPECT_EQ(g.full_attention_layers().size(), 3u);
   EXPECT_NE(g.layer_rule.find("no pattern known"), std::string::npos);
+  Writer g2d;  // Gemma 2 without the key: llama.cpp's default window of 4096, even layers slide
+  g2d.str("general.architecture", "gemma2").u32("gemma2.block_count", 4).u32("gemma2.attention.head_count", 8);
+  g2d.u32("gemma2.embedding_length", 1024);
+  const sjkv::ModelGeometry gd = sjkv::geometry_from_gguf(g2d.parse());
+  EXPECT_EQ(gd.sliding_window, 4096u);
+  EXPECT_EQ(full_layers(g2d), (std::vector<uint32_t>{1, 3}));
+  for (const char* arch : {"llama", "phi3"}) {  // a declared window llama.cpp does not apply
+    const std::string a = arch;
+    Writer w;
+    w.str("general.architecture", a).u32(a + ".block_count", 2).u32(a + ".attention.head_count", 2);
+    w.u32(a + ".embedding_length", 256).u32(a + ".attention.sliding_window", 64);
+    const sjkv::ModelGeometry gw = sjkv::geometry_from_gguf(w.parse());
+    EXPECT_EQ(gw.full_attention_layers().size(), 2u) << a;
+    EXPECT_NE(gw.layer_rule.find("not applied by llama.cpp's " + a + " graph"), std::string::npos) << gw.layer_rule;
+  }
 }
 
 TEST(GgufGeometry, SlidingWindowPatternKey) {

@@ -158,6 +158,9 @@ void GraphModel::set_context(uint32_t n_ctx) {
 void GraphModel::load() {
   const std::string arch = table_.name;
   const std::string p = arch + ".";
+  if (f_.has(p + "expert_count") && f_.get_uint(p + "expert_count") > 0)
+    fail("a mixture-of-experts model (" + p + "expert_count " + std::to_string(f_.get_uint(p + "expert_count")) +
+         ") is not supported");
   const ModelGeometry g = geometry_from_gguf(f_);
 
   info_.architecture = arch;

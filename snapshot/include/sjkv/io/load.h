@@ -20,6 +20,16 @@ struct ImportOptions {
   uint32_t kv_sections = 0;          // cache sections to read (0: all; Gemma 3 writes full then SWA)
 };
 
+struct ModelGeometry;
+// The options that read a llama.cpp state file of the model a GGUF geometry describes: the head
+// size of its full-attention layers and where they sit in the file. An iSWA model (sliding
+// layers beside full ones, e.g. Gemma 2 and 3) writes its full-attention layers as the first
+// cache section, a hybrid one its attention layers before a recurrent state: there the first
+// section is read and its layers are numbered as the model's full-attention layers; any
+// other model writes every layer in order. std::invalid_argument when the model has no
+// full-attention layer, draft (nextn) layers, or full-attention layers of differing head sizes.
+ImportOptions import_options_for(const ModelGeometry& g);
+
 enum class InputKind { capture, snapshot, state_stream, kvd, llama_seq_state, llama_state, unknown };
 
 InputKind sniff_input(const std::string& path);  // throws FileError when unreadable

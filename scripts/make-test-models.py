@@ -1,0 +1,554 @@
+#!/usr/bin/env python3
+"""Write small random-weight GGUF models, one per architecture sjkv-replay runs.
+
+No real weights of these families ship with the project, so each forward pass is checked
+against llama.cpp on these files (tests/golden/arch/README.md). The bytes depend only on
+the table below and the seed: the weights come from a counter-based generator written here
+(splitmix64, sums of uniforms; no numpy.random, no transcendental functions), so neither
+numpy's version nor the CPU changes them. The writer is the PyPI package gguf, pinned to
+0.19.0 because its layout is part of the bytes (--check).
+
+  python3 scripts/make-test-models.py --out DIR [--only NAME...] \\
+      [--check tests/golden/arch/models.sha256] [--write-hashes FILE]
+
+Models: 4 layers, n_ff 512, rms eps 1e-6, every tensor F32 (BPE: byte-level with merges,
+SPM: SentencePiece-style pieces with byte fallback; both learned from TEXT below).
+
+  name     arch    n_embd  heads q/kv x size  vocab                 context  rope base
+  qwen2    qwen2   256     2/1 x 128          BPE, pre qwen2, 500   32768    1e6
+  qwen3    qwen3   256     4/2 x 128          BPE, pre qwen2, 500   32768    1e6
+  llama3   llama   256     4/2 x 128          BPE, pre llama-bpe, 520  32768 5e5
+  mistral  llama   256     4/1 x 128          SPM, 480              32768    1e6
+  gemma2   gemma2  256     4/2 x 128          SPM, 520              32768    1e4 (key absent)
+  phi3     phi3    384     4/2 x 96           SPM, 460              131072   1e4
+
+  qwen2    q/k/v biases; tied output (no output.weight); no BOS added
+  qwen3    attn_q_norm/attn_k_norm [128]; attn_q [256, 512]; untied
+  llama3   rope_freqs [64] by the Llama 3 rule (factor 8, low 1, high 4, original context
+           8192); bos <|begin_of_text|>; untied
+  mistral  sliding_window 64 declared, which llama.cpp's llama graph ignores; untied
+  gemma2   sliding window 48 on even layers (pattern 2); attention softcap 50, final softcap
+           30; post_attention_norm, post_ffw_norm; tied; add_space_prefix false
+  phi3     fused attn_qkv [384, 768] (q, k, v rows); fused ffn_up [384, 1024] (gate rows, then
+           up rows); longrope: rope_factors_long/short [48], original context 4096,
+           attn_factor sqrt(1 + ln 32 / ln 4096); sliding_window 2047 declared, which
+           llama.cpp disables; Phi-3's added tokens, eos <|endoftext|>; untied
+
+Weight scales (SCORE_STD and the lines after it) keep the models far from degenerate:
+attention scores with a std of about 2.5 across keys, logits with a std of about 4.
+"""
+import argparse
+import hashlib
+import math
+import os
+import re
+import sys
+
+import numpy as np
+
+SEED = 20250101
+N_LAYER = 4
+N_FF = 512
+RMS_EPS = 1e-6
+
+# name: arch, n_embd, n_head, n_head_kv, head size, vocab kind, vocab size, context, extras
+MODELS = {
+    "qwen2":   dict(arch="qwen2", n_embd=256, n_head=2, n_head_kv=1, head=128, vocab="bpe-qwen2", n_vocab=500,
+                    ctx=32768, rope_base=1e6, qkv_bias=True, tied=True),
+    "qwen3":   dict(arch="qwen3", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="bpe-qwen2", n_vocab=500,
+                    ctx=32768, rope_base=1e6, qk_norm=True, head_keys=True),
+    "llama3":  dict(arch="llama", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="bpe-llama3", n_vocab=520,
+                    ctx=32768, rope_base=5e5, head_keys=True, llama3_rope=True),
+    "mistral": dict(arch="llama", n_embd=256, n_head=4, n_head_kv=1, head=128, vocab="spm", n_vocab=480,
+                    ctx=32768, rope_base=1e6, head_keys=True, swa=64),
+    "gemma2":  dict(arch="gemma2", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="spm-gemma", n_vocab=520,
+                    ctx=32768, rope_base=None, head_keys=True, swa=48, tied=True, post_norms=True,
+                    attn_softcap=50.0, final_softcap=30.0, embd_std=0.02, out_norm_mean=12.0),
+    "phi3":    dict(arch="phi3", n_embd=384, n_head=4, n_head_kv=2, head=96, vocab="spm-phi3", n_vocab=460,
+                    ctx=131072, rope_base=1e4, fused=True, longrope=True, orig_ctx=4096, swa=2047),
+}
+
+# Scales of the random weights, chosen by measuring llama.cpp's logits and a float64 forward
+# pass on these files. A std of c/sqrt(n_in) gives outputs of rms about c for inputs of rms 1
+# (most inputs are rms-normed). q and k: c such that the scores of one query have a std of about SCORE_STD
+# across its keys (divided by attn_factor, which rope multiplies into q and k); qwen3
+# normalizes q and k per head, so there the norm weights (mean QK_NORM_MEAN) set it. The
+# output layer gives logits of std about LOGIT_STD. A tied output reuses the embeddings, which
+# then have that std too and stay small beside the layers' outputs, or the logits would only
+# repeat the input token; gemma2 multiplies its input by sqrt(n_embd), so its embeddings are
+# smaller still (embd_std) and its final norm (out_norm_mean) restores the logit scale.
+SCORE_STD = 2.5
+LOGIT_STD = 4.0
+QK_NORM_MEAN = 1.6
+EMBD_STD = 1.0     # untied token embeddings
+BIAS_STD = 0.3     # qwen2's q/k/v biases
+NORM_STD = 0.1     # norm weights: mean (1 unless said) + NORM_STD * n
+
+
+# ---- deterministic numbers ------------------------------------------------------------------
+U64 = np.uint64
+GAMMA = 0x9E3779B97F4A7C15
+M64 = (1 << 64) - 1
+
+
+def _mix(z):
+    """splitmix64's finalizer on a uint64 array (wrapping arithmetic)."""
+    z = (z ^ (z >> U64(30))) * U64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> U64(27))) * U64(0x94D049BB133111EB)
+    return z ^ (z >> U64(31))
+
+
+def _mix_int(z):
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def stream_key(seed, name):
+    """64-bit key of one tensor: FNV-1a of its name, mixed with the seed."""
+    h = 0xCBF29CE484222325
+    for b in name.encode():
+        h = ((h ^ b) * 0x100000001B3) & M64
+    return _mix_int((h ^ _mix_int((seed + GAMMA) & M64)) & M64)
+
+
+def uniforms(key, n):
+    """n uniforms in [0, 1): element i is splitmix64's output at counter i of stream key."""
+    with np.errstate(over="ignore"):
+        state = U64(key) + np.arange(1, n + 1, dtype=U64) * U64(GAMMA)
+        return (_mix(state) >> U64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def normals(key, shape):
+    """Unit-variance normal-like numbers: (sum of 4 uniforms - 2) * sqrt(3); only exact adds and
+    one multiply, so the result is the same on every platform."""
+    n = int(np.prod(shape))
+    u = uniforms(key, 4 * n).reshape(n, 4)
+    return (((u[:, 0] + u[:, 1]) + (u[:, 2] + u[:, 3])) - 2.0) * math.sqrt(3.0)
+
+
+def rand_tensor(seed, name, shape, std, mean=0.0):
+    return (mean + std * normals(stream_key(seed, name), shape)).reshape(shape).astype(np.float32)
+
+
+# ---- vocabularies ---------------------------------------------------------------------------
+# Training text of the mini BPE (written for this script): prose and a little code, so that the
+# merges hold common English pieces, digits and operators.
+TEXT = r"""
+A small model needs a small vocabulary. This one is learned from the text you are reading now:
+the script counts every pair of neighbouring symbols, joins the most frequent pair into a new
+symbol, and repeats until the list is long enough. The same steps give the merges of a byte
+level tokenizer and the pieces of a sentence piece tokenizer, so both kinds of vocabulary can be
+tested without downloading anything.
+
+The weights are random, but they are not arbitrary. Each matrix is drawn with a scale that keeps
+the hidden state of every layer in a sensible range: the attention of a query must prefer some
+keys over others, the feed forward block must add something to the residual stream, and the
+output layer must give logits whose spread is a few units. When the numbers are right, the
+distribution over the next token changes clearly from one position to the next, and a small
+error in the rotation of a key or in the order of two halves of a matrix shows up at once.
+
+Three of the models use a byte level vocabulary and three use pieces with byte fallback. The
+first kind maps every byte to a printable character and then applies merges; the second kind
+replaces each space with a special mark, looks for the pieces with the best score, and writes
+any character it does not know as one token per byte. Numbers like 1, 22, 333 and 2024 are
+common in real text, and so are dates such as 2024-06-01, times such as 12:30, prices such as
+$4.99 and versions such as 3.10.2.
+
+The quick brown fox jumps over the lazy dog. She sells sea shells by the sea shore. It was the
+best of times and the worst of times; then the rain stopped, the wind turned, and the long road
+home was dry again. They're here, we'll see, it's fine, I'd say, you've won, don't stop.
+
+int main(int argc, char **argv) {
+    std::vector<float> values(argc, 0.0f);
+    for (int i = 0; i < argc; ++i) {
+        values[i] = static_cast<float>(std::strlen(argv[i])) * 0.5f;
+    }
+    if (values.empty()) return 1;
+    printf("%d values, first %f\n", (int)values.size(), values[0]);
+    return 0;
+}
+
+def softmax(xs):
+    top = max(xs)
+    exps = [math.exp(x - top) for x in xs]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+class Counter:
+    def __init__(self, name):
+        self.name = name
+        self.count = 0
+
+    def add(self, n=1):
+        self.count += n
+        return self.count
+
+for name, value in sorted(table.items()):
+    if value is None or value == "":
+        continue
+    print(f"{name}: {value}")
+
+The tokenizer of a model decides how text becomes numbers, and the forward pass decides what the
+numbers mean. A test of the forward pass does not need meaningful text: any sequence of token
+ids will do, as long as both programs see the same ids. A test of the tokenizer needs text with
+spaces, new lines, tabs, punctuation, digits, accents and characters from other scripts, and it
+needs a vocabulary that is small enough to read but complete enough to cover every byte.
+"""
+
+BPE_SPLIT = re.compile(r"'(?:s|t|re|ve|m|ll|d)| ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+")
+SPM_SPLIT = re.compile(r" ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]+")
+SPACE_MARK = "\u2581"
+
+
+def byte_chars():
+    """GPT-2's byte -> printable character map, as a list in its vocabulary order."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + \
+        list(range(ord("\u00ae"), ord("\u00ff") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return bs, [chr(c) for c in cs]
+
+
+def learn_merges(words, n_merges):
+    """Plain BPE on a word -> count table (each word a tuple of symbols). Ties go to the
+    smallest pair, so the result does not depend on dict order."""
+    words = dict(words)
+    merges = []
+    while len(merges) < n_merges:
+        pairs = {}
+        for w, c in words.items():
+            for a, b in zip(w, w[1:]):
+                pairs[(a, b)] = pairs.get((a, b), 0) + c
+        if not pairs:
+            break
+        best = min(pairs, key=lambda p: (-pairs[p], p))
+        if pairs[best] < 2:
+            break
+        merges.append(best)
+        joined = best[0] + best[1]
+        new = {}
+        for w, c in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
+                    out.append(joined)
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            new[tuple(out)] = new.get(tuple(out), 0) + c
+        words = new
+    return merges
+
+
+def count_words(pieces):
+    counts = {}
+    for p in pieces:
+        counts[p] = counts.get(p, 0) + 1
+    return counts
+
+
+# token types of llama.cpp's GGUF vocabularies
+NORMAL, UNKNOWN, CONTROL, BYTE = 1, 2, 3, 6
+
+BPE_SPECIALS = {
+    "bpe-qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+    "bpe-llama3": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+}
+
+
+def bpe_vocab(kind, n_vocab):
+    bs, chars = byte_chars()
+    enc = {b: c for b, c in zip(bs, chars)}
+    specials = BPE_SPECIALS[kind]
+    words = count_words(tuple(enc[b] for b in w.encode()) for w in BPE_SPLIT.findall(TEXT))
+    n_merges = n_vocab - 256 - len(specials)
+    merges = learn_merges(words, n_merges)
+    tokens = list(chars)
+    seen = set(tokens)
+    for a, b in merges:
+        if a + b not in seen:
+            seen.add(a + b)
+            tokens.append(a + b)
+    if len(tokens) != n_vocab - len(specials):
+        raise SystemExit("make-test-models.py: internal error: the training text gives %d merge tokens, "
+                         "%d wanted" % (len(tokens) - 256, n_merges))
+    types = [NORMAL] * len(tokens) + [CONTROL] * len(specials)
+    tokens += specials
+    return dict(tokens=tokens, types=types, merges=["%s %s" % m for m in merges])
+
+
+# Phi-3's added tokens come last; llama.cpp looks <|endoftext|> up by text when general.name holds
+# "phi3" and fails to load the vocabulary without it.
+SPM_TAIL = {"spm-phi3": ["<|endoftext|>", "<|assistant|>", "<|end|>", "<|user|>"]}
+
+
+def spm_vocab(kind, n_vocab):
+    """SentencePiece-style: <unk> <s> </s>, 256 byte tokens, merged pieces (score -rank), the
+    single characters of the training text (lowest scores), then any added control tokens."""
+    specials = ["<unk>", "<s>", "</s>"]
+    tail = SPM_TAIL.get(kind, [])
+    pieces = [p.replace(" ", SPACE_MARK) for p in SPM_SPLIT.findall(TEXT)]
+    alphabet = sorted(set("".join(pieces)))
+    n_merges = n_vocab - len(specials) - 256 - len(alphabet) - len(tail)
+    merges = learn_merges(count_words(tuple(p) for p in pieces), n_merges)
+    merged = []
+    for a, b in merges:
+        if a + b not in merged and a + b not in alphabet:
+            merged.append(a + b)
+    tokens = specials + ["<0x%02X>" % i for i in range(256)] + merged + alphabet + tail
+    if len(tokens) != n_vocab:
+        raise SystemExit("make-test-models.py: internal error: SPM vocabulary of %d tokens, %d wanted"
+                         % (len(tokens), n_vocab))
+    types = [UNKNOWN, CONTROL, CONTROL] + [BYTE] * 256 + [NORMAL] * (len(merged) + len(alphabet))
+    types += [CONTROL] * len(tail)
+    scores = [0.0] * (3 + 256) + [-float(i) for i in range(len(merged))] + \
+        [-float(len(merged) + i) for i in range(len(alphabet))] + [0.0] * len(tail)
+    return dict(tokens=tokens, types=types, scores=scores)
+
+
+def add_vocab(w, spec):
+    kind, n_vocab = spec["vocab"], spec["n_vocab"]
+    if kind.startswith("bpe"):
+        v = bpe_vocab(kind, n_vocab)
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("qwen2" if kind == "bpe-qwen2" else "llama-bpe")
+        w.add_token_list(v["tokens"])
+        w.add_token_types(v["types"])
+        w.add_token_merges(v["merges"])
+        first_special = n_vocab - len(BPE_SPECIALS[kind])
+        if kind == "bpe-qwen2":  # Qwen: <|endoftext|> is both, and no BOS is added
+            w.add_bos_token_id(first_special)
+            w.add_eos_token_id(first_special)
+            w.add_add_bos_token(False)
+        else:  # Llama 3: <|begin_of_text|> / <|end_of_text|>, BOS added
+            w.add_bos_token_id(first_special)
+            w.add_eos_token_id(first_special + 1)
+            w.add_add_bos_token(True)
+    else:
+        v = spm_vocab(kind, n_vocab)
+        w.add_tokenizer_model("llama")
+        w.add_tokenizer_pre("default")  # what the converter writes for SentencePiece vocabularies
+        w.add_token_list(v["tokens"])
+        w.add_token_scores(v["scores"])
+        w.add_token_types(v["types"])
+        w.add_unk_token_id(0)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(v["tokens"].index("<|endoftext|>") if kind == "spm-phi3" else 2)
+        w.add_add_bos_token(True)
+        w.add_add_eos_token(False)
+        if kind == "spm-gemma":
+            w.add_add_space_prefix(False)
+    return len(v["tokens"])
+
+
+# ---- rope factors ---------------------------------------------------------------------------
+def llama3_rope_factors(head, base, factor=8.0, low=1.0, high=4.0, orig=8192):
+    """The Llama 3 rule of llama.cpp's converter: 1 for short wavelengths, factor for long
+    ones, a smooth blend between."""
+    out = []
+    for i in range(0, head, 2):
+        wavelen = 2 * math.pi * base ** (i / head)
+        if wavelen < orig / high:
+            out.append(1.0)
+        elif wavelen > orig / low:
+            out.append(factor)
+        else:
+            s = (orig / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - s) / factor + s))
+    return np.array(out, dtype=np.float32)
+
+
+def longrope_factors(n):
+    """Positive, distinct, increasing with the dimension like Phi-3's: long 1..~30, short 1..~1.5."""
+    long_f = np.array([1.0 + 29.0 * (i / (n - 1)) ** 2 + 0.01 * i for i in range(n)], dtype=np.float32)
+    short_f = np.array([1.0 + 0.5 * (i / (n - 1)) ** 3 + 0.001 * i for i in range(n)], dtype=np.float32)
+    return long_f, short_f
+
+
+# ---- models ---------------------------------------------------------------------------------
+def build(name, spec, path, seed):
+    import gguf
+
+    w = gguf.GGUFWriter(path, spec["arch"])
+    arch = spec["arch"]
+    attn_factor = 1.0
+    E, H, HKV, D = spec["n_embd"], spec["n_head"], spec["n_head_kv"], spec["head"]
+    w.add_name(name)
+    w.add_context_length(spec["ctx"])
+    w.add_embedding_length(E)
+    w.add_block_count(N_LAYER)
+    w.add_feed_forward_length(N_FF)
+    w.add_head_count(H)
+    w.add_head_count_kv(HKV)
+    w.add_layer_norm_rms_eps(RMS_EPS)
+    if spec["rope_base"] is not None:
+        w.add_rope_freq_base(spec["rope_base"])
+    if spec.get("head_keys"):
+        w.add_key_length(D)
+        w.add_value_length(D)
+    if arch in ("llama", "phi3"):
+        w.add_rope_dimension_count(D)
+    if arch == "llama":
+        w.add_vocab_size(spec["n_vocab"])
+    if "swa" in spec:
+        w.add_sliding_window(spec["swa"])
+    if "attn_softcap" in spec:
+        w.add_attn_logit_softcapping(spec["attn_softcap"])
+        w.add_final_logit_softcapping(spec["final_softcap"])
+    if spec.get("longrope"):
+        scale = spec["ctx"] / spec["orig_ctx"]
+        w.add_rope_scaling_type(gguf.RopeScalingType.LONGROPE)
+        w.add_rope_scaling_orig_ctx_len(spec["orig_ctx"])
+        attn_factor = math.sqrt(1 + math.log(scale) / math.log(spec["orig_ctx"]))
+        w.add_rope_scaling_attn_factors(attn_factor)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    n_vocab = add_vocab(w, spec)
+
+    qk = math.sqrt(SCORE_STD / E) / attn_factor
+    unit_in = 1 / math.sqrt(E)  # v, gate, up: outputs of rms 1
+
+    def t(tname, shape, std, mean=0.0):
+        w.add_tensor(tname, rand_tensor(seed, name + "/" + tname, shape, std, mean))
+
+    def norm(tname, n, mean=1.0):
+        t(tname, (n,), NORM_STD, mean)
+
+    # numpy shapes are (rows, columns) = llama.cpp's (ne1, ne0)
+    t("token_embd.weight", (n_vocab, E), spec.get("embd_std", LOGIT_STD * unit_in if spec.get("tied") else EMBD_STD))
+    if spec.get("llama3_rope"):
+        w.add_tensor("rope_freqs.weight", llama3_rope_factors(D, spec["rope_base"]))
+    if spec.get("longrope"):
+        long_f, short_f = longrope_factors(D // 2)
+        w.add_tensor("rope_factors_long.weight", long_f)
+        w.add_tensor("rope_factors_short.weight", short_f)
+    for il in range(N_LAYER):
+        b = "blk.%d." % il
+        norm(b + "attn_norm.weight", E)
+        if spec.get("fused"):
+            q = rand_tensor(seed, name + "/" + b + "attn_q", (H * D, E), qk)
+            k = rand_tensor(seed, name + "/" + b + "attn_k", (HKV * D, E), qk)
+            v = rand_tensor(seed, name + "/" + b + "attn_v", (HKV * D, E), unit_in)
+            w.add_tensor(b + "attn_qkv.weight", np.concatenate([q, k, v], axis=0))
+        else:
+            t(b + "attn_q.weight", (H * D, E), qk)
+            t(b + "attn_k.weight", (HKV * D, E), qk)
+            t(b + "attn_v.weight", (HKV * D, E), unit_in)
+        if spec.get("qkv_bias"):
+            t(b + "attn_q.bias", (H * D,), BIAS_STD)
+            t(b + "attn_k.bias", (HKV * D,), BIAS_STD)
+            t(b + "attn_v.bias", (HKV * D,), BIAS_STD)
+        if spec.get("qk_norm"):
+            norm(b + "attn_q_norm.weight", D, QK_NORM_MEAN)
+            norm(b + "attn_k_norm.weight", D, QK_NORM_MEAN)
+        t(b + "attn_output.weight", (E, H * D), 1 / math.sqrt(H * D))
+        if spec.get("post_norms"):
+            norm(b + "post_attention_norm.weight", E)
+        norm(b + "ffn_norm.weight", E)
+        if spec.get("fused"):
+            # llama.cpp's SWIGLU on the fused output: silu(first half) * second half
+            g = rand_tensor(seed, name + "/" + b + "ffn_gate", (N_FF, E), unit_in)
+            u = rand_tensor(seed, name + "/" + b + "ffn_up", (N_FF, E), unit_in)
+            w.add_tensor(b + "ffn_up.weight", np.concatenate([g, u], axis=0))
+        else:
+            t(b + "ffn_gate.weight", (N_FF, E), unit_in)
+            t(b + "ffn_up.weight", (N_FF, E), unit_in)
+        t(b + "ffn_down.weight", (E, N_FF), 1 / math.sqrt(N_FF))
+        if spec.get("post_norms"):
+            norm(b + "post_ffw_norm.weight", E)
+    norm("output_norm.weight", E, spec.get("out_norm_mean", 1.0))
+    if not spec.get("tied"):
+        t("output.weight", (n_vocab, E), LOGIT_STD * unit_in)
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_hashes(path):
+    out = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip() and not line.startswith("#"):
+                    digest, fname = line.split()
+                    out[fname] = digest
+    except (OSError, ValueError) as e:
+        fail("cannot read hashes from %s (%s)" % (path, e), 2)
+    return out
+
+
+def fail(msg, code):
+    print("make-test-models.py: " + msg, file=sys.stderr)
+    sys.exit(code)
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2
+        fail("error: %s (see --help)" % message, 2)
+
+
+def main():
+    ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="directory to write NAME.gguf into (created if missing)")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="write only these models (%s)" % ", ".join(MODELS))
+    ap.add_argument("--check", metavar="FILE", help="compare the SHA-256 of each file written with FILE "
+                    "(lines 'sha256  NAME.gguf'); exit 1 on a mismatch")
+    ap.add_argument("--write-hashes", metavar="FILE", help="write the SHA-256 of the files written to FILE")
+    ap.add_argument("--seed", type=int, default=SEED, help="global seed (default %(default)s; the committed "
+                    "hashes are for the default)")
+    a = ap.parse_args()
+    names = a.only or list(MODELS)
+    for n in names:
+        if n not in MODELS:
+            ap.error("unknown model '%s' (known: %s)" % (n, ", ".join(MODELS)))
+    try:
+        import gguf  # noqa: F401
+    except ImportError:
+        fail("the Python package gguf is missing (pip install gguf==0.19.0)", 2)
+    expected = read_hashes(a.check) if a.check else None
+    try:
+        os.makedirs(a.out, exist_ok=True)
+    except OSError as e:
+        fail("cannot create --out %s (%s)" % (a.out, e.strerror), 2)
+    digests = {}
+    for n in names:
+        final = os.path.join(a.out, n + ".gguf")
+        tmp = final + ".tmp%d" % os.getpid()
+        try:
+            build(n, MODELS[n], tmp, a.seed)
+            os.replace(tmp, final)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        digests[n + ".gguf"] = sha256(final)
+        print("%s  %s (%d bytes)" % (digests[n + ".gguf"], final, os.path.getsize(final)))
+    if a.write_hashes:
+        with open(a.write_hashes, "w", encoding="utf-8") as f:
+            for fname, d in digests.items():
+                f.write("%s  %s\n" % (d, fname))
+    if expected is not None:
+        for fname, d in digests.items():
+            if expected.get(fname) != d:
+                fail("%s: SHA-256 %s differs from %s in %s (is gguf 0.19.0 installed?)"
+                     % (fname, d, expected.get(fname, "(none)"), a.check), 1)
+        print("all %d files match %s" % (len(digests), a.check))
+
+
+if __name__ == "__main__":
+    main()
