@@ -41,32 +41,23 @@ class Gemma2Model final : public GraphModel {
 
 }  // namespace
 
-const ArchTable& gemma2_table() {
+ArchEntry gemma2() {
   static const ArchTable t{"gemma2",
-                           RopeStyle::neox,
-                           SwaRope::gemma2,
-                           RopeFactors::none,
-                           true,
-                           {{"rope.freq_base", &Hparams::rope_base, 10000.0f},
-                            {"rope.freq_base_swa", &Hparams::rope_base_swa, 0.0f},
-                            {"attn_logit_softcapping", &Hparams::attn_softcap, 50.0f},
-                            {"final_logit_softcapping", &Hparams::final_softcap, 30.0f}},
-                           {vec("attn_norm.weight", Dim::embd, &Layer::attn_norm),
-                            mat("attn_q.weight", Dim::embd, Dim::q, &Layer::wq),
-                            mat("attn_k.weight", Dim::embd, Dim::kv, &Layer::wk),
-                            mat("attn_v.weight", Dim::embd, Dim::kv, &Layer::wv),
-                            mat("attn_output.weight", Dim::q, Dim::embd, &Layer::wo),
-                            vec("post_attention_norm.weight", Dim::embd, &Layer::post_attn_norm),
-                            vec("ffn_norm.weight", Dim::embd, &Layer::ffn_norm),
-                            mat("ffn_gate.weight", Dim::embd, Dim::ff, &Layer::gate),
-                            mat("ffn_up.weight", Dim::embd, Dim::ff, &Layer::up),
-                            mat("ffn_down.weight", Dim::ff, Dim::embd, &Layer::down),
-                            vec("post_ffw_norm.weight", Dim::embd, &Layer::post_ffw_norm)}};
-  return t;
-}
-
-std::unique_ptr<GraphModel> make_gemma2(const std::string& path, const LoadOptions& opt) {
-  return std::make_unique<Gemma2Model>(path, gemma2_table(), opt);
+                          RopeStyle::neox,
+                          SwaRope::gemma2,
+                          RopeFactors::none,
+                          true,
+                          {{"rope.freq_base", &Hparams::rope_base, 10000.0f},
+                           {"rope.freq_base_swa", &Hparams::rope_base_swa, 0.0f},
+                           {"attn_logit_softcapping", &Hparams::attn_softcap, 50.0f},
+                           {"final_logit_softcapping", &Hparams::final_softcap, 30.0f}},
+                          join({{vec("attn_norm.weight", Dim::embd, &Layer::attn_norm)},
+                                qkv_slots(false),
+                                {vec("post_attention_norm.weight", Dim::embd, &Layer::post_attn_norm),
+                                 vec("ffn_norm.weight", Dim::embd, &Layer::ffn_norm),
+                                 vec("post_ffw_norm.weight", Dim::embd, &Layer::post_ffw_norm)},
+                                gated_ffn_slots()})};
+  return {&t, [](const std::string& path, const LoadOptions& opt) { return make<Gemma2Model>(path, opt, t); }};
 }
 
 }  // namespace graph

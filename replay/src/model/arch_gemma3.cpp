@@ -42,33 +42,24 @@ class Gemma3Model final : public GraphModel {
 
 }  // namespace
 
-const ArchTable& gemma3_table() {
+ArchEntry gemma3() {
   static const ArchTable t{"gemma3",
-                           RopeStyle::neox,
-                           SwaRope::gemma3,
-                           RopeFactors::none,
-                           true,
-                           {{"rope.freq_base", &Hparams::rope_base, 10000.0f},
-                            {"rope.freq_base_swa", &Hparams::rope_base_swa, 0.0f},
-                            {"final_logit_softcapping", &Hparams::final_softcap, 0.0f}},
-                           {vec("attn_norm.weight", Dim::embd, &Layer::attn_norm),
-                            mat("attn_q.weight", Dim::embd, Dim::q, &Layer::wq),
-                            mat("attn_k.weight", Dim::embd, Dim::kv, &Layer::wk),
-                            mat("attn_v.weight", Dim::embd, Dim::kv, &Layer::wv),
-                            vec("attn_q_norm.weight", Dim::head, &Layer::q_norm),
-                            vec("attn_k_norm.weight", Dim::head, &Layer::k_norm),
-                            mat("attn_output.weight", Dim::q, Dim::embd, &Layer::wo),
-                            vec("post_attention_norm.weight", Dim::embd, &Layer::post_attn_norm),
-                            vec("ffn_norm.weight", Dim::embd, &Layer::ffn_norm),
-                            mat("ffn_gate.weight", Dim::embd, Dim::ff, &Layer::gate),
-                            mat("ffn_up.weight", Dim::embd, Dim::ff, &Layer::up),
-                            mat("ffn_down.weight", Dim::ff, Dim::embd, &Layer::down),
-                            vec("post_ffw_norm.weight", Dim::embd, &Layer::post_ffw_norm)}};
-  return t;
-}
-
-std::unique_ptr<GraphModel> make_gemma3(const std::string& path, const LoadOptions& opt) {
-  return std::make_unique<Gemma3Model>(path, gemma3_table(), opt);
+                          RopeStyle::neox,
+                          SwaRope::gemma3,
+                          RopeFactors::none,
+                          true,
+                          {{"rope.freq_base", &Hparams::rope_base, 10000.0f},
+                           {"rope.freq_base_swa", &Hparams::rope_base_swa, 0.0f},
+                           {"final_logit_softcapping", &Hparams::final_softcap, 0.0f}},
+                          join({{vec("attn_norm.weight", Dim::embd, &Layer::attn_norm)},
+                                qkv_slots(false),
+                                {vec("attn_q_norm.weight", Dim::head, &Layer::q_norm),
+                                 vec("attn_k_norm.weight", Dim::head, &Layer::k_norm),
+                                 vec("post_attention_norm.weight", Dim::embd, &Layer::post_attn_norm),
+                                 vec("ffn_norm.weight", Dim::embd, &Layer::ffn_norm),
+                                 vec("post_ffw_norm.weight", Dim::embd, &Layer::post_ffw_norm)},
+                                gated_ffn_slots()})};
+  return {&t, [](const std::string& path, const LoadOptions& opt) { return make<Gemma3Model>(path, opt, t); }};
 }
 
 }  // namespace graph

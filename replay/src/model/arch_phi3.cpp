@@ -33,28 +33,20 @@ class Phi3Model final : public GraphModel {
 
 }  // namespace
 
-const ArchTable& phi3_table() {
+ArchEntry phi3() {
   static const ArchTable t{"phi3",
-                           RopeStyle::neox,
-                           SwaRope::global,
-                           RopeFactors::long_short,
-                           false,
-                           {{"rope.freq_base", &Hparams::rope_base, 10000.0f},
-                            {"rope.scaling.attn_factor", &Hparams::rope_attn_factor, 1.0f}},
-                           {vec("attn_norm.weight", Dim::embd, &Layer::attn_norm),
-                            mat("attn_qkv.weight", Dim::embd, Dim::qkv, &Layer::wqkv, false),
-                            mat("attn_q.weight", Dim::embd, Dim::q, &Layer::wq, false),
-                            mat("attn_k.weight", Dim::embd, Dim::kv, &Layer::wk, false),
-                            mat("attn_v.weight", Dim::embd, Dim::kv, &Layer::wv, false),
-                            mat("attn_output.weight", Dim::q, Dim::embd, &Layer::wo),
-                            vec("ffn_norm.weight", Dim::embd, &Layer::ffn_norm),
-                            mat("ffn_up.weight", Dim::embd, Dim::ff2, &Layer::up),
-                            mat("ffn_down.weight", Dim::ff, Dim::embd, &Layer::down)}};
-  return t;
-}
-
-std::unique_ptr<GraphModel> make_phi3(const std::string& path, const LoadOptions& opt) {
-  return std::make_unique<Phi3Model>(path, phi3_table(), opt);
+                          RopeStyle::neox,
+                          SwaRope::global,
+                          RopeFactors::long_short,
+                          false,
+                          {{"rope.freq_base", &Hparams::rope_base, 10000.0f},
+                           {"rope.scaling.attn_factor", &Hparams::rope_attn_factor, 1.0f}},
+                          join({{vec("attn_norm.weight", Dim::embd, &Layer::attn_norm)},
+                                qkv_slots(false),
+                                {vec("ffn_norm.weight", Dim::embd, &Layer::ffn_norm),
+                                 mat("ffn_up.weight", Dim::embd, Dim::ff2, &Layer::up),
+                                 mat("ffn_down.weight", Dim::ff, Dim::embd, &Layer::down)}})};
+  return {&t, [](const std::string& path, const LoadOptions& opt) { return make<Phi3Model>(path, opt, t); }};
 }
 
 }  // namespace graph

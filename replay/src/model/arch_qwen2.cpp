@@ -27,31 +27,18 @@ class Qwen2Model final : public GraphModel {
 
 }  // namespace
 
-const ArchTable& qwen2_table() {
+ArchEntry qwen2() {
   static const ArchTable t{"qwen2",
-                           RopeStyle::neox,
-                           SwaRope::global,
-                           RopeFactors::none,
-                           false,
-                           {{"rope.freq_base", &Hparams::rope_base, 10000.0f}},
-                           {vec("attn_norm.weight", Dim::embd, &Layer::attn_norm),
-                            mat("attn_q.weight", Dim::embd, Dim::q, &Layer::wq, false),
-                            mat("attn_k.weight", Dim::embd, Dim::kv, &Layer::wk, false),
-                            mat("attn_v.weight", Dim::embd, Dim::kv, &Layer::wv, false),
-                            mat("attn_qkv.weight", Dim::embd, Dim::qkv, &Layer::wqkv, false),
-                            vec("attn_q.bias", Dim::q, &Layer::bq, false),
-                            vec("attn_k.bias", Dim::kv, &Layer::bk, false),
-                            vec("attn_v.bias", Dim::kv, &Layer::bv, false),
-                            mat("attn_output.weight", Dim::q, Dim::embd, &Layer::wo),
-                            vec("ffn_norm.weight", Dim::embd, &Layer::ffn_norm),
-                            mat("ffn_gate.weight", Dim::embd, Dim::ff, &Layer::gate),
-                            mat("ffn_up.weight", Dim::embd, Dim::ff, &Layer::up),
-                            mat("ffn_down.weight", Dim::ff, Dim::embd, &Layer::down)}};
-  return t;
-}
-
-std::unique_ptr<GraphModel> make_qwen2(const std::string& path, const LoadOptions& opt) {
-  return std::make_unique<Qwen2Model>(path, qwen2_table(), opt);
+                          RopeStyle::neox,
+                          SwaRope::global,
+                          RopeFactors::none,
+                          false,
+                          {{"rope.freq_base", &Hparams::rope_base, 10000.0f}},
+                          join({{vec("attn_norm.weight", Dim::embd, &Layer::attn_norm)},
+                                qkv_slots(true),
+                                {vec("ffn_norm.weight", Dim::embd, &Layer::ffn_norm)},
+                                gated_ffn_slots()})};
+  return {&t, [](const std::string& path, const LoadOptions& opt) { return make<Qwen2Model>(path, opt, t); }};
 }
 
 }  // namespace graph

@@ -29,30 +29,20 @@ class Qwen3Model final : public GraphModel {
 
 }  // namespace
 
-const ArchTable& qwen3_table() {
+ArchEntry qwen3() {
   static const ArchTable t{"qwen3",
-                           RopeStyle::neox,
-                           SwaRope::global,
-                           RopeFactors::none,
-                           false,
-                           {{"rope.freq_base", &Hparams::rope_base, 10000.0f}},
-                           {vec("attn_norm.weight", Dim::embd, &Layer::attn_norm),
-                            mat("attn_q.weight", Dim::embd, Dim::q, &Layer::wq, false),
-                            mat("attn_k.weight", Dim::embd, Dim::kv, &Layer::wk, false),
-                            mat("attn_v.weight", Dim::embd, Dim::kv, &Layer::wv, false),
-                            mat("attn_qkv.weight", Dim::embd, Dim::qkv, &Layer::wqkv, false),
-                            vec("attn_q_norm.weight", Dim::head, &Layer::q_norm),
-                            vec("attn_k_norm.weight", Dim::head, &Layer::k_norm),
-                            mat("attn_output.weight", Dim::q, Dim::embd, &Layer::wo),
-                            vec("ffn_norm.weight", Dim::embd, &Layer::ffn_norm),
-                            mat("ffn_gate.weight", Dim::embd, Dim::ff, &Layer::gate),
-                            mat("ffn_up.weight", Dim::embd, Dim::ff, &Layer::up),
-                            mat("ffn_down.weight", Dim::ff, Dim::embd, &Layer::down)}};
-  return t;
-}
-
-std::unique_ptr<GraphModel> make_qwen3(const std::string& path, const LoadOptions& opt) {
-  return std::make_unique<Qwen3Model>(path, qwen3_table(), opt);
+                          RopeStyle::neox,
+                          SwaRope::global,
+                          RopeFactors::none,
+                          false,
+                          {{"rope.freq_base", &Hparams::rope_base, 10000.0f}},
+                          join({{vec("attn_norm.weight", Dim::embd, &Layer::attn_norm)},
+                                qkv_slots(false),
+                                {vec("attn_q_norm.weight", Dim::head, &Layer::q_norm),
+                                 vec("attn_k_norm.weight", Dim::head, &Layer::k_norm),
+                                 vec("ffn_norm.weight", Dim::embd, &Layer::ffn_norm)},
+                                gated_ffn_slots()})};
+  return {&t, [](const std::string& path, const LoadOptions& opt) { return make<Qwen3Model>(path, opt, t); }};
 }
 
 }  // namespace graph

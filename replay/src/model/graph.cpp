@@ -513,10 +513,31 @@ void GraphModel::project(const float* hidden, uint32_t rows, float* logits) cons
   }
 }
 
+std::vector<TensorSlot> qkv_slots(bool biases) {
+  std::vector<TensorSlot> v{mat("attn_q.weight", Dim::embd, Dim::q, &Layer::wq, false),
+                            mat("attn_k.weight", Dim::embd, Dim::kv, &Layer::wk, false),
+                            mat("attn_v.weight", Dim::embd, Dim::kv, &Layer::wv, false),
+                            mat("attn_qkv.weight", Dim::embd, Dim::qkv, &Layer::wqkv, false),
+                            mat("attn_output.weight", Dim::q, Dim::embd, &Layer::wo)};
+  if (biases)
+    v.insert(v.end(), {vec("attn_q.bias", Dim::q, &Layer::bq, false), vec("attn_k.bias", Dim::kv, &Layer::bk, false),
+                       vec("attn_v.bias", Dim::kv, &Layer::bv, false)});
+  return v;
+}
+
+std::vector<TensorSlot> gated_ffn_slots() {
+  return {mat("ffn_gate.weight", Dim::embd, Dim::ff, &Layer::gate), mat("ffn_up.weight", Dim::embd, Dim::ff, &Layer::up),
+          mat("ffn_down.weight", Dim::ff, Dim::embd, &Layer::down)};
+}
+
+std::vector<TensorSlot> join(std::initializer_list<std::vector<TensorSlot>> parts) {
+  std::vector<TensorSlot> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
 const std::vector<ArchEntry>& architectures() {
-  static const std::vector<ArchEntry> all{{&gemma2_table(), make_gemma2}, {&gemma3_table(), make_gemma3},
-                                          {&llama_table(), make_llama},   {&phi3_table(), make_phi3},
-                                          {&qwen2_table(), make_qwen2},   {&qwen3_table(), make_qwen3}};
+  static const std::vector<ArchEntry> all{gemma2(), gemma3(), llama(), phi3(), qwen2(), qwen3()};
   return all;
 }
 

@@ -58,6 +58,11 @@ inline TensorSlot vec(const char* name, Dim n, std::vector<float> Layer::*f, boo
 inline TensorSlot mat(const char* name, Dim in, Dim out, Mat Layer::*f, bool required = true) {
   return {name, in, out, nullptr, f, required};
 }
+// The slot groups the tables share. q/k/v: three matrices or the fused one (the loader needs
+// one of the two), with optional biases when `biases`; the output projection; the gated FFN.
+std::vector<TensorSlot> qkv_slots(bool biases);
+std::vector<TensorSlot> gated_ffn_slots();
+std::vector<TensorSlot> join(std::initializer_list<std::vector<TensorSlot>> parts);
 
 // Float hyper-parameters read from "<arch>.<key>", with the architecture's defaults.
 struct Hparams {
@@ -192,25 +197,23 @@ class GraphModel : public Model {
   mutable size_t weight_bytes_ = 0;
 };
 
-// The architectures, by general.architecture; each file registers its table and its class.
+// The architectures, by general.architecture: one entry function per arch_*.cpp.
 struct ArchEntry {
   const ArchTable* table;
   std::unique_ptr<GraphModel> (*make)(const std::string& path, const LoadOptions& opt);
 };
 const std::vector<ArchEntry>& architectures();
-
-const ArchTable& gemma2_table();
-const ArchTable& gemma3_table();
-const ArchTable& llama_table();
-const ArchTable& phi3_table();
-const ArchTable& qwen2_table();
-const ArchTable& qwen3_table();
-std::unique_ptr<GraphModel> make_gemma2(const std::string& path, const LoadOptions& opt);
-std::unique_ptr<GraphModel> make_gemma3(const std::string& path, const LoadOptions& opt);
-std::unique_ptr<GraphModel> make_llama(const std::string& path, const LoadOptions& opt);
-std::unique_ptr<GraphModel> make_phi3(const std::string& path, const LoadOptions& opt);
-std::unique_ptr<GraphModel> make_qwen2(const std::string& path, const LoadOptions& opt);
-std::unique_ptr<GraphModel> make_qwen3(const std::string& path, const LoadOptions& opt);
+ArchEntry gemma2();
+ArchEntry gemma3();
+ArchEntry llama();
+ArchEntry phi3();
+ArchEntry qwen2();
+ArchEntry qwen3();
+// An entry's constructor.
+template <class M>
+std::unique_ptr<GraphModel> make(const std::string& path, const LoadOptions& opt, const ArchTable& t) {
+  return std::make_unique<M>(path, t, opt);
+}
 
 }  // namespace graph
 }  // namespace replay
