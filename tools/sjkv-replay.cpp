@@ -21,6 +21,7 @@
 #include "sjkv/io/paths.h"
 #include "sjkv/replay/arms.h"
 #include "sjkv/replay/engine.h"
+#include "sjkv/replay/frontier.h"
 #include "sjkv/replay/model.h"
 #include "sjkv/replay/results.h"
 #include "sjkv/replay/run.h"
@@ -64,6 +65,15 @@ struct ScoreArgs {
   uint32_t replicates = 2000;
   uint64_t boot_seed = BootstrapOptions{}.seed;
   bool per_arm = false;
+};
+
+struct FrontierArgs {
+  std::vector<std::string> tune, heldout, arms;
+  std::vector<double> budgets;
+  uint32_t context = 0, keep = 3, replicates = 2000;
+  uint64_t boot_seed = 0x5eed2026ull;
+  bool quick = false;
+  std::string out, default_arm = "sj:4/4";
 };
 
 void note(const ModelArgs& m, const std::string& line) {
@@ -374,6 +384,74 @@ int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vec
   return cli::kOk;
 }
 
+// sjkv-replay frontier: reads and checks both sets, drops the candidates that do not fit the
+// model (saying why), runs the search (replay/frontier.h) and writes the three files.
+int do_frontier(const ModelArgs& ma, const FrontierArgs& fa) {
+  cli::one_process("frontier");
+  if (fa.budgets.empty()) throw cli::UsageError("--budgets: give at least one budget in bits per value");
+  for (double b : fa.budgets)
+    if (!(b > 0.0 && b <= 32.0)) throw cli::UsageError("--budgets: each budget must be in (0, 32] bits per value");
+  check_output_folder(fa.out);
+  for (const std::string& t : fa.tune)
+    for (const std::string& h : fa.heldout)
+      if (same_path(t, h)) throw cli::UsageError("'" + t + "' is both a tuning and a held-out trajectory");
+  std::vector<std::string> all = fa.tune;
+  all.insert(all.end(), fa.heldout.begin(), fa.heldout.end());
+  if (const std::string clash = trajectory_name_clash(all); !clash.empty()) throw cli::UsageError(clash);
+  Loaded l = load_model(ma);
+  ScoreSet tune, held;
+  const Trajectory* first = nullptr;
+  uint32_t longest = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    ScoreSet& set = i < fa.tune.size() ? tune : held;
+    Trajectory t = read_trajectory(all[i]);
+    check_score_trajectory(t, all[i], l.path, l.sha256, first, all[0]);
+    longest = std::max(longest, t.prompt_tokens + t.settings.generate);
+    set.paths.push_back(all[i]);
+    set.trajectories.push_back(std::move(t));
+    if (!first) first = &tune.trajectories[0];
+  }
+  std::vector<std::string> candidates;
+  for (const std::string& spec : fa.arms.empty() ? frontier_candidates(fa.quick) : fa.arms) {
+    try {
+      const std::unique_ptr<KvArm> arm = make_arm(spec);
+      for (LayerShape s : l.model->info().layers) {
+        s.n_ctx = longest;
+        (void)arm->make_layer(s);
+      }
+      candidates.push_back(spec);
+    } catch (const std::invalid_argument& e) {
+      if (!fa.arms.empty() || spec == fa.default_arm) throw cli::UsageError("'" + spec + "' does not fit " + base_name(l.path) + ": " + e.what());
+      note(ma, "skipping " + spec + ": " + e.what());
+    }
+  }
+  FrontierOptions opt;
+  opt.budgets = fa.budgets;
+  std::sort(opt.budgets.begin(), opt.budgets.end());
+  opt.context = fa.context;
+  opt.keep = fa.keep;
+  opt.default_arm = fa.default_arm;
+  opt.bootstrap.replicates = fa.replicates;
+  opt.bootstrap.seed = fa.boot_seed;
+  opt.store = fa.out + "/store";
+  opt.ubatch = ma.ubatch_given ? ma.ubatch : 0;
+  opt.sealers = l.device.sealers();
+  FrontierProgress pr;
+  pr.line = [&](const std::string& s) { note(ma, s); };
+  note(ma, std::to_string(candidates.size()) + " candidates, " + std::to_string(tune.paths.size()) + " tuning and " +
+               std::to_string(held.paths.size()) + " held-out trajectories; scored rows kept in " + opt.store +
+               " (a stopped run resumes)");
+  const FrontierResult r = run_frontier(*l.model, base_name(l.path), l.sha256, tune, held, candidates, opt, pr);
+  const std::string md = recommend_markdown(r, base_name(l.path));
+  const std::pair<const char*, std::string> files[] = {
+      {"frontier.csv", frontier_csv(r)}, {"frontier.svg", frontier_svg(r)}, {"recommend.md", md}};
+  for (const auto& [name, text] : files) write_file_atomic(fa.out + "/" + name, text.data(), text.size());
+  std::printf("%s", md.c_str());
+  note(ma, std::to_string(r.jobs_scored) + " (arm, trajectory) replays, " + std::to_string(r.jobs_cached) +
+               " read from the store; wrote " + fa.out + "/frontier.csv, frontier.svg, recommend.md");
+  return cli::kOk;
+}
+
 void add_model_options(CLI::App* c, ModelArgs& m) {
   c->add_option("--model", m.model, "GGUF model (default: $SJKV_MODEL, else the model scripts/setup installs)");
   c->add_option("--threads", m.threads, "OpenMP threads (0 = all cores); results are the same for any count")
@@ -469,6 +547,24 @@ int main(int argc, char** argv) {
                "scored (no comparisons); an arm whose folder is complete is skipped, so a stopped run resumes");
   add_model_options(sc, sc_m);
 
+  FrontierArgs fr_a;
+  ModelArgs fr_m;
+  auto* fr = app.add_subcommand("frontier", "Which cache format for this model at B bits: successive halving of every "
+                                            "format family over tuning trajectories, the best per budget rescored on "
+                                            "held-out ones against the default and the best plain format");
+  fr->add_option("--tune", fr_a.tune, "Tuning trajectories (record's files); the search runs on them")->required();
+  fr->add_option("--heldout", fr_a.heldout, "Held-out trajectories, disjoint from --tune: the report's numbers")->required();
+  fr->add_option("--budgets", fr_a.budgets, "Budgets in allocated bits per value at the context (e.g. 4 5 6 8)")->required();
+  fr->add_option("--context", fr_a.context, "Context (tokens) the bits are allocated for (default: the longest held-out trajectory)");
+  fr->add_option("--arms", fr_a.arms, "Candidate arms instead of every family's (see score's list)");
+  fr->add_flag("--quick", fr_a.quick, "A short candidate list (f16, q8_0, q4_0[:rot], kvarn:4/4, sj:4/4 and 3/2t at tail 128)");
+  fr->add_option("--keep", fr_a.keep, "Candidates per budget each halving round keeps")->check(CLI::Range(1u, 100u))->capture_default_str();
+  fr->add_option("--default", fr_a.default_arm, "The default arm the picks are compared with")->capture_default_str();
+  fr->add_option("--bootstrap", fr_a.replicates, "Bootstrap replicates")->check(CLI::Range(100u, 1000000u))->capture_default_str();
+  fr->add_option("--bootstrap-seed", fr_a.boot_seed, "Bootstrap seed")->check(cli::non_negative())->capture_default_str();
+  fr->add_option("--out", fr_a.out, "Folder for frontier.csv, frontier.svg, recommend.md and the store of scored rows")->required();
+  add_model_options(fr, fr_m);
+
   auto* run = app.add_subcommand("run", "record and score in one; the trajectory is saved in the results folder as "
                                         "trajectory.h5");
   add_record_options(run, run_r);
@@ -513,6 +609,7 @@ int main(int argc, char** argv) {
       out.commit();
       return cli::kOk;
     });
+  if (fr->parsed()) return cli::guarded(kTool, [&] { return do_frontier(fr_m, fr_a); });
   if (eng->parsed())
     return cli::guarded(kTool, [&] {
       std::printf("%s\n", kEngineVersion);

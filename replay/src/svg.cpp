@@ -1,4 +1,4 @@
-// The three result plots as plain SVG text: no plotting library, a fixed layout.
+// The result plots as plain SVG text: no plotting library, a fixed layout.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "sjkv/replay/frontier.h"
 #include "sjkv/replay/results.h"
 
 namespace sjkv {
@@ -241,6 +242,40 @@ std::string svg_kl_vs_bits(const Report& rep) {
     if (!std::isfinite(a.bits_occupied) || !std::isfinite(a.mean_kl)) continue;
     p.point(a.bits_occupied, std::max(a.mean_kl, kKlFloor), color(i), a.arm);
   }
+  return p.finish();
+}
+
+std::string frontier_svg(const FrontierResult& r) {
+  double bmn = INFINITY, bmx = -INFINITY, kmn = INFINITY, kmx = 0;
+  for (const FrontierPoint& p : r.points) {
+    if (!std::isfinite(p.tuning_kl)) continue;
+    bmn = std::min(bmn, p.bits);
+    bmx = std::max(bmx, p.bits);
+    if (p.tuning_kl > kKlFloor) kmn = std::min(kmn, p.tuning_kl);
+    kmx = std::max(kmx, p.tuning_kl);
+  }
+  if (!std::isfinite(bmn)) bmn = bmx = 0;
+  if (!std::isfinite(kmn)) kmn = kmx = kKlFloor;
+  Plot p("Mean KL against allocated bits per value (tuning trajectories)",
+         "bits per value allocated at " + std::to_string(r.context) + " tokens", "mean KL(p||q), nats",
+         lin_axis(bmn, bmx), log_axis(kmn, kmx));
+  p.note("every scored candidate (each family a colour); the line joins the best arm of each budget");
+  std::vector<std::string> families;
+  for (const FrontierPoint& q : r.points)
+    if (std::find(families.begin(), families.end(), q.family) == families.end()) families.push_back(q.family);
+  for (size_t f = 0; f < families.size(); ++f) p.legend(f, families[f], color(f));
+  for (const FrontierPoint& q : r.points) {
+    if (!std::isfinite(q.tuning_kl)) continue;
+    const size_t f = static_cast<size_t>(std::find(families.begin(), families.end(), q.family) - families.begin());
+    p.point(q.bits, std::max(q.tuning_kl, kKlFloor), color(f), q.arm);
+  }
+  std::vector<std::pair<double, double>> line;
+  for (const FrontierPick& pk : r.picks)
+    for (const FrontierPoint& q : r.points)
+      if (q.arm == pk.arm && std::isfinite(q.tuning_kl)) line.emplace_back(q.bits, std::max(q.tuning_kl, kKlFloor));
+  std::sort(line.begin(), line.end());
+  line.erase(std::unique(line.begin(), line.end()), line.end());
+  p.polyline(line, "black");
   return p.finish();
 }
 

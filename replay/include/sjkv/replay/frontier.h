@@ -1,0 +1,95 @@
+// The KL-per-bit frontier of sjkv-replay frontier: which cache configuration is best for a
+// model at a budget of allocated bits per value, chosen on tuning trajectories and confirmed on
+// held-out ones.
+//
+// Search: successive halving over the tuning trajectories. A replay's cost is mostly its
+// prefill, so a round adds trajectories, not positions: round r scores the surviving
+// candidates on the first min(n, 2^r) tuning trajectories (each (arm, trajectory) once: the
+// store keeps its rows), ranks them by mean KL over every position scored so far, and keeps,
+// for each budget, the `keep` best candidates that fit it. Candidates above the largest budget
+// are never scored. The frontier is the best survivor per budget; it is rescored on the
+// held-out trajectories beside the default arm and the best plain (block or f16) format of the
+// same budget, with bootstrap CIs over positions and trajectories.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sjkv/replay/kv.h"
+#include "sjkv/replay/model.h"
+#include "sjkv/replay/results.h"
+#include "sjkv/replay/score_set.h"
+
+namespace sjkv {
+namespace replay {
+
+// The candidate arms: every format family at each width (quick: a short list for tests).
+std::vector<std::string> frontier_candidates(bool quick);
+// The family of an arm spec, for tables and plots: "f16", "q4_0:rot", "kvarn", "sj scalar",
+// "sj trellis" (options after the widths do not change it).
+std::string arm_family(const std::string& spec);
+// True for the formats an engine has without sjkv: f16, bf16, the ggml blocks with or without
+// :rot.
+bool plain_format(const std::string& spec);
+
+// Bits per value the arm allocates over the model's compressed layers for a sequence of n_ctx
+// positions (cache_bits' allocated), from the caches' reservations: the model does not run.
+double allocated_bits(const Model& m, const KvArm& arm, uint32_t n_ctx, uint32_t n_ubatch);
+
+struct FrontierOptions {
+  std::vector<double> budgets;        // allocated bits per value, ascending
+  uint32_t context = 0;               // n_ctx of the budgets (0: the longest held-out trajectory)
+  uint32_t keep = 3;                  // candidates per budget each round keeps
+  std::string default_arm = "sj:4/4"; // the note's default, always rescored
+  BootstrapOptions bootstrap;
+  std::string store;                  // folder of the scored rows (resumable)
+  uint32_t ubatch = 0;                // prompt ubatch of the replays (0: each trajectory's)
+  SealerSource sealers;               // where the SJ arms seal (Device::sealers; empty: the CPU)
+};
+
+struct FrontierPoint {
+  std::string arm, family;
+  double bits = 0;                    // allocated at the context
+  double tuning_kl = 0;               // mean over its scored tuning positions (NaN: never scored)
+  uint32_t trajectories = 0;          // tuning trajectories it was scored on
+  bool fits = true;                   // bits <= the largest budget
+};
+
+struct FrontierPick {
+  double budget = 0;
+  std::string arm;                    // lowest tuning KL within the budget (empty: none fits)
+  std::string plain;                  // the best plain format within the budget (empty: none)
+  ArmStats heldout, heldout_plain;
+  Comparison vs_default, vs_plain;    // held-out mean-KL ratios with CIs
+};
+
+struct FrontierResult {
+  uint32_t context = 0;
+  std::vector<double> budgets;
+  std::string default_arm;
+  ArmStats heldout_default;
+  std::vector<FrontierPoint> points;  // every candidate, in the given order
+  std::vector<FrontierPick> picks;    // one per budget
+  std::vector<std::string> tuning, heldout;  // trajectory names
+  uint64_t jobs_scored = 0, jobs_cached = 0;
+};
+
+struct FrontierProgress {
+  // A line of progress (round, jobs done, elapsed, time left in the round).
+  std::function<void(const std::string& line)> line;
+};
+
+// Runs the search and the held-out rescoring. std::invalid_argument on bad options (no
+// budget, a candidate spec the arms refuse); the store's files are checked as hostile input.
+FrontierResult run_frontier(Model& m, const std::string& model_file, const std::string& model_sha256,
+                            const ScoreSet& tuning, const ScoreSet& heldout, const std::vector<std::string>& candidates,
+                            const FrontierOptions& opt, const FrontierProgress& progress = {});
+
+std::string frontier_csv(const FrontierResult& r);
+std::string frontier_svg(const FrontierResult& r);
+std::string recommend_markdown(const FrontierResult& r, const std::string& model_file);
+
+}  // namespace replay
+}  // namespace sjkv

@@ -1,0 +1,406 @@
+// sjkv-replay frontier: the search, the store of scored rows and the report (frontier.h).
+#include "sjkv/replay/frontier.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <sys/stat.h>
+
+#include "sjkv/io/atomic_file.h"
+#include "sjkv/io/paths.h"
+#include "sjkv/io/sha256.h"
+#include "sjkv/replay/arms.h"
+#include "sjkv/replay/engine.h"
+#include "sjkv/replay/run.h"
+
+namespace sjkv {
+namespace replay {
+namespace {
+
+std::string fmt(const char* f, double x) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, x);
+  return b;
+}
+
+std::string folder_of(const std::string& spec) {
+  std::string f = spec;
+  std::replace(f.begin(), f.end(), '/', '_');
+  return f;
+}
+
+void make_dirs(const std::string& path) {
+  std::string cur;
+  std::stringstream ss(path);
+  std::string part;
+  if (!path.empty() && path[0] == '/') cur = "/";
+  while (std::getline(ss, part, '/')) {
+    if (part.empty()) continue;
+    cur += part + "/";
+    if (::mkdir(cur.c_str(), 0777) != 0 && errno != EEXIST) throw FileError(cur, "cannot create the folder");
+  }
+}
+
+double pooled_mean(const std::vector<std::vector<ScoreRow>>& rows) {
+  double s = 0;
+  uint64_t n = 0;
+  for (const auto& t : rows)
+    for (const ScoreRow& r : t) {
+      s += r.kl;
+      ++n;
+    }
+  return n ? s / static_cast<double>(n) : std::numeric_limits<double>::quiet_NaN();
+}
+
+std::vector<std::vector<double>> kl_of(const std::vector<std::vector<ScoreRow>>& rows) {
+  std::vector<std::vector<double>> out;
+  for (const auto& t : rows) {
+    out.emplace_back();
+    for (const ScoreRow& r : t) out.back().push_back(r.kl);
+  }
+  return out;
+}
+
+// The scored rows of (arm, trajectory), kept as a one-trajectory positions.csv under
+// store/<model>-e<engine>/<trajectory>-<its sha256>/<arm>-u<ubatch>.csv: the key covers what
+// changes the rows (the model file, the engine's arithmetic, the trajectory's bytes, the arm,
+// the ubatch its journal policy sees).
+class Store {
+ public:
+  Store(std::string dir, const std::string& model_sha256) : dir_(std::move(dir)) {
+    if (!dir_.empty()) dir_ += "/" + model_sha256.substr(0, 16) + "-e" + kEngineVersion;
+  }
+  std::string path(const std::string& traj_key, const std::string& arm, uint32_t ubatch) const {
+    return dir_ + "/" + traj_key + "/" + folder_of(arm) + "-u" + std::to_string(ubatch) + ".csv";
+  }
+  // Rows read back, or false when absent; a damaged file is a FileError naming it.
+  bool get(const std::string& traj_key, const std::string& arm, uint32_t ubatch, uint32_t generated,
+           std::vector<ScoreRow>* rows) const {
+    if (dir_.empty()) return false;
+    const std::string p = path(traj_key, arm, ubatch);
+    struct stat st;
+    if (::stat(p.c_str(), &st) != 0) return false;
+    const std::vector<PositionRow> got = read_positions_csv(p);
+    if (got.size() != generated) throw FileError(p, "holds " + std::to_string(got.size()) + " rows, expected " + std::to_string(generated));
+    rows->clear();
+    for (const PositionRow& r : got) {
+      if (r.arm != arm) throw FileError(p, "holds rows of arm '" + r.arm + "', expected '" + arm + "'");
+      rows->push_back(r.row);
+    }
+    return true;
+  }
+  void put(const std::string& traj_key, const std::string& arm, uint32_t ubatch, const Trajectory& t,
+           const std::string& name, const std::vector<ScoreRow>& rows) const {
+    if (dir_.empty()) return;
+    make_dirs(dir_ + "/" + traj_key);
+    Results one;
+    one.trajectories.push_back({name, t.prompt_tokens, t.generated()});
+    one.arms.push_back({arm, {rows}, ""});
+    const std::string text = positions_csv(one);
+    write_file_atomic(path(traj_key, arm, ubatch), text.data(), text.size());
+  }
+
+ private:
+  std::string dir_;
+};
+
+}  // namespace
+
+std::vector<std::string> frontier_candidates(bool quick) {
+  if (quick)
+    return {"f16", "q8_0", "q4_0", "q4_0:rot", "kvarn:4/4:tail=0", "sj:4/4:tail=128", "sj:3/2t:tail=128",
+            "sj:4/4:tail=128:staging=q8_0"};
+  return {"f16",        "q8_0",       "q8_0:rot",          "q5_1",          "q5_1:rot",           "q5_0",
+          "q4_1",       "q4_0",       "q4_0:rot",          "iq4_nl",        "iq4_nl:rot",         "tq6_0",
+          "tq5_0",      "turbo4",     "turbo3",            "kvarn:4/4:tail=0", "kvarn:3/3:tail=0", "kvarn:2/2:tail=0",
+          "sj:4/4",     "sj:4/3",     "sj:4/2",            "sj:3/3",        "sj:3/3t",            "sj:3/2t",
+          "sj:2/2t",    "sj:4/4:staging=q8_0", "sj:4/4:staging=f16", "sj:3/2t:staging=q8_0", "sj:4/4:kmean=sink",
+          "sj:4/4:tail=1024/2048", "sj:4/4:tail=1024/2048:staging=q8_0", "sj:3/3t:tier=edge", "sj:3/2t:tier=edge"};
+}
+
+std::string arm_family(const std::string& spec) {
+  if (spec.rfind("kvarn:", 0) == 0) return "kvarn";
+  if (spec.rfind("sj:", 0) == 0) {
+    const size_t c = spec.find(':', 3);
+    const std::string widths = spec.substr(3, c == std::string::npos ? std::string::npos : c - 3);
+    return !widths.empty() && widths.back() == 't' ? "sj trellis" : "sj scalar";
+  }
+  const size_t c = spec.find(':');
+  if (c != std::string::npos && spec.compare(c, 4, ":rot") == 0) return spec.substr(0, c) + ":rot";
+  return spec.substr(0, c);
+}
+
+bool plain_format(const std::string& spec) {
+  const std::string f = arm_family(spec);
+  static const std::set<std::string> plain = {"f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl",
+                                              "q8_0:rot", "q5_1:rot", "q5_0:rot", "q4_1:rot", "q4_0:rot", "iq4_nl:rot"};
+  return plain.count(f) > 0;
+}
+
+double allocated_bits(const Model& m, const KvArm& arm, uint32_t n_ctx, uint32_t n_ubatch) {
+  // One stored position makes every arm reserve what it reserves for n_ctx (the codec caches
+  // are made by their first ubatch; the row's values do not change the reservation). Allocated
+  // bits are that reservation over the stored positions' values: over one position here, over
+  // n_ctx once the sequence is full.
+  std::vector<std::unique_ptr<LayerKv>> kv = make_cache(m, arm, n_ctx, n_ubatch);
+  const ModelInfo& info = m.info();
+  for (size_t i = 0; i < kv.size(); ++i) {
+    const LayerShape& s = info.layers[i];
+    std::vector<float> row(size_t(s.n_head_kv) * s.head_dim);
+    for (size_t j = 0; j < row.size(); ++j) row[j] = static_cast<float>(std::sin(0.7 * static_cast<double>(j) + 0.3));
+    kv[i]->begin_ubatch(0, 1);
+    kv[i]->store(0, 1, row.data(), row.data());
+  }
+  return cache_bits(m, kv).allocated / static_cast<double>(n_ctx);
+}
+
+FrontierResult run_frontier(Model& m, const std::string& model_file, const std::string& model_sha256,
+                            const ScoreSet& tuning, const ScoreSet& heldout, const std::vector<std::string>& candidates,
+                            const FrontierOptions& opt, const FrontierProgress& progress) {
+  if (opt.budgets.empty()) throw std::invalid_argument("no budget");
+  if (!std::is_sorted(opt.budgets.begin(), opt.budgets.end())) throw std::invalid_argument("budgets must be ascending");
+  if (tuning.trajectories.empty() || heldout.trajectories.empty())
+    throw std::invalid_argument("the tuning and the held-out sets each need a trajectory");
+  if (opt.keep == 0) throw std::invalid_argument("keep must be at least 1");
+  auto say = [&](const std::string& s) {
+    if (progress.line) progress.line(s);
+  };
+
+  FrontierResult res;
+  res.budgets = opt.budgets;
+  res.default_arm = opt.default_arm;
+  for (const std::string& p : tuning.paths) res.tuning.push_back(base_name(p));
+  for (const std::string& p : heldout.paths) res.heldout.push_back(base_name(p));
+  res.context = opt.context;
+  if (res.context == 0)
+    for (const Trajectory& t : heldout.trajectories)
+      res.context = std::max(res.context, t.prompt_tokens + t.settings.generate);
+
+  // Candidates, their arms and bits at the context.
+  std::vector<std::string> specs = candidates;
+  if (std::find(specs.begin(), specs.end(), opt.default_arm) == specs.end()) specs.push_back(opt.default_arm);
+  std::map<std::string, std::unique_ptr<KvArm>> arms;
+  const uint32_t bits_ubatch = tuning.trajectories[0].settings.ubatch;
+  for (const std::string& s : specs) {
+    if (arms.count(s)) throw std::invalid_argument("candidate '" + s + "' is listed twice");
+    arms[s] = make_arm(s, opt.sealers);
+    FrontierPoint p;
+    p.arm = s;
+    p.family = arm_family(s);
+    p.bits = allocated_bits(m, *arms[s], res.context, bits_ubatch);
+    p.fits = p.bits <= opt.budgets.back() + 1e-9;
+    p.tuning_kl = std::numeric_limits<double>::quiet_NaN();
+    res.points.push_back(p);
+  }
+  auto point = [&](const std::string& s) -> FrontierPoint& {
+    for (FrontierPoint& p : res.points)
+      if (p.arm == s) return p;
+    throw std::logic_error("frontier: no point " + s);
+  };
+
+  const Store store(opt.store, model_sha256);
+  std::map<std::string, std::string> traj_key;  // path -> store key
+  auto key_of = [&](const std::string& path) {
+    auto it = traj_key.find(path);
+    if (it != traj_key.end()) return it->second;
+    return traj_key[path] = base_name(path) + "-" + sha256_file_hex(path).substr(0, 16);
+  };
+  // rows[arm][set index][trajectory]
+  std::map<std::string, std::vector<ScoreRow>> cache;  // "arm\ttrajectory path" -> rows
+  auto rows_of = [&](const ScoreSet& set, size_t i, const std::vector<std::string>& want) {
+    const Trajectory& t = set.trajectories[i];
+    const std::string& path = set.paths[i];
+    const std::string key = key_of(path);
+    const uint32_t ub = opt.ubatch ? opt.ubatch : t.settings.ubatch;
+    std::vector<std::string> missing;
+    for (const std::string& a : want) {
+      const std::string ck = a + "\t" + path;
+      if (cache.count(ck)) continue;
+      std::vector<ScoreRow> rows;
+      if (store.get(key, a, ub, t.generated(), &rows)) {
+        cache[ck] = std::move(rows);
+        ++res.jobs_cached;
+      } else {
+        missing.push_back(a);
+      }
+    }
+    if (missing.empty()) return;
+    std::vector<const KvArm*> run;
+    for (const std::string& a : missing) run.push_back(arms.at(a).get());
+    score_arms(m, run, t, ub, [&](size_t a, std::vector<ScoreRow>&& rows, const ScoreDetail&) {
+      store.put(key, missing[a], ub, t, base_name(path), rows);
+      cache[missing[a] + "\t" + path] = std::move(rows);
+      ++res.jobs_scored;
+    });
+  };
+  auto gathered = [&](const ScoreSet& set, size_t n, const std::string& a) {
+    std::vector<std::vector<ScoreRow>> out;
+    for (size_t i = 0; i < n; ++i) out.push_back(cache.at(a + "\t" + set.paths[i]));
+    return out;
+  };
+
+  // Successive halving over the tuning trajectories.
+  std::vector<std::string> alive;
+  for (const FrontierPoint& p : res.points)
+    if (p.fits) alive.push_back(p.arm);
+  const size_t n_tune = tuning.trajectories.size();
+  using clock = std::chrono::steady_clock;
+  for (size_t round = 0, used = 0; used < n_tune; ++round) {
+    const size_t upto = std::min(n_tune, size_t(1) << round);
+    const auto t0 = clock::now();
+    for (size_t i = 0; i < upto; ++i) {
+      rows_of(tuning, i, alive);
+      const double el = std::chrono::duration<double>(clock::now() - t0).count();
+      const double left = el / static_cast<double>(i + 1) * static_cast<double>(upto - i - 1);
+      say("round " + std::to_string(round + 1) + ": " + std::to_string(alive.size()) + " candidates, trajectory " +
+          std::to_string(i + 1) + "/" + std::to_string(upto) + ", " + fmt("%.0f", el) + " s, about " + fmt("%.0f", left) +
+          " s left in the round");
+    }
+    used = upto;
+    for (const std::string& a : alive) {
+      FrontierPoint& p = point(a);
+      p.tuning_kl = pooled_mean(gathered(tuning, upto, a));
+      p.trajectories = static_cast<uint32_t>(upto);
+    }
+    if (used == n_tune) break;
+    std::set<std::string> keep = {opt.default_arm};
+    for (double b : opt.budgets) {
+      std::vector<const FrontierPoint*> in;
+      for (const std::string& a : alive)
+        if (point(a).bits <= b + 1e-9) in.push_back(&point(a));
+      std::stable_sort(in.begin(), in.end(), [](const FrontierPoint* x, const FrontierPoint* y) { return x->tuning_kl < y->tuning_kl; });
+      for (size_t k = 0; k < in.size() && k < opt.keep; ++k) keep.insert(in[k]->arm);
+    }
+    std::vector<std::string> next;
+    for (const std::string& a : alive)
+      if (keep.count(a)) next.push_back(a);
+    alive = next;
+  }
+
+  // The frontier: per budget the best fully scored candidate, and the best plain format.
+  for (double b : opt.budgets) {
+    FrontierPick pk;
+    pk.budget = b;
+    double best = INFINITY, best_plain = INFINITY;
+    for (const FrontierPoint& p : res.points) {
+      if (p.trajectories != n_tune || !(p.bits <= b + 1e-9) || !std::isfinite(p.tuning_kl)) continue;
+      if (p.tuning_kl < best) {
+        best = p.tuning_kl;
+        pk.arm = p.arm;
+      }
+      if (plain_format(p.arm) && p.tuning_kl < best_plain) {
+        best_plain = p.tuning_kl;
+        pk.plain = p.arm;
+      }
+    }
+    res.picks.push_back(pk);
+  }
+
+  // Held-out rescoring.
+  std::vector<std::string> final_arms = {opt.default_arm};
+  for (const FrontierPick& pk : res.picks)
+    for (const std::string& a : {pk.arm, pk.plain})
+      if (!a.empty() && std::find(final_arms.begin(), final_arms.end(), a) == final_arms.end()) final_arms.push_back(a);
+  for (size_t i = 0; i < heldout.trajectories.size(); ++i) {
+    rows_of(heldout, i, final_arms);
+    say("held-out: trajectory " + std::to_string(i + 1) + "/" + std::to_string(heldout.trajectories.size()) + ", " +
+        std::to_string(final_arms.size()) + " arms");
+  }
+  const size_t n_held = heldout.trajectories.size();
+  const auto def_rows = gathered(heldout, n_held, opt.default_arm);
+  res.heldout_default = arm_stats(opt.default_arm, def_rows);
+  for (FrontierPick& pk : res.picks) {
+    if (!pk.arm.empty()) {
+      const auto rows = gathered(heldout, n_held, pk.arm);
+      pk.heldout = arm_stats(pk.arm, rows);
+      pk.vs_default = compare_arms(pk.arm, opt.default_arm, kl_of(rows), kl_of(def_rows), opt.bootstrap);
+      if (!pk.plain.empty()) {
+        const auto prow = gathered(heldout, n_held, pk.plain);
+        pk.heldout_plain = arm_stats(pk.plain, prow);
+        pk.vs_plain = compare_arms(pk.arm, pk.plain, kl_of(rows), kl_of(prow), opt.bootstrap);
+      }
+    }
+  }
+  (void)model_file;
+  return res;
+}
+
+std::string frontier_csv(const FrontierResult& r) {
+  std::ostringstream o;
+  o << "arm,family,bits_allocated,fits,tuning_trajectories,tuning_mean_kl,frontier_at,heldout_mean_kl,"
+       "ratio_vs_default,ci_low,ci_high,ci_low_traj,ci_high_traj\n";
+  auto num = [](double x) { return std::isfinite(x) ? fmt("%.9g", x) : std::string(); };
+  for (const FrontierPoint& p : r.points) {
+    std::string at;
+    const FrontierPick* pick = nullptr;
+    for (const FrontierPick& pk : r.picks)
+      if (pk.arm == p.arm) {
+        at += (at.empty() ? "" : "+") + fmt("%g", pk.budget);
+        pick = &pk;
+      }
+    o << p.arm << "," << p.family << "," << num(p.bits) << "," << (p.fits ? 1 : 0) << "," << p.trajectories << ","
+      << num(p.tuning_kl) << "," << at << ",";
+    if (pick)
+      o << num(pick->heldout.mean_kl) << "," << num(pick->vs_default.ratio) << "," << num(pick->vs_default.ci_low) << ","
+        << num(pick->vs_default.ci_high) << "," << num(pick->vs_default.ci_low_traj) << ","
+        << num(pick->vs_default.ci_high_traj);
+    else if (p.arm == r.default_arm)
+      o << num(r.heldout_default.mean_kl) << ",1,,,,";
+    else
+      o << ",,,,,";
+    o << "\n";
+  }
+  return o.str();
+}
+
+std::string recommend_markdown(const FrontierResult& r, const std::string& model_file) {
+  std::ostringstream o;
+  o << "# Cache format per budget: " << model_file << "\n\n"
+    << "Allocated bits per value over the compressed layers at a context of " << r.context << " tokens. Chosen on "
+    << r.tuning.size() << " tuning trajector" << (r.tuning.size() == 1 ? "y" : "ies") << " (";
+  for (size_t i = 0; i < r.tuning.size(); ++i) o << (i ? ", " : "") << r.tuning[i];
+  o << "), confirmed on " << r.heldout.size() << " held-out (";
+  for (size_t i = 0; i < r.heldout.size(); ++i) o << (i ? ", " : "") << r.heldout[i];
+  o << "). Ratios are held-out mean KL over the other arm's; 95% CIs by paired block bootstrap over positions "
+       "(and over whole trajectories when there are several). Default: `"
+    << r.default_arm << "`, held-out mean KL " << fmt("%.4g", r.heldout_default.mean_kl) << ".\n\n";
+  o << "| budget (bits) | arm | bits | held-out mean KL | vs default | 95% CI | best plain format | its mean KL | arm vs plain | 95% CI |\n"
+    << "|--:|---|--:|--:|--:|---|---|--:|--:|---|\n";
+  auto ci = [](const Comparison& c) {
+    std::string s = fmt("%.3f", c.ci_low) + " .. " + fmt("%.3f", c.ci_high);
+    if (std::isfinite(c.ci_low_traj)) s += " (trajectories " + fmt("%.3f", c.ci_low_traj) + " .. " + fmt("%.3f", c.ci_high_traj) + ")";
+    return s;
+  };
+  for (const FrontierPick& pk : r.picks) {
+    if (pk.arm.empty()) {
+      o << "| " << fmt("%g", pk.budget) << " | none fits | | | | | | | | |\n";
+      continue;
+    }
+    double bits = 0;
+    for (const FrontierPoint& p : r.points)
+      if (p.arm == pk.arm) bits = p.bits;
+    o << "| " << fmt("%g", pk.budget) << " | `" << pk.arm << "` | " << fmt("%.3f", bits) << " | "
+      << fmt("%.4g", pk.heldout.mean_kl) << " | " << (pk.arm == r.default_arm ? "1" : fmt("%.3f", pk.vs_default.ratio))
+      << " | " << (pk.arm == r.default_arm ? "" : ci(pk.vs_default)) << " | "
+      << (pk.plain.empty() ? "none" : "`" + pk.plain + "`") << " | "
+      << (pk.plain.empty() ? "" : fmt("%.4g", pk.heldout_plain.mean_kl)) << " | "
+      << (pk.plain.empty() || pk.plain == pk.arm ? "" : fmt("%.3f", pk.vs_plain.ratio)) << " | "
+      << (pk.plain.empty() || pk.plain == pk.arm ? "" : ci(pk.vs_plain)) << " |\n";
+  }
+  o << "\nAn arm string is what `sjkv-replay score --arms` and docs/REPLAY.md's grammar take; an SJ-KVaRN arm's\n"
+       "engine settings are its codec configuration (bits, body, staging, sink, tail; docs/SPEC.md), the\n"
+       "reference trellis tables unless the arm names `cb=`. A plain format's is llama.cpp's `-ctk/-ctv` type\n"
+       "(`:rot`: llama.cpp's default rotation of quantized caches).\n";
+  return o.str();
+}
+
+}  // namespace replay
+}  // namespace sjkv

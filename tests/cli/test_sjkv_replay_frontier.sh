@@ -1,0 +1,76 @@
+#!/bin/sh
+# sjkv-replay frontier --quick on the qwen3 test model (scripts/make-test-models.py): four short
+# trajectories, three to tune and one held out. Checks the three files, that each budget's pick
+# is the lowest tuning KL among the fully scored candidates that fit it, that the halving left
+# some candidates on fewer trajectories, the CIs bracket the ratios, that a second run reads
+# every row from the store (no replay) and writes the same bytes, and the refusals.
+set -eu
+replay=$1; models=$2; prompt=$3; dir=$4; py=$5
+rm -rf "$dir"; mkdir -p "$dir"
+m="$models/qwen3.gguf"
+for i in 1 2 3 4; do
+  tail -c +$((i * 400)) "$prompt" | head -c 1400 > "$dir/p$i.txt"
+  "$replay" record --model "$m" --prompt-file "$dir/p$i.txt" --generate 12 -o "$dir/t$i.h5" --threads 2 -q
+done
+run() {
+  "$replay" frontier --model "$m" --tune "$dir/t1.h5" "$dir/t2.h5" "$dir/t3.h5" --heldout "$dir/t4.h5" \
+    --budgets 5 9 18 --quick --keep 2 --default sj:4/4:tail=128 --threads 2 "$@"
+}
+run --out "$dir/f" > "$dir/stdout1" 2> "$dir/stderr1"
+for f in frontier.csv frontier.svg recommend.md; do test -s "$dir/f/$f"; done
+grep -q "read from the store" "$dir/stderr1"
+"$py" - "$dir/f" <<'PY'
+import csv, math, sys
+d = sys.argv[1]
+rows = list(csv.DictReader(open(d + "/frontier.csv")))
+assert len(rows) == 8, len(rows)
+budgets = [5.0, 9.0, 18.0]
+full = max(int(r["tuning_trajectories"]) for r in rows)
+assert full == 3, full
+assert any(0 < int(r["tuning_trajectories"]) < 3 for r in rows), "the halving dropped nothing"
+for r in rows:
+    assert (r["fits"] == "1") == (float(r["bits_allocated"]) <= 18.0 + 1e-9), r
+    if r["fits"] == "0":
+        assert r["tuning_trajectories"] == "0", r  # never scored
+for b in budgets:
+    cands = [r for r in rows if int(r["tuning_trajectories"]) == full and float(r["bits_allocated"]) <= b + 1e-9]
+    picks = [r for r in rows if r["frontier_at"] and str(int(b)) in r["frontier_at"].split("+")]
+    if not cands:
+        assert not picks, (b, picks)
+        continue
+    best = min(cands, key=lambda r: float(r["tuning_mean_kl"]))
+    assert len(picks) == 1 and picks[0]["arm"] == best["arm"], (b, picks, best["arm"])
+    p = picks[0]
+    if p["ratio_vs_default"] and p["ci_low"]:
+        assert float(p["ci_low"]) <= float(p["ratio_vs_default"]) <= float(p["ci_high"]), p
+md = open(d + "/recommend.md").read()
+for b in ("| 5 |", "| 9 |", "| 18 |"):
+    assert b in md, b
+svg = open(d + "/frontier.svg").read()
+assert svg.startswith("<svg") and "polyline" in svg
+print("frontier ok:", [(r["arm"], r["frontier_at"]) for r in rows if r["frontier_at"]])
+PY
+# resumed: every row from the store, the same files
+cp "$dir/f/frontier.csv" "$dir/csv1"
+run --out "$dir/f" > "$dir/stdout2" 2> "$dir/stderr2"
+grep -q " 0 (arm, trajectory) replays" "$dir/stderr2"
+cmp "$dir/csv1" "$dir/f/frontier.csv"
+cmp "$dir/stdout1" "$dir/stdout2"
+
+# refusals: a trajectory in both sets, a bad budget (exit 1); a damaged stored row file (exit 2,
+# naming it)
+set +e
+"$replay" frontier --model "$m" --tune "$dir/t1.h5" --heldout "$dir/t1.h5" --budgets 5 --quick --out "$dir/x" -q 2> "$dir/e1"
+a=$?
+run --out "$dir/y" --budgets 0 -q 2> "$dir/e2"
+b=$?
+store_file=$(find "$dir/f/store" -name '*.csv' | head -1)
+printf 'not,a,positions,file\n' > "$store_file"
+run --out "$dir/f" -q > /dev/null 2> "$dir/e3"
+c=$?
+set -e
+test "$a" -eq 1 && grep -q "both a tuning and a held-out" "$dir/e1"
+test "$b" -eq 1 && grep -q "budget" "$dir/e2"
+test ! -e "$dir/x" && test ! -e "$dir/y"
+test "$c" -eq 2 && grep -q "$(basename "$store_file")" "$dir/e3"
+echo "frontier end to end ok"
