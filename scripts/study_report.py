@@ -169,6 +169,39 @@ def svg_forest(tab, pairs, path, title):
     return True
 
 
+def frontier_section(arms_cfg, study_dir, report_dir):
+    """The [[frontier]] entries: each one's recommend.md (written by sjkv-replay frontier into
+    study/frontier/NAME) and its plot, copied next to the report's plots."""
+    entries = arms_cfg.get("frontier", [])
+    if not entries:
+        return []
+    o = ["## Which format at B bits: the frontier", "",
+         "`scripts/study --frontier` runs `sjkv-replay frontier` (docs/REPLAY.md): every format family searched by "
+         "successive halving on tuning histories that no reported set holds, the best arm per budget of allocated "
+         "bits per value rescored on held-out histories against the default `sj:4/4` and against the best plain "
+         "format of the same budget. Every candidate's numbers are in `study/frontier/NAME/frontier.csv`.", ""]
+    for e in entries:
+        name = e["name"]
+        d = os.path.join(study_dir, "frontier", name)
+        o += [f"### `{name}`", "", e.get("description", "").strip(), ""]
+        md = os.path.join(d, "recommend.md")
+        if not os.path.exists(md):
+            o += [f"Not run yet: `scripts/study --frontier {name}`.", ""]
+            continue
+        with open(md) as f:
+            body = f.read().split("\n", 1)[1].strip()  # without its title
+        svg = os.path.join(d, "frontier.svg")
+        if os.path.exists(svg):
+            dst = os.path.join(report_dir, "results", f"frontier-{name}.svg")
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            with open(svg, "rb") as f, open(dst + ".tmp", "wb") as g2:
+                g2.write(f.read())
+            os.replace(dst + ".tmp", dst)
+            body += f"\n\n![KL against allocated bits, {name}](results/frontier-{name}.svg)"
+        o += [body, ""]
+    return o
+
+
 def write(csv_path, histories, arms_cfg, sets, report_dir, cmd, manifest, study_dir, expected, left_out=(),
           engine=None, timing=None):
     t = load(csv_path)
@@ -268,6 +301,7 @@ def write(csv_path, histories, arms_cfg, sets, report_dir, cmd, manifest, study_
                          f"{int(tab.pair(a, b, 'lower_at'))} of {int(tab.pair(a, b, 'of'))} | "
                          f"{int(tab.pair(a, b, 'histories_won'))} of {int(tab.pair(a, b, 'histories'))} |")
             o.append("")
+    o += frontier_section(arms_cfg, study_dir, report_dir)
     train_csv = os.path.join(study_dir, "train.csv")
     if os.path.exists(train_csv):
         with open(train_csv, newline="") as f:

@@ -386,45 +386,50 @@ int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vec
 
 // sjkv-replay frontier: reads and checks both sets, drops the candidates that do not fit the
 // model (saying why), runs the search (replay/frontier.h) and writes the three files.
-int do_frontier(const ModelArgs& ma, const FrontierArgs& fa) {
-  cli::one_process("frontier");
-  if (fa.budgets.empty()) throw cli::UsageError("--budgets: give at least one budget in bits per value");
-  for (double b : fa.budgets)
-    if (!(b > 0.0 && b <= 32.0)) throw cli::UsageError("--budgets: each budget must be in (0, 32] bits per value");
-  check_output_folder(fa.out);
-  for (const std::string& t : fa.tune)
-    for (const std::string& h : fa.heldout)
-      if (same_path(t, h)) throw cli::UsageError("'" + t + "' is both a tuning and a held-out trajectory");
-  std::vector<std::string> all = fa.tune;
-  all.insert(all.end(), fa.heldout.begin(), fa.heldout.end());
-  if (const std::string clash = trajectory_name_clash(all); !clash.empty()) throw cli::UsageError(clash);
-  Loaded l = load_model(ma);
+int do_frontier(ModelArgs ma, const FrontierArgs& fa) {
+  // Under MPI every rank checks, loads and reads; the jobs are spread by run_frontier; rank 0
+  // alone speaks and writes.
+  const cluster::Comm& comm = cluster::Comm::world();
+  if (!comm.root()) ma.quiet = true;
+  Loaded l;
   ScoreSet tune, held;
-  const Trajectory* first = nullptr;
-  uint32_t longest = 0;
-  for (size_t i = 0; i < all.size(); ++i) {
-    ScoreSet& set = i < fa.tune.size() ? tune : held;
-    Trajectory t = read_trajectory(all[i]);
-    check_score_trajectory(t, all[i], l.path, l.sha256, first, all[0]);
-    longest = std::max(longest, t.prompt_tokens + t.settings.generate);
-    set.paths.push_back(all[i]);
-    set.trajectories.push_back(std::move(t));
-    if (!first) first = &tune.trajectories[0];
-  }
   std::vector<std::string> candidates;
-  for (const std::string& spec : fa.arms.empty() ? frontier_candidates(fa.quick) : fa.arms) {
-    try {
-      const std::unique_ptr<KvArm> arm = make_arm(spec);
-      for (LayerShape s : l.model->info().layers) {
-        s.n_ctx = longest;
-        (void)arm->make_layer(s);
-      }
-      candidates.push_back(spec);
-    } catch (const std::invalid_argument& e) {
-      if (!fa.arms.empty() || spec == fa.default_arm) throw cli::UsageError("'" + spec + "' does not fit " + base_name(l.path) + ": " + e.what());
-      note(ma, "skipping " + spec + ": " + e.what());
+  comm.agree([&](uint64_t&) {
+    if (fa.budgets.empty()) throw cli::UsageError("--budgets: give at least one budget in bits per value");
+    for (double b : fa.budgets)
+      if (!(b > 0.0 && b <= 32.0)) throw cli::UsageError("--budgets: each budget must be in (0, 32] bits per value");
+    check_output_folder(fa.out);
+    for (const std::string& t : fa.tune)
+      for (const std::string& h : fa.heldout)
+        if (same_path(t, h)) throw cli::UsageError("'" + t + "' is both a tuning and a held-out trajectory");
+    std::vector<std::string> all = fa.tune;
+    all.insert(all.end(), fa.heldout.begin(), fa.heldout.end());
+    if (const std::string clash = trajectory_name_clash(all); !clash.empty()) throw cli::UsageError(clash);
+    l = load_model(ma);
+    uint32_t longest = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+      ScoreSet& set = i < fa.tune.size() ? tune : held;
+      Trajectory t = read_trajectory(all[i]);
+      check_score_trajectory(t, all[i], l.path, l.sha256, i ? &tune.trajectories[0] : nullptr, all[0]);
+      longest = std::max(longest, t.prompt_tokens + t.settings.generate);
+      set.paths.push_back(all[i]);
+      set.trajectories.push_back(std::move(t));
     }
-  }
+    for (const std::string& spec : fa.arms.empty() ? frontier_candidates(fa.quick) : fa.arms) {
+      try {
+        const std::unique_ptr<KvArm> arm = make_arm(spec);
+        for (LayerShape s : l.model->info().layers) {
+          s.n_ctx = longest;
+          (void)arm->make_layer(s);
+        }
+        candidates.push_back(spec);
+      } catch (const std::invalid_argument& e) {
+        if (!fa.arms.empty() || spec == fa.default_arm)
+          throw cli::UsageError("'" + spec + "' does not fit " + base_name(l.path) + ": " + e.what());
+        note(ma, "skipping " + spec + ": " + e.what());
+      }
+    }
+  });
   FrontierOptions opt;
   opt.budgets = fa.budgets;
   std::sort(opt.budgets.begin(), opt.budgets.end());
@@ -439,9 +444,11 @@ int do_frontier(const ModelArgs& ma, const FrontierArgs& fa) {
   FrontierProgress pr;
   pr.line = [&](const std::string& s) { note(ma, s); };
   note(ma, std::to_string(candidates.size()) + " candidates, " + std::to_string(tune.paths.size()) + " tuning and " +
-               std::to_string(held.paths.size()) + " held-out trajectories; scored rows kept in " + opt.store +
-               " (a stopped run resumes)");
-  const FrontierResult r = run_frontier(*l.model, base_name(l.path), l.sha256, tune, held, candidates, opt, pr);
+               std::to_string(held.paths.size()) + " held-out trajectories" +
+               (comm.distributed() ? ", jobs over " + std::to_string(comm.size()) + " MPI ranks" : "") +
+               "; scored rows kept in " + opt.store + " (a stopped run resumes)");
+  const FrontierResult r = run_frontier(*l.model, base_name(l.path), l.sha256, tune, held, candidates, opt, pr, comm);
+  if (!comm.root()) return cli::kOk;
   const std::string md = recommend_markdown(r, base_name(l.path));
   const std::pair<const char*, std::string> files[] = {
       {"frontier.csv", frontier_csv(r)}, {"frontier.svg", frontier_svg(r)}, {"recommend.md", md}};

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <sys/stat.h>
 
+#include "sjkv/cluster.h"
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/paths.h"
 #include "sjkv/io/sha256.h"
@@ -164,7 +165,7 @@ double allocated_bits(const Model& m, const KvArm& arm, uint32_t n_ctx, uint32_t
 
 FrontierResult run_frontier(Model& m, const std::string& model_file, const std::string& model_sha256,
                             const ScoreSet& tuning, const ScoreSet& heldout, const std::vector<std::string>& candidates,
-                            const FrontierOptions& opt, const FrontierProgress& progress) {
+                            const FrontierOptions& opt, const FrontierProgress& progress, const cluster::Comm& comm) {
   if (opt.budgets.empty()) throw std::invalid_argument("no budget");
   if (!std::is_sorted(opt.budgets.begin(), opt.budgets.end())) throw std::invalid_argument("budgets must be ascending");
   if (tuning.trajectories.empty() || heldout.trajectories.empty())
@@ -215,6 +216,7 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
   };
   // rows[arm][set index][trajectory]
   std::map<std::string, std::vector<ScoreRow>> cache;  // "arm\ttrajectory path" -> rows
+  uint64_t jobs_dealt = 0;
   auto rows_of = [&](const ScoreSet& set, size_t i, const std::vector<std::string>& want) {
     const Trajectory& t = set.trajectories[i];
     const std::string& path = set.paths[i];
@@ -233,13 +235,49 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
       }
     }
     if (missing.empty()) return;
-    std::vector<const KvArm*> run;
-    for (const std::string& a : missing) run.push_back(arms.at(a).get());
-    score_arms(m, run, t, ub, [&](size_t a, std::vector<ScoreRow>&& rows, const ScoreDetail&) {
-      store.put(key, missing[a], ub, t, base_name(path), rows);
-      cache[missing[a] + "\t" + path] = std::move(rows);
-      ++res.jobs_scored;
+    // Job k of this trajectory (the k-th missing arm) is scored by rank (jobs + k) mod size;
+    // every rank receives every job's rows (the ranking needs them), rank 0 keeps them.
+    const size_t size = static_cast<size_t>(comm.size()), rank = static_cast<size_t>(comm.rank());
+    const uint64_t first_job = jobs_dealt;
+    jobs_dealt += missing.size();
+    cluster::Packer mine;
+    comm.agree([&](uint64_t& jkey) {
+      std::vector<const KvArm*> run;
+      std::vector<size_t> index;
+      for (size_t k = 0; k < missing.size(); ++k)
+        if ((first_job + k) % size == rank) {
+          run.push_back(arms.at(missing[k]).get());
+          index.push_back(k);
+        }
+      if (run.empty()) return;
+      jkey = first_job + index[0];
+      score_arms(m, run, t, ub, [&](size_t r, std::vector<ScoreRow>&& rows, const ScoreDetail&) {
+        mine.u64(index[r]).u64(rows.size());
+        for (const ScoreRow& x : rows) mine.f64(x.kl).u64(x.same_top).f64(x.bits_occupied).f64(x.bits_allocated);
+        if (r + 1 < run.size()) jkey = first_job + index[r + 1];
+      });
     });
+    std::vector<uint8_t> got(missing.size(), 0);
+    for (const std::vector<uint8_t>& b : comm.all_gather(mine.bytes)) {
+      cluster::Unpacker in(b);
+      while (!in.done()) {
+        const size_t k = in.u64();
+        std::vector<ScoreRow> rows(in.u64());
+        if (k >= missing.size() || got[k] || rows.size() != t.generated())
+          throw std::runtime_error("frontier: a rank sent a bad job");
+        got[k] = 1;
+        for (ScoreRow& x : rows) {
+          x.kl = in.f64();
+          x.same_top = in.u64() != 0;
+          x.bits_occupied = in.f64();
+          x.bits_allocated = in.f64();
+        }
+        if (comm.root()) store.put(key, missing[k], ub, t, base_name(path), rows);
+        cache[missing[k] + "\t" + path] = std::move(rows);
+        ++res.jobs_scored;
+      }
+    }
+    if (std::count(got.begin(), got.end(), 0)) throw std::runtime_error("frontier: no rank scored a job");
   };
   auto gathered = [&](const ScoreSet& set, size_t n, const std::string& a) {
     std::vector<std::vector<ScoreRow>> out;

@@ -3,7 +3,8 @@
 # trajectories, three to tune and one held out. Checks the three files, that each budget's pick
 # is the lowest tuning KL among the fully scored candidates that fit it, that the halving left
 # some candidates on fewer trajectories, the CIs bracket the ratios, that a second run reads
-# every row from the store (no replay) and writes the same bytes, and the refusals.
+# every row from the store (no replay) and writes the same bytes, 2 MPI ranks the same bytes
+# (when built with MPI), and the refusals.
 set -eu
 replay=$1; models=$2; prompt=$3; dir=$4; py=$5
 rm -rf "$dir"; mkdir -p "$dir"
@@ -56,6 +57,20 @@ run --out "$dir/f" > "$dir/stdout2" 2> "$dir/stderr2"
 grep -q " 0 (arm, trajectory) replays" "$dir/stderr2"
 cmp "$dir/csv1" "$dir/f/frontier.csv"
 cmp "$dir/stdout1" "$dir/stdout2"
+
+# under mpirun (when the build has MPI: $MPIRUN), 2 ranks write the one process's bytes
+if [ -n "${MPIRUN:-}" ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # CI containers run as root
+  "$MPIRUN" -n 2 --oversubscribe "$replay" frontier --model "$m" --tune "$dir/t1.h5" "$dir/t2.h5" "$dir/t3.h5" \
+    --heldout "$dir/t4.h5" --budgets 5 9 18 --quick --keep 2 --default sj:4/4:tail=128 --threads 1 \
+    --out "$dir/mpi" > "$dir/stdout-mpi" 2> /dev/null
+  for f in frontier.csv frontier.svg recommend.md; do cmp "$dir/f/$f" "$dir/mpi/$f"; done
+  cmp "$dir/stdout1" "$dir/stdout-mpi"
+  (cd "$dir/f/store" && find . -type f | sort | xargs cat) > "$dir/store1"
+  (cd "$dir/mpi/store" && find . -type f | sort | xargs cat) > "$dir/store2"
+  cmp "$dir/store1" "$dir/store2"
+  echo "frontier under 2 MPI ranks: the same bytes"
+fi
 
 # refusals: a trajectory in both sets, a bad budget (exit 1); a damaged stored row file (exit 2,
 # naming it)

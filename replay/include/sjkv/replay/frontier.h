@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "sjkv/cluster.h"
 #include "sjkv/replay/kv.h"
 #include "sjkv/replay/model.h"
 #include "sjkv/replay/results.h"
@@ -83,9 +84,14 @@ struct FrontierProgress {
 
 // Runs the search and the held-out rescoring. std::invalid_argument on bad options (no
 // budget, a candidate spec the arms refuse); the store's files are checked as hostile input.
+// With `comm` over several ranks (every rank calls it with the same arguments), each
+// trajectory's missing (arm, trajectory) jobs are dealt out in order, job j to rank j mod size,
+// every rank gets every job's rows (so all rank the same way) and rank 0 writes the store; the
+// result is the one process's on every rank. A failure on any rank is every rank's.
 FrontierResult run_frontier(Model& m, const std::string& model_file, const std::string& model_sha256,
                             const ScoreSet& tuning, const ScoreSet& heldout, const std::vector<std::string>& candidates,
-                            const FrontierOptions& opt, const FrontierProgress& progress = {});
+                            const FrontierOptions& opt, const FrontierProgress& progress = {},
+                            const cluster::Comm& comm = {});
 
 std::string frontier_csv(const FrontierResult& r);
 std::string frontier_svg(const FrontierResult& r);
