@@ -68,7 +68,7 @@ struct ScoreArgs {
 };
 
 struct FrontierArgs {
-  std::vector<std::string> tune, heldout, arms;
+  std::vector<std::string> tune, heldout, arms, also;
   std::vector<double> budgets;
   uint32_t context = 0, keep = 3, replicates = 2000;
   uint64_t boot_seed = 0x5eed2026ull;
@@ -415,7 +415,10 @@ int do_frontier(ModelArgs ma, const FrontierArgs& fa) {
       set.paths.push_back(all[i]);
       set.trajectories.push_back(std::move(t));
     }
-    for (const std::string& spec : fa.arms.empty() ? frontier_candidates(fa.quick) : fa.arms) {
+    std::vector<std::string> specs = fa.arms.empty() ? frontier_candidates(fa.quick) : fa.arms;
+    for (const std::string& a : fa.also)
+      if (std::find(specs.begin(), specs.end(), a) == specs.end()) specs.push_back(a);
+    for (const std::string& spec : specs) {
       try {
         const std::unique_ptr<KvArm> arm = make_arm(spec);
         for (LayerShape s : l.model->info().layers) {
@@ -424,7 +427,7 @@ int do_frontier(ModelArgs ma, const FrontierArgs& fa) {
         }
         candidates.push_back(spec);
       } catch (const std::invalid_argument& e) {
-        if (!fa.arms.empty() || spec == fa.default_arm)
+        if (!fa.arms.empty() || spec == fa.default_arm || std::find(fa.also.begin(), fa.also.end(), spec) != fa.also.end())
           throw cli::UsageError("'" + spec + "' does not fit " + base_name(l.path) + ": " + e.what());
         note(ma, "skipping " + spec + ": " + e.what());
       }
@@ -564,6 +567,7 @@ int main(int argc, char** argv) {
   fr->add_option("--budgets", fr_a.budgets, "Budgets in allocated bits per value at the context (e.g. 4 5 6 8)")->required();
   fr->add_option("--context", fr_a.context, "Context (tokens) the bits are allocated for (default: the longest held-out trajectory)");
   fr->add_option("--arms", fr_a.arms, "Candidate arms instead of every family's (see score's list)");
+  fr->add_option("--also", fr_a.also, "More candidates beside the list (e.g. SJ-KVaRN arms with trained tables: cb=FILE)");
   fr->add_flag("--quick", fr_a.quick, "A short candidate list (f16, q8_0, q4_0[:rot], kvarn:4/4, sj:4/4 and 3/2t at tail 128)");
   fr->add_option("--keep", fr_a.keep, "Candidates per budget each halving round keeps")->check(CLI::Range(1u, 100u))->capture_default_str();
   fr->add_option("--default", fr_a.default_arm, "The default arm the picks are compared with")->capture_default_str();

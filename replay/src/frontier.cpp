@@ -124,7 +124,10 @@ std::vector<std::string> frontier_candidates(bool quick) {
           "tq5_0",      "turbo4",     "turbo3",            "kvarn:4/4:tail=0", "kvarn:3/3:tail=0", "kvarn:2/2:tail=0",
           "sj:4/4",     "sj:4/3",     "sj:4/2",            "sj:3/3",        "sj:3/3t",            "sj:3/2t",
           "sj:2/2t",    "sj:4/4:staging=q8_0", "sj:4/4:staging=f16", "sj:3/2t:staging=q8_0", "sj:4/4:kmean=sink",
-          "sj:4/4:tail=1024/2048", "sj:4/4:tail=1024/2048:staging=q8_0", "sj:3/3t:tier=edge", "sj:3/2t:tier=edge"};
+          "sj:4/4:tail=1024/2048", "sj:4/4:tail=1024/2048:staging=q8_0", "sj:4/4:tail=512/1024",
+          "sj:4/4:tail=512/1024:staging=q8_0", "sj:4/4:tail=256:staging=q8_0", "sj:3/3t:tail=1024/2048",
+          "sj:3/2t:tail=1024/2048", "sj:3/2t:tail=512/1024:staging=q8_0", "sj:2/2t:tail=512/1024:staging=q8_0",
+          "sj:3/3t:tier=edge", "sj:3/2t:tier=edge"};
 }
 
 std::string arm_family(const std::string& spec) {
