@@ -452,7 +452,7 @@ int do_frontier(ModelArgs ma, const FrontierArgs& fa) {
                "; scored rows kept in " + opt.store + " (a stopped run resumes)");
   const FrontierResult r = run_frontier(*l.model, base_name(l.path), l.sha256, tune, held, candidates, opt, pr, comm);
   if (!comm.root()) return cli::kOk;
-  const std::string md = recommend_markdown(r, base_name(l.path));
+  const std::string md = recommend_markdown(r);
   const std::pair<const char*, std::string> files[] = {
       {"frontier.csv", frontier_csv(r)}, {"frontier.svg", frontier_svg(r)}, {"recommend.md", md}};
   for (const auto& [name, text] : files) write_file_atomic(fa.out + "/" + name, text.data(), text.size());

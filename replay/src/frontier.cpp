@@ -179,6 +179,8 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
   };
 
   FrontierResult res;
+  res.model_file = model_file;
+  res.model_sha256 = model_sha256;
   res.budgets = opt.budgets;
   res.default_arm = opt.default_arm;
   for (const std::string& p : tuning.paths) res.tuning.push_back(base_name(p));
@@ -370,7 +372,6 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
       }
     }
   }
-  (void)model_file;
   return res;
 }
 
@@ -402,9 +403,10 @@ std::string frontier_csv(const FrontierResult& r) {
   return o.str();
 }
 
-std::string recommend_markdown(const FrontierResult& r, const std::string& model_file) {
+std::string recommend_markdown(const FrontierResult& r) {
   std::ostringstream o;
-  o << "# Cache format per budget: " << model_file << "\n\n"
+  o << "# Cache format per budget: " << r.model_file << "\n\n"
+    << "Model SHA-256 `" << r.model_sha256 << "`. "
     << "Allocated bits per value over the compressed layers at a context of " << r.context << " tokens. Chosen on "
     << r.tuning.size() << " tuning trajector" << (r.tuning.size() == 1 ? "y" : "ies") << " (";
   for (size_t i = 0; i < r.tuning.size(); ++i) o << (i ? ", " : "") << r.tuning[i];

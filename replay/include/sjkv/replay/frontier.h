@@ -67,6 +67,7 @@ struct FrontierPick {
 };
 
 struct FrontierResult {
+  std::string model_file, model_sha256;
   uint32_t context = 0;
   std::vector<double> budgets;
   std::string default_arm;
@@ -95,7 +96,7 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
 
 std::string frontier_csv(const FrontierResult& r);
 std::string frontier_svg(const FrontierResult& r);
-std::string recommend_markdown(const FrontierResult& r, const std::string& model_file);
+std::string recommend_markdown(const FrontierResult& r);
 
 }  // namespace replay
 }  // namespace sjkv
