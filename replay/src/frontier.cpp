@@ -82,6 +82,10 @@ class Store {
   std::string path(const std::string& traj_key, const std::string& arm, uint32_t ubatch) const {
     return dir_ + "/" + traj_key + "/" + folder_of(arm) + "-u" + std::to_string(ubatch) + ".csv";
   }
+  bool has(const std::string& traj_key, const std::string& arm, uint32_t ubatch) const {
+    struct stat st;
+    return !dir_.empty() && ::stat(path(traj_key, arm, ubatch).c_str(), &st) == 0;
+  }
   // Rows read back, or false when absent; a damaged file is a FileError naming it.
   bool get(const std::string& traj_key, const std::string& arm, uint32_t ubatch, uint32_t generated,
            std::vector<ScoreRow>* rows) const {
@@ -240,8 +244,9 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
       }
     }
     if (missing.empty()) return;
-    // Job k of this trajectory (the k-th missing arm) is scored by rank (jobs + k) mod size;
-    // every rank receives every job's rows (the ranking needs them), rank 0 keeps them.
+    // Job k of this trajectory (the k-th missing arm) is scored by rank (jobs + k) mod size,
+    // which stores its rows as soon as they are done; every rank receives every job's rows
+    // (the ranking needs them), and rank 0 stores those its store lacks (a store no rank shares).
     const size_t size = static_cast<size_t>(comm.size()), rank = static_cast<size_t>(comm.rank());
     const uint64_t first_job = jobs_dealt;
     jobs_dealt += missing.size();
@@ -257,6 +262,8 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
       if (run.empty()) return;
       jkey = first_job + index[0];
       score_arms(m, run, t, ub, [&](size_t r, std::vector<ScoreRow>&& rows, const ScoreDetail&) {
+        // Stored at once by the rank that scored it: a run stopped now keeps every finished arm.
+        store.put(key, missing[index[r]], ub, t, base_name(path), rows);
         mine.u64(index[r]).u64(rows.size());
         for (const ScoreRow& x : rows) mine.f64(x.kl).u64(x.same_top).f64(x.bits_occupied).f64(x.bits_allocated);
         if (r + 1 < run.size()) jkey = first_job + index[r + 1];
@@ -277,7 +284,7 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
           x.bits_occupied = in.f64();
           x.bits_allocated = in.f64();
         }
-        if (comm.root()) store.put(key, missing[k], ub, t, base_name(path), rows);
+        if (comm.root() && !store.has(key, missing[k], ub)) store.put(key, missing[k], ub, t, base_name(path), rows);
         cache[missing[k] + "\t" + path] = std::move(rows);
         ++res.jobs_scored;
       }

@@ -87,8 +87,9 @@ struct FrontierProgress {
 // budget, a candidate spec the arms refuse); the store's files are checked as hostile input.
 // With `comm` over several ranks (every rank calls it with the same arguments), each
 // trajectory's missing (arm, trajectory) jobs are dealt out in order, job j to rank j mod size,
-// every rank gets every job's rows (so all rank the same way) and rank 0 writes the store; the
-// result is the one process's on every rank. A failure on any rank is every rank's.
+// every rank gets every job's rows (so all rank the same way); the scoring rank stores each
+// job's rows as it finishes (and rank 0 any its store lacks): the result is the one process's
+// on every rank. A failure on any rank is every rank's.
 FrontierResult run_frontier(Model& m, const std::string& model_file, const std::string& model_sha256,
                             const ScoreSet& tuning, const ScoreSet& heldout, const std::vector<std::string>& candidates,
                             const FrontierOptions& opt, const FrontierProgress& progress = {},
