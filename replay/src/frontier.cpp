@@ -261,7 +261,13 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
         }
       if (run.empty()) return;
       jkey = first_job + index[0];
+      const auto t0 = std::chrono::steady_clock::now();
       score_arms(m, run, t, ub, [&](size_t r, std::vector<ScoreRow>&& rows, const ScoreDetail&) {
+        const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        say(base_name(path) + ": " + missing[index[r]] + " scored (" + std::to_string(r + 1) + "/" +
+            std::to_string(run.size()) + ", " + fmt("%.0f", el) + " s, about " +
+            fmt("%.0f", el / static_cast<double>(r + 1) * static_cast<double>(run.size() - r - 1)) +
+            " s left on this trajectory)");
         // Stored at once by the rank that scored it: a run stopped now keeps every finished arm.
         store.put(key, missing[index[r]], ub, t, base_name(path), rows);
         mine.u64(index[r]).u64(rows.size());
