@@ -186,7 +186,9 @@ def frontier_section(arms_cfg, study_dir, report_dir):
         o += [f"### `{name}`", "", e.get("description", "").strip(), ""]
         md = os.path.join(d, "recommend.md")
         if not os.path.exists(md):
-            o += [f"Not run yet: `scripts/study --frontier {name}`.", ""]
+            stored = sum(len([f for f in fs if f.endswith(".csv")]) for _, _, fs in os.walk(os.path.join(d, "store")))
+            o += [(f"Not finished: {stored} scored (arm, history) row files are kept in `study/frontier/{name}/store`; "
+                   if stored else "Not run yet: ") + f"`scripts/study --frontier {name}` runs it (and resumes).", ""]
             continue
         with open(md) as f:
             body = f.read().split("\n", 1)[1].strip()  # without its title
