@@ -455,7 +455,13 @@ int do_frontier(ModelArgs ma, const FrontierArgs& fa) {
   const std::string md = recommend_markdown(r);
   const std::pair<const char*, std::string> files[] = {
       {"frontier.csv", frontier_csv(r)}, {"frontier.svg", frontier_svg(r)}, {"recommend.md", md}};
-  for (const auto& [name, text] : files) write_file_atomic(fa.out + "/" + name, text.data(), text.size());
+  // All three or none: each written to its temporary, then published together.
+  std::vector<std::unique_ptr<AtomicOutput>> outs;
+  for (const auto& [name, text] : files) {
+    outs.push_back(std::make_unique<AtomicOutput>(fa.out + "/" + name));
+    write_file_bytes(outs.back()->temp_path(), text.data(), text.size(), outs.back()->final_path());
+  }
+  commit_all({outs[0].get(), outs[1].get(), outs[2].get()});
   std::printf("%s", md.c_str());
   note(ma, std::to_string(r.jobs_scored) + " (arm, trajectory) replays, " + std::to_string(r.jobs_cached) +
                " read from the store; wrote " + fa.out + "/frontier.csv, frontier.svg, recommend.md");
