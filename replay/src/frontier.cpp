@@ -334,6 +334,12 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
         if (point(a).bits <= b + 1e-9) in.push_back(&point(a));
       std::stable_sort(in.begin(), in.end(), [](const FrontierPoint* x, const FrontierPoint* y) { return x->tuning_kl < y->tuning_kl; });
       for (size_t k = 0; k < in.size() && k < opt.keep; ++k) keep.insert(in[k]->arm);
+      // The budget's best plain format stays too: the held-out comparison needs it fully scored.
+      for (const FrontierPoint* q : in)
+        if (plain_format(q->arm)) {
+          keep.insert(q->arm);
+          break;
+        }
     }
     std::vector<std::string> next;
     for (const std::string& a : alive)

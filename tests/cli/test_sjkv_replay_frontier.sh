@@ -1,7 +1,8 @@
 #!/bin/sh
 # sjkv-replay frontier --quick on the qwen3 test model (scripts/make-test-models.py): four short
 # trajectories, three to tune and one held out. Checks the three files, that each budget's pick
-# is the lowest tuning KL among the fully scored candidates that fit it, that the halving left
+# is the lowest tuning KL among the fully scored candidates that fit it, that its best plain
+# format is fully scored too (also when --keep 1 would drop it), that the halving left
 # some candidates on fewer trajectories, the CIs bracket the ratios, that a second run reads
 # every row from the store (no replay) and writes the same bytes, 2 MPI ranks the same bytes
 # (when built with MPI), and the refusals.
@@ -39,6 +40,11 @@ for b in budgets:
     if not cands:
         assert not picks, (b, picks)
         continue
+    # the budget's best plain format survives the halving, so it is compared on held-out
+    plain = [r for r in rows if r["family"] in ("f16", "q8_0", "q4_0", "q4_0:rot") and r["fits"] == "1"
+             and float(r["bits_allocated"]) <= b + 1e-9]
+    if plain:
+        assert any(int(r["tuning_trajectories"]) == full for r in plain), (b, plain)
     best = min(cands, key=lambda r: float(r["tuning_mean_kl"]))
     assert len(picks) == 1 and picks[0]["arm"] == best["arm"], (b, picks, best["arm"])
     p = picks[0]
@@ -47,10 +53,19 @@ for b in budgets:
 md = open(d + "/recommend.md").read()
 for b in ("| 5 |", "| 9 |", "| 18 |"):
     assert b in md, b
+    line = next(l for l in md.splitlines() if l.startswith(b))
+    assert "| none |" not in line, line
 svg = open(d + "/frontier.svg").read()
 assert svg.startswith("<svg") and "polyline" in svg
 print("frontier ok:", [(r["arm"], r["frontier_at"]) for r in rows if r["frontier_at"]])
 PY
+# the halving keeps the budget's best plain format for the held-out comparison even when
+# --keep 1 would drop it (here sj:4/4 leads and the default is kept besides)
+"$replay" frontier --model "$m" --tune "$dir/t1.h5" "$dir/t2.h5" "$dir/t3.h5" --heldout "$dir/t4.h5" --budgets 18 \
+  --arms q4_0 q4_0:rot sj:4/4:tail=128 sj:3/2t:tail=128 --keep 1 --default sj:3/2t:tail=128 --threads 2 \
+  --out "$dir/g" -q > /dev/null
+grep "^| 18 |" "$dir/g/recommend.md" | grep -q '`q4_0:rot` | [0-9]'
+grep -q "^q4_0:rot,q4_0:rot,4.5,1,3," "$dir/g/frontier.csv"
 # resumed: every row from the store, the same files
 cp "$dir/f/frontier.csv" "$dir/csv1"
 run --out "$dir/f" > "$dir/stdout2" 2> "$dir/stderr2"
