@@ -19,6 +19,7 @@
 #include "sjkv/io/load.h"
 #include "sjkv/io/model_geometry.h"
 #include "sjkv/io/snapshot_file.h"
+#include "sjkv/io/table_set.h"
 #include "sjkv/io/state_stream.h"
 #include "sjkv/plan.h"
 #include "sjkv/policy.h"
@@ -75,7 +76,10 @@ int run_encode(const EncodeArgs& a) {
     throw cli::UsageError("--group: " + std::to_string(a.group) + " is above " + std::to_string(kMaxSnapshotGroup) +
                           ", the largest a snapshot holds");
   check_codec_options(config_from(a));
-  std::vector<std::string> inputs = a.codebooks;
+  // --codebook: one word (auto, reference, a shipped set's name) or table files.
+  const bool word = a.codebooks.size() == 1 && (a.codebooks[0] == "auto" || a.codebooks[0] == "reference" ||
+                                                find_table_set(a.codebooks[0]) != nullptr);
+  std::vector<std::string> inputs = word ? std::vector<std::string>() : a.codebooks;
   inputs.push_back(a.input);
   check_output(a.output, "-o", inputs);
   const Device device = Device::resolve(a.device);
@@ -86,7 +90,25 @@ int run_encode(const EncodeArgs& a) {
   eo.n_ubatch = a.ubatch;
   // Raw table files, at most one per bit width; each side takes the file of its width.
   std::vector<RawCodebook> tables;
-  for (const std::string& f : a.codebooks) {
+  std::string set_name;
+  const bool trellis = eo.config.resolved_body() == Body::trellis && eo.config.trellis_axis == TrellisAxis::token;
+  if (a.codebooks.empty() || word) {
+    const TableChoice choice = TableChoice::parse(word ? a.codebooks[0] : "auto");
+    if (choice.kind == TableChoice::Kind::named && !trellis)
+      throw cli::UsageError("--codebook " + choice.set->name + ": a table set applies to token-axis trellis bodies; " +
+                            "this encode seals " + eo.config.name());
+    if (trellis) {
+      std::unique_ptr<ModelGeometry> g;
+      if (!a.state.model.empty()) g = std::make_unique<ModelGeometry>(geometry_from_gguf(GgufFile::open(a.state.model)));
+      const TableSet* set = choice.resolve(g.get(), eo.config.bits_k, eo.config.bits_v);
+      if (choice.kind == TableChoice::Kind::named && !set)
+        throw cli::UsageError("--codebook " + choice.set->name + " has no " + std::to_string(eo.config.bits_k) + "-bit or " +
+                              std::to_string(eo.config.bits_v) + "-bit table");
+      if (set) eo.codebooks = set->tables_for(eo.config.bits_k, eo.config.bits_v);
+      if (set) set_name = set->name;  // the format's tables are the default: no name, the same bytes as before
+    }
+  }
+  for (const std::string& f : word ? std::vector<std::string>() : a.codebooks) {
     sjkv::CodebookFileKind kind;
     const sjkv::CodebookContainer box = sjkv::read_codebook_any(f, &kind);  // .sjcb, raw table or C header
     const bool ch = eo.config.trellis_axis == TrellisAxis::channel;
@@ -122,11 +144,13 @@ int run_encode(const EncodeArgs& a) {
     throw FileError(a.input, e.what());
   }
   bar.finish();
+  snap.codebook_set = set_name;
   write_snapshot(a.output, snap);
   if (!a.quiet)
-    std::fprintf(stderr, "%s: %s: %u layers, %u tokens, B=%u -> %s (%s, device %s)\n", kTool, a.input.c_str(),
+    std::fprintf(stderr, "%s: %s: %u layers, %u tokens, B=%u -> %s (%s%s, device %s)\n", kTool, a.input.c_str(),
                  static_cast<unsigned>(snap.layers.size()), snap.N, snap.B, a.output.c_str(),
-                 snap.config.name().c_str(), device.describe().c_str());
+                 snap.config.name().c_str(), set_name.empty() ? "" : (", tables " + set_name).c_str(),
+                 device.describe().c_str());
   return cli::kOk;
 }
 
@@ -195,7 +219,8 @@ int run_inspect(const std::string& path, const std::string& against, const cli::
       << ", \"layers\": " << layers << ", \"n_ubatch\": " << s.n_ubatch << ",\n";
     o << "  \"model\": " << json_string(s.model) << ", \"source\": " << json_string(s.source) << ",\n";
     o << "  \"policy\": {\"N\": " << s.N << ", \"B\": " << s.B << ", \"B_prev\": " << s.B_prev
-      << ", \"draining\": " << s.draining << "}, \"codebook_id\": " << json_string(hex64(s.codebook_id)) << ",\n";
+      << ", \"draining\": " << s.draining << "}, \"codebook_id\": " << json_string(hex64(s.codebook_id))
+      << ", \"codebook_set\": " << json_string(s.codebook_set) << ",\n";
     auto region_json = [&](const char* name, uint32_t from, uint32_t to, uint64_t ob, uint64_t ab, uint64_t vals) {
       return std::string("    ") + json_string(name) + ": {\"from\": " + std::to_string(from) + ", \"to\": " +
              std::to_string(to) + ", \"bytes_per_layer_head\": " + std::to_string(ob) + ", \"bytes_total\": " +
@@ -231,7 +256,15 @@ int run_inspect(const std::string& path, const std::string& against, const cli::
   o << "  model       " << (s.model.empty() ? "-" : s.model) << "   source " << (s.source.empty() ? "-" : s.source) << "\n";
   std::snprintf(line, sizeof line, "  policy      N=%u B=%u B_prev=%u draining=%u   codebook id %s\n", s.N, s.B,
                 s.B_prev, s.draining, hex64(s.codebook_id).c_str());
-  o << line << "\n";
+  o << line;
+  if (c.resolved_body() == Body::trellis)
+    o << "  tables      "
+      << (!s.codebook_set.empty() ? "shipped set " + s.codebook_set
+          : s.codebook_id == codebook_id(c.bits_k, c.bits_v) && c.trellis_axis == TrellisAxis::token
+              ? std::string("the format's (reference)")
+              : std::string("from files (embedded)"))
+      << "\n";
+  o << "\n";
   o << "| region | positions | bytes (all layers) | bits/value in region | share of occupied bpv | allocated bytes |\n";
   o << "|---|---|--:|--:|--:|--:|\n";
   auto row = [&](const char* name, uint32_t from, uint32_t to, uint64_t ob, uint64_t ab, uint64_t vals) {
@@ -507,8 +540,11 @@ int main(int argc, char** argv) {
   enc->add_option("--iters", ea.iters, "Balancing iterations")->check(CLI::Range(0u, 64u))->capture_default_str();
   enc->add_flag("--kvarn", ea.kvarn, "Paper-faithful KVarN sealing: 8 passes keeping the best scales, f16 staging, "
                                      "each group sealed as it fills (fixed tail, default 0)");
-  enc->add_option("--codebook", ea.codebooks, "Trellis codebook (.sjcb from sjkv-train, raw .bin table or C header), "
-                                              "once per bit width; default: the built-in reference tables");
+  enc->add_option("--codebook", ea.codebooks,
+                  "Trellis tables: auto (default: with --model, the model's shipped table set for the widths it is the "
+                  "default for; otherwise the format's), reference (the format's tables), a shipped set's name, or "
+                  "codebook files (.sjcb from sjkv-train, raw .bin table or C header), once per bit width. Shipped: " +
+                      table_sets_help());
   enc->add_flag("--assume-rotated", ea.assume_rotated, "The input is already in the rotated basis");
   cli::add_state_options(enc, ea.state, "llama.cpp state files");
   enc->add_option("--threads", ea.threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024))->capture_default_str();

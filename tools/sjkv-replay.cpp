@@ -30,6 +30,7 @@
 #include "sjkv/replay/compare.h"
 #include "sjkv/replay/reference.h"
 #include "sjkv/io/sha256.h"
+#include "sjkv/io/table_set.h"
 
 using namespace sjkv;
 using namespace sjkv::replay;
@@ -45,6 +46,7 @@ struct ModelArgs {
   bool ubatch_given = false;
   bool quiet = false;
   std::string device = "auto";
+  std::string tables = "auto";  // --codebook: trellis tables of the SJ arms that name none
 };
 
 struct RecordArgs {
@@ -120,6 +122,30 @@ std::unique_ptr<KvArm> arm_or_usage(const std::string& spec, const char* option,
     for (const std::string& s : arm_examples()) examples += (examples.empty() ? "" : ", ") + s;
     throw cli::UsageError(std::string(option) + " '" + spec + "': " + e.what() + " (examples: " + examples + ")");
   }
+}
+
+TableChoice table_choice(const ModelArgs& ma) {
+  try {
+    return TableChoice::parse(ma.tables);
+  } catch (const std::invalid_argument& e) {
+    throw cli::UsageError(std::string("--codebook ") + e.what());
+  }
+}
+
+// The arms as they run on the loaded model: an SJ trellis arm that names no tables gets the
+// model's shipped set where --codebook picks one (arm_with_tables), said once per arm.
+std::vector<std::string> arms_on_model(const ModelArgs& ma, const Loaded& l, const std::vector<std::string>& specs,
+                                       const char* option) {
+  const TableChoice choice = table_choice(ma);
+  const ModelGeometry g = geometry_of(l.model->info());
+  std::vector<std::string> out;
+  for (const std::string& s : specs) {
+    (void)arm_or_usage(s, option);
+    out.push_back(arm_with_tables(s, choice, &g));
+    if (out.back() != s)
+      note(ma, s + " runs as " + out.back() + ": the shipped tables of this model (--codebook reference: the format's)");
+  }
+  return out;
 }
 
 // The prompt text, checked: not empty or blank, valid UTF-8 (FileError, exit 2).
@@ -285,10 +311,21 @@ void check_score_args(const ScoreArgs& sa) {
 // temporary); `also` are outputs committed with the results.
 // Under MPI every rank calls it (sjkv/cluster.h): the checks and reads on every rank, the jobs
 // spread by score_set, the folders and files made by rank 0 alone.
-int do_score(const ModelArgs& ma, const ScoreArgs& sa, Loaded& l, const std::vector<std::string>& paths,
+int do_score(const ModelArgs& ma, ScoreArgs sa, Loaded& l, const std::vector<std::string>& paths,
              const std::vector<std::string>& read_from = {}, const std::vector<AtomicOutput*>& also = {}) {
   const cluster::Comm& comm = cluster::Comm::world();
   const bool root = comm.root();
+  comm.agree([&](uint64_t&) {
+    check_score_args(sa);
+    ModelArgs quiet_ranks = ma;
+    quiet_ranks.quiet = ma.quiet || !root;
+    if (!sa.baseline.empty()) {
+      ModelArgs silent = ma;
+      silent.quiet = true;  // the baseline is one of the arms, said there
+      sa.baseline = arms_on_model(silent, l, {sa.baseline}, "--baseline")[0];
+    }
+    sa.arms = arms_on_model(quiet_ranks, l, sa.arms, "--arms");
+  });
   std::vector<std::unique_ptr<KvArm>> arms;
   ScorePlan plan;
   ScoreSet set;
@@ -394,6 +431,7 @@ int do_frontier(ModelArgs ma, const FrontierArgs& fa) {
   Loaded l;
   ScoreSet tune, held;
   std::vector<std::string> candidates;
+  std::string default_arm;
   comm.agree([&](uint64_t&) {
     if (fa.budgets.empty()) throw cli::UsageError("--budgets: give at least one budget in bits per value");
     for (double b : fa.budgets)
@@ -418,8 +456,16 @@ int do_frontier(ModelArgs ma, const FrontierArgs& fa) {
     std::vector<std::string> specs = fa.arms.empty() ? frontier_candidates(fa.quick) : fa.arms;
     for (const std::string& a : fa.also)
       if (std::find(specs.begin(), specs.end(), a) == specs.end()) specs.push_back(a);
-    for (const std::string& spec : specs) {
+    const TableChoice choice = table_choice(ma);
+    const ModelGeometry g = geometry_of(l.model->info());
+    default_arm = arm_with_tables(fa.default_arm, choice, &g);
+    std::string with_set;
+    for (const std::string& given : specs) {
+      std::string spec = given;
       try {
+        spec = arm_with_tables(given, choice, &g);
+        if (spec != given) with_set += (with_set.empty() ? "" : ", ") + spec;
+        if (std::find(candidates.begin(), candidates.end(), spec) != candidates.end()) continue;  // also= gave it
         const std::unique_ptr<KvArm> arm = make_arm(spec);
         for (LayerShape s : l.model->info().layers) {
           s.n_ctx = longest;
@@ -427,18 +473,20 @@ int do_frontier(ModelArgs ma, const FrontierArgs& fa) {
         }
         candidates.push_back(spec);
       } catch (const std::invalid_argument& e) {
-        if (!fa.arms.empty() || spec == fa.default_arm || std::find(fa.also.begin(), fa.also.end(), spec) != fa.also.end())
+        if (!fa.arms.empty() || given == fa.default_arm || std::find(fa.also.begin(), fa.also.end(), given) != fa.also.end())
           throw cli::UsageError("'" + spec + "' does not fit " + base_name(l.path) + ": " + e.what());
         note(ma, "skipping " + spec + ": " + e.what());
       }
     }
+    if (!with_set.empty())
+      note(ma, "with this model's shipped tables (--codebook reference: the format's): " + with_set);
   });
   FrontierOptions opt;
   opt.budgets = fa.budgets;
   std::sort(opt.budgets.begin(), opt.budgets.end());
   opt.context = fa.context;
   opt.keep = fa.keep;
-  opt.default_arm = fa.default_arm;
+  opt.default_arm = default_arm;
   opt.bootstrap.replicates = fa.replicates;
   opt.bootstrap.seed = fa.boot_seed;
   opt.store = fa.out + "/store";
@@ -478,6 +526,15 @@ void add_model_options(CLI::App* c, ModelArgs& m) {
                  "Where the SJ-KVaRN/KVarN arms seal records: auto (a GPU when present), cpu or cuda; same bytes either way")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   c->add_flag("-q,--quiet", m.quiet, "No progress on stderr");
+}
+
+// For the commands that run arms.
+void add_table_option(CLI::App* c, ModelArgs& m) {
+  c->add_option("--codebook", m.tables,
+                "Trellis tables of the SJ-KVaRN arms that name none (cb=): auto (the model's shipped table set, for "
+                "the widths it is the default for), reference (the format's tables) or a shipped set's name. "
+                "Shipped: " + table_sets_help())
+      ->capture_default_str();
 }
 
 void add_record_options(CLI::App* c, RecordArgs& r) {
@@ -562,6 +619,7 @@ int main(int argc, char** argv) {
                "One results folder per arm, OUT/ARM ('/' in the spec written '_'), each written as soon as its arm is "
                "scored (no comparisons); an arm whose folder is complete is skipped, so a stopped run resumes");
   add_model_options(sc, sc_m);
+  add_table_option(sc, sc_m);
 
   FrontierArgs fr_a;
   ModelArgs fr_m;
@@ -581,12 +639,14 @@ int main(int argc, char** argv) {
   fr->add_option("--bootstrap-seed", fr_a.boot_seed, "Bootstrap seed")->check(cli::non_negative())->capture_default_str();
   fr->add_option("--out", fr_a.out, "Folder for frontier.csv, frontier.svg, recommend.md and the store of scored rows")->required();
   add_model_options(fr, fr_m);
+  add_table_option(fr, fr_m);
 
   auto* run = app.add_subcommand("run", "record and score in one; the trajectory is saved in the results folder as "
                                         "trajectory.h5");
   add_record_options(run, run_r);
   add_score_options(run, run_s, true);
   add_model_options(run, run_m);
+  add_table_option(run, run_m);
   std::string examples;
   for (const std::string& e : arm_examples()) examples += (examples.empty() ? "" : ", ") + e;
   sc->footer("Arms, e.g.: " + examples +

@@ -17,6 +17,7 @@
 #include "sjkv/io/codebook.h"
 #include "sjkv/io/lloyd_checkpoint.h"
 #include "sjkv/io/sha256.h"
+#include "sjkv/io/table_set.h"
 #include "sjkv/io/text.h"
 #include "sjkv/train/pipeline.h"
 #include "sjkv/train/train.h"
@@ -40,7 +41,7 @@ struct TrainArgs {
   double heldout = 0.2;
   int threads = 0;
   bool quiet = false, json = false, assume_rotated = false, checkpoint = false;
-  std::string init;  // codebook file, or empty: identity
+  std::string init = "auto";  // auto, identity, reference, a shipped set or a codebook file
   std::string staging = "tq6_0";
   std::string axis = "token";
   std::string device = "auto";  // auto | cpu | cuda: where the Lloyd encode + sum passes run
@@ -71,8 +72,20 @@ void prepare_train(const TrainArgs& a, const cluster::Comm& comm, TrainRun& run,
     cc.trellis_axis = run.axis;
     cli::check_codec_options(cc);
   }
+  // --init auto: the model's shipped table set (--model) when it has a table of this width.
+  std::string init = a.init;
+  const TableSet* named = find_table_set(init);
+  if (named && !named->table(a.bits))
+    throw cli::UsageError("--init " + init + ": the table set has no " + std::to_string(a.bits) + "-bit table");
+  if (init == "auto") {
+    init = "identity";
+    if (!a.state.model.empty() && run.axis == TrellisAxis::token) {
+      const TableSet* set = table_set_for(geometry_from_gguf(GgufFile::open(a.state.model)));
+      if (set && set->table(a.bits)) init = set->name;
+    }
+  }
   std::vector<std::string> ins = a.inputs;
-  if (!a.init.empty() && a.init != "identity" && a.init != "reference") ins.push_back(a.init);
+  if (init != "identity" && init != "reference" && !find_table_set(init)) ins.push_back(init);
   run.prefix = a.prefix;
   for (const std::string& o : train_output_names(run.prefix, run.axis)) cli::check_output(o, "-o", ins);
   if (comm.distributed() && a.device == "cuda")
@@ -83,7 +96,7 @@ void prepare_train(const TrainArgs& a, const cluster::Comm& comm, TrainRun& run,
   run.inputs = a.inputs;
   run.io = a.state.resolve();
   run.bits = a.bits;
-  run.init = a.init;
+  run.init = init;
   run.seed = a.seed;
   run.heldout = a.heldout;
   run.tol = a.tol;
@@ -330,8 +343,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0u, 10000u))->capture_default_str();
   app.add_option("--heldout", a.heldout, "Fraction of tiles held out")->capture_default_str();
   app.add_option("--init", a.init,
-                 "Starting tables: identity (scalar levels, the default), reference (the format's built-in tables) or a "
-                 "codebook file (.sjcb, .bin or .h)");
+                 "Starting tables: auto (with --model, the model's shipped table set when it has this width; otherwise "
+                 "identity), identity (scalar levels), reference (the format's built-in tables), a shipped set's name, "
+                 "or a codebook file (.sjcb, .bin or .h). Shipped: " + table_sets_help())
+      ->capture_default_str();
   app.add_option("--threads", a.threads, "Threads (0 = all cores); the codebook does not depend on it")
       ->check(CLI::Range(0, 1024))->capture_default_str();
   app.add_option("--axis", a.axis, "Trellis axis: token (the format's) or channel (sjkv extension; no C header)")

@@ -457,10 +457,18 @@ std::string recommend_markdown(const FrontierResult& r) {
       << (pk.plain.empty() || pk.plain == pk.arm ? "" : fmt("%.3f", pk.vs_plain.ratio)) << " | "
       << (pk.plain.empty() || pk.plain == pk.arm ? "" : ci(pk.vs_plain)) << " |\n";
   }
-  o << "\nAn arm string is what `sjkv-replay score --arms` and docs/REPLAY.md's grammar take; an SJ-KVaRN arm's\n"
-       "engine settings are its codec configuration (bits, body, staging, sink, tail; docs/SPEC.md), the\n"
-       "reference trellis tables unless the arm names `cb=`. A plain format's is llama.cpp's `-ctk/-ctv` type\n"
-       "(`:rot`: llama.cpp's default rotation of quantized caches).\n";
+  o << "\nWhat an engine needs for each pick:\n\n";
+  std::set<std::string> said;
+  for (const FrontierPick& pk : r.picks) {
+    if (pk.arm.empty() || !said.insert(pk.arm).second) continue;
+    const std::string e = arm_engine_settings(pk.arm);
+    o << "- `" << pk.arm << "`: "
+      << (e.empty() ? "llama.cpp's cache type of that name (`-ctk/-ctv`; `:rot`: its default rotation of quantized caches)" : e)
+      << ".\n";
+  }
+  o << "\nAn arm string is what `sjkv-replay score --arms` and docs/REPLAY.md's grammar take. An SJ-KVaRN arm's\n"
+       "configuration string is docs/SPEC.md's; `cb=` names its trellis tables (a shipped set of data/tablesets/,\n"
+       "`reference`, or raw table files), and without it the arm uses the format's tables.\n";
   return o.str();
 }
 

@@ -24,6 +24,8 @@
 #include "sjkv/replay/kv.h"
 #include "sjkv/io/codebook.h"
 #include "sjkv/io/file_error.h"
+#include "sjkv/io/table_set.h"
+#include "sjkv/io/text.h"
 #include "sjkv/seal.h"
 
 namespace sjkv {
@@ -353,6 +355,7 @@ struct EdgeRegistry {
 // raw table pairs (docs/SPEC.md §12.2), one per width.
 struct ArmCodebooks {
   std::vector<RawCodebook> pairs;
+  std::string named;  // cb=reference or cb=SET (a shipped table set), else empty
   const RawCodebook* of(uint32_t bits) const {
     for (const RawCodebook& r : pairs)
       if (r.bits == bits) return &r;
@@ -633,10 +636,17 @@ class SjArm final : public KvArm {
     return std::make_unique<SjLayer>(s, cfg_, opt_, reg_);
   }
   bool plain_f16_sliding() const override { return true; }
+  const CodecConfig& config() const { return cfg_; }
+  const SjOptions& options() const { return opt_; }
+  // A token-axis trellis body: trellis tables apply. names_tables: the spec says which (cb=).
+  bool takes_tables() const { return cfg_.body == Body::trellis && cfg_.trellis_axis == TrellisAxis::token; }
+  bool names_tables() const { return opt_.cb != nullptr || named_reference_; }
+  void set_named_reference() { named_reference_ = true; }
 
  private:
   CodecConfig cfg_;
   SjOptions opt_;
+  bool named_reference_ = false;
   std::shared_ptr<EdgeRegistry> reg_;
 };
 
@@ -668,7 +678,7 @@ std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealer
     if (!parse_config_head(head, parts[1], &c, &err)) bad(spec, err);
     SjOptions opt;
     std::shared_ptr<const ArmCodebooks> cb;
-    bool seen_axis = false;
+    bool seen_axis = false, named_reference = false;
     for (size_t i = 2; i < parts.size(); ++i) {
       const auto eq = parts[i].find('=');
       if (eq == std::string::npos) bad(spec, "option '" + parts[i] + "' is not key=value");
@@ -695,6 +705,13 @@ std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealer
           if (std::find(opt.layers.begin(), opt.layers.end(), id) != opt.layers.end()) bad(spec, "layers= lists a layer twice");
           opt.layers.push_back(id);
         }
+      } else if (key == "cb" && (val == "reference" || find_table_set(val))) {
+        // The format's tables, or a shipped set's (sjkv/io/table_set.h): names before file names.
+        auto books = std::make_shared<ArmCodebooks>();
+        books->named = val;
+        if (const TableSet* set = find_table_set(val))
+          for (const CodebookContainer& t : set->tables) books->pairs.push_back(t.table);
+        cb = books;
       } else if (key == "cb") {
         auto books = std::make_shared<ArmCodebooks>();
         for (const std::string& f : split(val, '+')) {
@@ -720,7 +737,13 @@ std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealer
     if (cb) {
       if (c.body != Body::trellis) bad(spec, "cb= applies to trellis bodies (e.g. sj:3/2t:cb=FILE)");
       if (c.trellis_axis == TrellisAxis::channel) bad(spec, "cb= tables are token-axis tables; axis=channel keeps its own");
-      if (!cb->of(c.bits_k) && !cb->of(c.bits_v))
+      if (cb->named == "reference") {
+        named_reference = true;
+        cb = nullptr;
+      } else if (!cb->of(c.bits_k) && !cb->of(c.bits_v) && !cb->named.empty())
+        bad(spec, "table set " + cb->named + " holds no " + std::to_string(c.bits_k) + "-bit or " +
+                      std::to_string(c.bits_v) + "-bit table");
+      else if (!cb->of(c.bits_k) && !cb->of(c.bits_v))
         bad(spec, "cb= holds no " + std::to_string(c.bits_k) + "-bit or " + std::to_string(c.bits_v) + "-bit table");
     }
     if (seen_axis && c.body != Body::trellis && c.trellis_axis == TrellisAxis::channel)
@@ -733,7 +756,9 @@ std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealer
     if (why != Unsupported::none) bad(spec, describe(why));
     opt.cb = cb;
     opt.sealers = sealers;
-    return std::make_unique<SjArm>(spec, c, opt);
+    auto arm = std::make_unique<SjArm>(spec, c, opt);
+    if (named_reference) arm->set_named_reference();
+    return arm;
   }
   bad(spec, "unknown arm '" + head + "' (known: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl [:rot], turbo3 turbo4 tq5_0 tq6_0, kvarn:K/V, sj:K/V[t])");
 }
@@ -741,6 +766,41 @@ std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealer
 }  // namespace
 
 std::unique_ptr<KvArm> make_arm(const std::string& spec, const SealerSource& sealers) { return parse(spec, sealers); }
+
+std::string arm_engine_settings(const std::string& spec) {
+  const std::unique_ptr<KvArm> arm = parse(spec, {});
+  const auto* sj = dynamic_cast<const SjArm*>(arm.get());
+  if (!sj) return "";
+  CodecConfig c = sj->config();
+  c.head_dim = 0;
+  std::string o = "codec configuration `" + c.name() + "` (head size the model's)";
+  if (sj->options().tier_edge) o += "; the first and last compressed layers at 4/4 scalar";
+  if (sj->options().kmean) o += "; keys stored less their per-head mean (sjkv extension kmean=sink)";
+  if (!sj->takes_tables()) return o;
+  const ArmCodebooks* cb = sj->options().cb.get();
+  TrellisCodebooks t;
+  if (cb) t = cb->tables(c.bits_k, c.bits_v);
+  const std::string id = hex64(codebook_id(c.bits_k, c.bits_v, t));
+  if (!cb) return o + "; the format's trellis tables (codebook id " + id + ")";
+  if (!cb->named.empty()) {
+    const TableSet* set = find_table_set(cb->named);
+    std::string files;
+    for (const CodebookContainer& b : set->tables)
+      if (b.table.bits == c.bits_k || b.table.bits == c.bits_v)
+        files += (files.empty() ? "" : " and ") + std::to_string(b.table.bits) + "-bit raw table SHA-256 " + b.raw_sha256.substr(0, 16);
+    return o + "; trellis tables of the shipped set " + set->name + " (" + files + "; codebook id " + id + ")";
+  }
+  return o + "; trellis tables from the cb= files (codebook id " + id + ")";
+}
+
+std::string arm_with_tables(const std::string& spec, const TableChoice& choice, const ModelGeometry* g) {
+  const std::unique_ptr<KvArm> arm = parse(spec, {});
+  const auto* sj = dynamic_cast<const SjArm*>(arm.get());
+  if (!sj || !sj->takes_tables() || sj->names_tables()) return spec;
+  const CodecConfig& c = sj->config();
+  const TableSet* set = choice.resolve(g, c.bits_k, c.bits_v);
+  return set ? spec + ":cb=" + set->name : spec;
+}
 
 std::vector<std::string> arm_examples() {
   return {"f32",      "f16",        "bf16",       "q8_0",          "q8_0:rot",          "q4_0",

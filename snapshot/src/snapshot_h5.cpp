@@ -64,6 +64,8 @@ std::string config_defect(const Snapshot& s, const std::string& axis) {
     return "tail " + u(c.tail) + " / tail_max " + u(c.tail_max) + " are above 2^30";
   std::string d = h5::string_defect("model", s.model);
   if (d.empty()) d = h5::string_defect("source", s.source);
+  if (d.empty()) d = h5::string_defect("codebooks/set", s.codebook_set);
+  if (d.empty() && !s.codebook_set.empty() && c.resolved_body() != Body::trellis) d = "a table set named for a scalar body";
   return d;
 }
 
@@ -320,6 +322,7 @@ void write_snapshot(const std::string& path, const Snapshot& snap, int zstd_leve
       w.attr_u32(cg.get(), "window_k", 6 + codebooks->bits_k);
       w.attr_u32(cg.get(), "window_v", 6 + codebooks->bits_v);
       w.attr_u64(cg.get(), "codebook_id", snap.codebook_id);
+      if (!snap.codebook_set.empty()) w.attr_string(cg.get(), "set", snap.codebook_set);
       w.dataset(cg.get(), "k_table", "codebooks/k_table", fp16.get(), fp16.get(), 2, {codebooks->k_table.size()},
                 codebooks->k_table.data(), zstd_level);
       w.dataset(cg.get(), "v_table", "codebooks/v_table", fp16.get(), fp16.get(), 2, {codebooks->v_table.size()},
@@ -429,6 +432,12 @@ Snapshot read_snapshot(const std::string& path, EmbeddedCodebooks* codebooks_out
     const uint64_t id = r.uint_attr(cg.get(), "codebook_id", "codebooks/codebook_id", 0, UINT64_MAX);
     if (id != s.codebook_id)
       r.fail("codebooks/codebook_id = " + h5::hex64(id) + " differs from codebook_id = " + h5::hex64(s.codebook_id));
+    if (r.has_attr(cg.get(), "set")) {  // optional: absent in files written before table sets
+      s.codebook_set = r.string_attr(cg.get(), "set", "codebooks/set");
+      const std::string d = h5::string_defect("codebooks/set", s.codebook_set);
+      if (!d.empty()) r.fail(d);
+      if (s.codebook_set.empty()) r.fail("codebooks/set is empty");
+    }
     std::vector<uint16_t>* tables[2] = {&cb.k_table, &cb.v_table};
     const uint64_t windows[2] = {wk, wv};
     const char* names[2] = {"k_table", "v_table"};

@@ -12,6 +12,7 @@
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/file_error.h"
 #include "sjkv/io/sha256.h"
+#include "sjkv/io/table_set.h"
 #include "sjkv/io/text.h"
 #include "sjkv/trellis.h"
 
@@ -92,6 +93,12 @@ TrainReport train_and_evaluate(const TrainRun& a) {
       init_k.assign(rk, rk + ne);
       init_v.assign(rv, rv + ne);
       init_name = a.bits == 4 ? "reference (the format's 4-bit table, the identity)" : "reference (the format's built-in tables)";
+    } else if (const TableSet* set = find_table_set(a.init)) {
+      const RawCodebook* t = set->table(a.bits);
+      if (!t) throw std::invalid_argument("table set " + set->name + " has no " + std::to_string(a.bits) + "-bit table");
+      init_k = t->k;
+      init_v = t->v;
+      init_name = "table set " + set->name + " (" + hex64(raw_codebook_id(*t)) + ")";
     } else {
       const CodebookContainer c = read_codebook_any(a.init);
       if (c.table.bits != a.bits)

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "sjkv/cache.h"
+#include "sjkv/io/table_set.h"
 
 namespace sjkv {
 namespace replay {
@@ -72,6 +73,15 @@ class KvArm {
 std::unique_ptr<KvArm> make_arm(const std::string& spec, const SealerSource& sealers = {});
 // The specs make_arm accepts, for --help and errors.
 std::vector<std::string> arm_examples();
+// The arm as it runs on this model: a token-axis trellis SJ arm that names no tables (cb=)
+// gets ":cb=SET" when `choice` picks a shipped set for its widths on model `g` (null: model
+// unknown); every other spec is returned as it is. Results, stores and comparisons use the
+// returned string, so the tables an arm sealed with are in its name. Throws as make_arm.
+std::string arm_with_tables(const std::string& spec, const TableChoice& choice, const ModelGeometry* g);
+// What an engine needs to run an SJ-KVaRN or KVarN arm: its codec configuration string and its
+// trellis tables (the format's, a shipped set's or files', with the codebook id); "" for the
+// row formats (their name is the engine's cache type).
+std::string arm_engine_settings(const std::string& spec);
 
 }  // namespace replay
 }  // namespace sjkv

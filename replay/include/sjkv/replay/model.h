@@ -24,6 +24,23 @@ struct ModelInfo {
   size_t weight_bytes = 0;         // memory the loaded weights take
 };
 
+// The cache geometry the model runs with (the shipped table sets match on it).
+inline ModelGeometry geometry_of(const ModelInfo& m) {
+  ModelGeometry g;
+  g.architecture = m.architecture;
+  g.n_layers = m.n_layer;
+  g.context_length = m.n_ctx_train;
+  g.layers.resize(m.layers.size());
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    const LayerShape& s = m.layers[i];
+    g.layers[i].kind = s.full_attention ? LayerKind::full_attention : LayerKind::sliding_window;
+    g.layers[i].n_head = s.n_head;
+    g.layers[i].n_head_kv = s.n_head_kv;
+    g.layers[i].head_dim_k = g.layers[i].head_dim_v = s.head_dim;
+  }
+  return g;
+}
+
 struct LoadOptions {
   int n_threads = 0;  // 0: OpenMP's default
   // The longest sequence the caller will run (set_context can change it): Phi-3's long RoPE

@@ -34,6 +34,9 @@ struct Snapshot {
   // Trellis bodies: the tables the records were sealed with (fp16 bit patterns, K and V),
   // carried so a snapshot decodes on its own; empty for scalar bodies. File: /codebooks.
   std::vector<uint16_t> codebook_k, codebook_v;
+  // The shipped table set those tables are (sjkv/io/table_set.h), or empty: the format's or a
+  // file's tables (codebook_id tells which). File: /codebooks attribute set, absent when empty.
+  std::string codebook_set;
   std::string model, source;
   std::vector<int32_t> token_ids;
   std::vector<SnapshotLayer> layers;

@@ -42,7 +42,7 @@ struct TrainRun {
   std::string prefix;               // the files of train_output_names(prefix, axis)
   uint32_t bits = 3;
   TrellisAxis axis = TrellisAxis::token;
-  std::string init;                 // "" or "identity", "reference", or a codebook file
+  std::string init;                 // "" or "identity", "reference", a shipped table set's name, or a codebook file
   uint64_t seed = 1;                // of the split
   double heldout = 0.2;             // fraction of tiles held out
   double tol = LloydOptions{}.tol;
