@@ -189,6 +189,11 @@ void check_arms_fit(const Loaded& l, const std::vector<std::string>& specs, uint
                               std::to_string(s.layer) + ", head_dim " + std::to_string(s.head_dim) + "): " + e.what());
       }
     }
+    try {
+      arm->check_layers(l.model->info().layers);
+    } catch (const std::invalid_argument& e) {
+      throw cli::UsageError(std::string(option) + " '" + spec + "' does not fit " + base_name(l.path) + ": " + e.what());
+    }
   }
 }
 
@@ -454,6 +459,15 @@ int do_frontier(ModelArgs ma, const FrontierArgs& fa) {
       set.trajectories.push_back(std::move(t));
     }
     std::vector<std::string> specs = fa.arms.empty() ? frontier_candidates(fa.quick) : fa.arms;
+    if (fa.arms.empty()) {
+      std::vector<uint32_t> full;
+      for (const LayerShape& s : l.model->info().layers)
+        if (s.full_attention) full.push_back(s.layer);
+      for (const std::string& w : frontier_wide_candidates(fa.quick, full)) specs.push_back(w);
+      if (!fa.quick && full.size() > kMaxWideLayers)
+        note(ma, std::to_string(full.size()) + " full-attention layers: no width-per-layer candidates (name them with "
+                 "--also, e.g. sj:3/2t:wide=L)");
+    }
     for (const std::string& a : fa.also)
       if (std::find(specs.begin(), specs.end(), a) == specs.end()) specs.push_back(a);
     const TableChoice choice = table_choice(ma);
@@ -471,6 +485,7 @@ int do_frontier(ModelArgs ma, const FrontierArgs& fa) {
           s.n_ctx = longest;
           (void)arm->make_layer(s);
         }
+        arm->check_layers(l.model->info().layers);
         candidates.push_back(spec);
       } catch (const std::invalid_argument& e) {
         if (!fa.arms.empty() || given == fa.default_arm || std::find(fa.also.begin(), fa.also.end(), given) != fa.also.end())

@@ -134,6 +134,14 @@ std::vector<std::string> frontier_candidates(bool quick) {
           "sj:3/3t:tier=edge", "sj:3/2t:tier=edge"};
 }
 
+std::vector<std::string> frontier_wide_candidates(bool quick, const std::vector<uint32_t>& full_layers) {
+  std::vector<std::string> out;
+  if (quick || full_layers.size() > kMaxWideLayers || full_layers.size() < 2) return out;
+  for (const char* base : {"sj:3/2t:tail=512/1024:staging=q8_0", "sj:2/2t:tail=512/1024:staging=q8_0"})
+    for (uint32_t l : full_layers) out.push_back(std::string(base) + ":wide=" + std::to_string(l));
+  return out;
+}
+
 std::string arm_family(const std::string& spec) {
   if (spec.rfind("kvarn:", 0) == 0) return "kvarn";
   if (spec.rfind("sj:", 0) == 0) {

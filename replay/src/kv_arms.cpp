@@ -375,6 +375,8 @@ struct ArmCodebooks {
 // tables, and the study's attribution and extension switches (never the format's defaults).
 struct SjOptions {
   bool tier_edge = false;                   // tier=edge
+  std::vector<uint32_t> wide;               // wide=A+B: these layers at 4/4 scalar (the tier width)
+  bool is_wide(uint32_t l) const { return std::find(wide.begin(), wide.end(), l) != wide.end(); }
   std::shared_ptr<const ArmCodebooks> cb;   // cb=FILE[+FILE]
   bool kmean = false;                       // kmean=sink: one K mean per head, subtracted from every key
   char exact = 0;                           // exact=k|v: that side served as f16 rows (attribution)
@@ -396,7 +398,7 @@ class SjLayer final : public InspectableKv, private RowSource {
     cfg_.head_dim = s.head_dim;
     if (s.n_ctx == 0) throw std::invalid_argument("layer " + std::to_string(s.layer) + ": SJ arms need n_ctx > 0");
     validate(cfg_);
-    if (opt_.tier_edge) validate(edge_config(cfg_));
+    if (opt_.tier_edge || opt_.is_wide(s.layer)) validate(edge_config(cfg_));
   }
 
   static CodecConfig edge_config(CodecConfig c) {  // the note's tiering: edge layers at 4/4 scalar
@@ -414,7 +416,7 @@ class SjLayer final : public InspectableKv, private RowSource {
 
   void begin_ubatch(uint32_t pos0, uint32_t n) override {
     if (!cache_) {
-      if (opt_.tier_edge && reg_->is_edge(s_.layer)) cfg_ = edge_config(cfg_);
+      if ((opt_.tier_edge && reg_->is_edge(s_.layer)) || opt_.is_wide(s_.layer)) cfg_ = edge_config(cfg_);
       CacheShape sh;
       sh.n_layers = 1;
       sh.n_head_kv = s_.n_head_kv;
@@ -636,6 +638,18 @@ class SjArm final : public KvArm {
     return std::make_unique<SjLayer>(s, cfg_, opt_, reg_);
   }
   bool plain_f16_sliding() const override { return true; }
+  void check_layers(const std::vector<LayerShape>& layers) const override {
+    std::vector<uint32_t> full;
+    for (const LayerShape& s : layers)
+      if (s.full_attention) full.push_back(s.layer);
+    std::string list;
+    for (uint32_t l : full) list += (list.empty() ? "" : ", ") + std::to_string(l);
+    for (const auto* ids : {&opt_.layers, &opt_.wide})
+      for (uint32_t id : *ids)
+        if (std::find(full.begin(), full.end(), id) == full.end())
+          throw std::invalid_argument(std::string(ids == &opt_.wide ? "wide=" : "layers=") + std::to_string(id) +
+                                      ": not a full-attention layer of this model (those are " + list + ")");
+  }
   const CodecConfig& config() const { return cfg_; }
   const SjOptions& options() const { return opt_; }
   // A token-axis trellis body: trellis tables apply. names_tables: the spec says which (cb=).
@@ -699,6 +713,12 @@ std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealer
       } else if (key == "exact") {
         if (val != "k" && val != "v") bad(spec, "exact must be k or v");
         opt.exact = val[0];
+      } else if (key == "wide") {
+        for (const std::string& l : split(val, '+')) {
+          const uint32_t id = parse_u32(spec, key, l);
+          if (opt.is_wide(id)) bad(spec, "wide= lists a layer twice");
+          opt.wide.push_back(id);
+        }
       } else if (key == "layers") {
         for (const std::string& l : split(val, '+')) {
           const uint32_t id = parse_u32(spec, key, l);
@@ -775,6 +795,7 @@ std::string arm_engine_settings(const std::string& spec) {
   c.head_dim = 0;
   std::string o = "codec configuration `" + c.name() + "` (head size the model's)";
   if (sj->options().tier_edge) o += "; the first and last compressed layers at 4/4 scalar";
+  for (uint32_t l : sj->options().wide) o += "; layer " + std::to_string(l) + " at 4/4 scalar";
   if (sj->options().kmean) o += "; keys stored less their per-head mean (sjkv extension kmean=sink)";
   if (!sj->takes_tables()) return o;
   const ArmCodebooks* cb = sj->options().cb.get();

@@ -43,6 +43,7 @@ class CapturingKv : public LayerKv {
 }  // namespace
 
 std::vector<std::unique_ptr<LayerKv>> make_cache(const Model& m, const KvArm& arm, uint32_t n_ctx, uint32_t n_ubatch) {
+  arm.check_layers(m.info().layers);
   std::vector<std::unique_ptr<LayerKv>> kv;
   for (LayerShape s : m.info().layers) {
     s.n_ctx = n_ctx;

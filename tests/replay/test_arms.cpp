@@ -688,6 +688,75 @@ TEST(ArmAttention, CodebookFilesSealAndDecodeWithTheirTables) {
     EXPECT_THROW(make_arm(bad), std::invalid_argument) << bad;
 }
 
+// cb=SET and cb=reference (sjkv/io/table_set.h): a shipped set seals with its tables, the same
+// rows as its table files given with cb=; cb=reference is the bare arm; arm_with_tables adds the
+// set only for the model it serves and the width pairs it is the default for.
+TEST(ArmAttention, ShippedTableSetsAreTheirFilesAndResolvePerModel) {
+  const std::string dir = std::string(SJKV_SOURCE_DIR) + "/study/codebooks/";
+  const std::string files = dir + "gemma3-270m-3bit.bin+" + dir + "gemma3-270m-2bit.bin";
+  const uint32_t N = 700;
+  const Data d = make_data(N, 128, 4, 1, 43);
+  auto rows = [&](const std::string& spec) {
+    const RunResult r = run_arm(spec, d, N, 64, {});
+    std::vector<float> K(static_cast<size_t>(N) * 128), V(K.size());
+    dynamic_cast<const InspectableKv*>(r.layer.get())->stored_rows(0, 0, N, K.data(), V.data());
+    K.insert(K.end(), V.begin(), V.end());
+    return K;
+  };
+  const std::vector<float> set = rows("sj:3/2t:tail=128:cb=gemma3-270m");
+  EXPECT_TRUE(set == rows("sj:3/2t:tail=128:cb=" + files));
+  EXPECT_TRUE(rows("sj:3/2t:tail=128:cb=reference") == rows("sj:3/2t:tail=128"));
+  EXPECT_FALSE(set == rows("sj:3/2t:tail=128"));
+  EXPECT_THROW(make_arm("sj:4/4t:cb=gemma3-270m"), std::invalid_argument);  // no 4-bit table
+  EXPECT_THROW(make_arm("sj:4/4:cb=reference"), std::invalid_argument);     // scalar body
+
+  ModelGeometry g;
+  g.architecture = "gemma3";
+  g.n_layers = 18;
+  g.layers.resize(18);
+  for (uint32_t l = 0; l < 18; ++l) {
+    g.layers[l].kind = (l + 1) % 6 == 0 ? LayerKind::full_attention : LayerKind::sliding_window;
+    g.layers[l].n_head_kv = 1;
+    g.layers[l].head_dim_k = g.layers[l].head_dim_v = 256;
+  }
+  const TableChoice a = TableChoice::parse("auto"), r = TableChoice::parse("reference");
+  EXPECT_EQ(arm_with_tables("sj:3/2t", a, &g), "sj:3/2t:cb=gemma3-270m");
+  EXPECT_EQ(arm_with_tables("sj:2/2t:tail=512/1024:staging=q8_0", a, &g), "sj:2/2t:tail=512/1024:staging=q8_0:cb=gemma3-270m");
+  for (const std::string& same : {std::string("sj:3/3t"), std::string("sj:4/4"), std::string("sj:3/2t:axis=channel"),
+                                  std::string("sj:3/2t:cb=reference"), std::string("q8_0"),
+                                  std::string("kvarn:4/4:tail=0"), "sj:3/2t:cb=" + files})
+    EXPECT_EQ(arm_with_tables(same, a, &g), same) << same;
+  EXPECT_EQ(arm_with_tables("sj:3/2t", r, &g), "sj:3/2t");
+  EXPECT_EQ(arm_with_tables("sj:3/2t", a, nullptr), "sj:3/2t");
+  g.layers[11].head_dim_k = g.layers[11].head_dim_v = 128;  // another model: no set
+  EXPECT_EQ(arm_with_tables("sj:3/2t", a, &g), "sj:3/2t");
+  EXPECT_EQ(arm_with_tables("sj:3/3t", TableChoice::parse("gemma3-270m"), &g), "sj:3/3t:cb=gemma3-270m");
+  EXPECT_NE(arm_engine_settings("sj:3/2t:cb=gemma3-270m").find("shipped set gemma3-270m"), std::string::npos);
+  EXPECT_NE(arm_engine_settings("sj:3/2t").find("the format's trellis tables"), std::string::npos);
+  EXPECT_EQ(arm_engine_settings("q8_0"), "");
+}
+
+// wide=L: those full-attention layers at 4/4 scalar, the others at the arm's widths; a layer
+// the model lacks (or a sliding one) is refused by check_layers.
+TEST(ArmTier, WideLayersRunAt44) {
+  auto arm = make_arm("sj:3/2t:wide=11");
+  std::vector<LayerShape> shapes;
+  std::vector<std::unique_ptr<LayerKv>> layers;
+  for (uint32_t l = 0; l < 18; ++l) {
+    shapes.push_back(shape(128, 2, 1, 256, (l + 1) % 6 == 0 ? 0 : 64, l));
+    layers.push_back(arm->make_layer(shapes.back()));
+  }
+  arm->check_layers(shapes);
+  for (auto& l : layers) l->begin_ubatch(0, 1);
+  EXPECT_EQ(inspect(layers[5])->storage_name().rfind("sj:3/2t:", 0), 0u);
+  EXPECT_EQ(inspect(layers[11])->storage_name().rfind("sj:4/4:", 0), 0u);
+  EXPECT_EQ(inspect(layers[17])->storage_name().rfind("sj:3/2t:", 0), 0u);
+  EXPECT_THROW(make_arm("sj:3/2t:wide=7")->check_layers(shapes), std::invalid_argument);    // sliding
+  EXPECT_THROW(make_arm("sj:3/2t:layers=40")->check_layers(shapes), std::invalid_argument);  // absent
+  EXPECT_THROW(make_arm("sj:3/2t:wide=5+5"), std::invalid_argument);
+  EXPECT_NE(arm_engine_settings("sj:3/2t:wide=11").find("layer 11 at 4/4 scalar"), std::string::npos);
+}
+
 // kmean=sink: keys stored less their per-head mean (from the first sink keys, f16), which
 // attention does not see: the fused output still matches attention over the decoded rows
 // (mean added back) and over the codec's own rows. On keys that sit mostly along one mean

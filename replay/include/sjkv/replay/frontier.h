@@ -28,6 +28,11 @@ namespace replay {
 
 // The candidate arms: every format family at each width (quick: a short list for tests).
 std::vector<std::string> frontier_candidates(bool quick);
+// A width per full-attention layer: each low-width trellis base with one of the model's
+// full-attention layers at 4/4 (wide=L), when it has at most kMaxWideLayers of them (more would
+// multiply the list; name such arms with --also). Empty under --quick.
+constexpr size_t kMaxWideLayers = 4;
+std::vector<std::string> frontier_wide_candidates(bool quick, const std::vector<uint32_t>& full_layers);
 // The family of an arm spec, for tables and plots: "f16", "q4_0:rot", "kvarn", "sj scalar",
 // "sj trellis" (options after the widths do not change it).
 std::string arm_family(const std::string& spec);

@@ -62,6 +62,8 @@ class KvArm {
   // make_arm("f16") does): the layers before the first full-attention layer then compute the
   // same bits for every such arm, and a replay of several arms runs them once.
   virtual bool plain_f16_sliding() const { return false; }
+  // Throws std::invalid_argument when the spec names layers the model lacks (layers=, wide=).
+  virtual void check_layers(const std::vector<LayerShape>& /*layers*/) const {}
 
  protected:
   std::string spec_;
