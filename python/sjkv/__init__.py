@@ -1,0 +1,40 @@
+"""sjkv: SJ-KVaRN compressed KV caches from Python.
+
+The codec, the snapshot encoder and sjkv's files, numpy in and out. Every call runs sjkv's
+C++ libraries (the same bytes as the command-line tools); a bad file raises sjkv.FileError
+with the one-line message the tools print, a bad argument ValueError.
+
+    import numpy as np, sjkv
+    k = np.random.default_rng(0).standard_normal((1, 700, 2, 128)).astype(np.float16)
+    snap = sjkv.encode(k, k, "sj:3/2t", n_ubatch=64)   # as an engine holds it at 700 tokens
+    k2, v2 = snap.decode()                              # float16 [layers, tokens, heads, dim]
+    snap.write("cache.h5")
+"""
+from ._sjkv import (  # noqa: F401
+    Body,
+    Config,
+    FileError,
+    Snapshot,
+    encode,
+    read_capture,
+    read_codebook,
+    read_snapshot,
+    table_sets,
+    write_capture,
+    write_codebook,
+)
+
+__all__ = [
+    "Body",
+    "Config",
+    "FileError",
+    "Snapshot",
+    "encode",
+    "read_capture",
+    "read_codebook",
+    "read_snapshot",
+    "table_sets",
+    "write_capture",
+    "write_codebook",
+]
+__version__ = "0.1.0"
