@@ -22,15 +22,18 @@
 #include "sjkv/io/snapshot_file.h"
 #include "sjkv/io/table_set.h"
 #include "sjkv/policy.h"
+#include "bind.h"
 
 namespace py = pybind11;
 using namespace sjkv;
 
 namespace {
-
 py::object g_file_error;  // sjkv.FileError, set at import
+}  // namespace
 
-CodecConfig parse(const std::string& text) {
+namespace sjkv::pybind {
+
+CodecConfig parse_config_checked(const std::string& text) {
   CodecConfig c;
   std::string err;
   if (!parse_config(text, &c, &err)) throw std::invalid_argument("configuration '" + text + "': " + err);
@@ -38,6 +41,12 @@ CodecConfig parse(const std::string& text) {
   if (why != Unsupported::none) throw std::invalid_argument("configuration '" + text + "': " + describe(why));
   return c;
 }
+
+}  // namespace sjkv::pybind
+
+namespace {
+
+using pybind::parse_config_checked;
 
 // [layers, tokens, kv_heads, head_dim] (or [tokens, kv_heads, head_dim]: one layer) float16 or
 // float32 -> fp16 bit patterns per layer; float32 rounds to nearest even, as the engines store.
@@ -98,7 +107,9 @@ Capture capture_of(const py::array& k, const py::array& v, const std::vector<uin
   return c;
 }
 
-py::dict capture_dict(const Capture& c) {
+}  // namespace
+
+py::dict sjkv::pybind::capture_dict(const Capture& c) {
   py::dict d;
   d["k"] = f16_view(as_f16_array(c, false));
   d["v"] = f16_view(as_f16_array(c, true));
@@ -112,6 +123,8 @@ py::dict capture_dict(const Capture& c) {
   return d;
 }
 
+namespace {
+using pybind::capture_dict;
 }  // namespace
 
 PYBIND11_MODULE(_sjkv, m) {
@@ -131,7 +144,7 @@ PYBIND11_MODULE(_sjkv, m) {
   py::enum_<Body>(m, "Body").value("automatic", Body::automatic).value("scalar", Body::scalar).value("trellis", Body::trellis);
 
   py::class_<CodecConfig>(m, "Config", "An SJ-KVaRN codec configuration (docs/SPEC.md section 9.1).")
-      .def(py::init(&parse), py::arg("text"), "Parses a configuration string such as 'sj:3/2t:D=128'.")
+      .def(py::init(&parse_config_checked), py::arg("text"), "Parses a configuration string such as 'sj:3/2t:D=128'.")
       .def_property_readonly("name", &CodecConfig::name, "The canonical configuration string.")
       .def_readonly("head_dim", &CodecConfig::head_dim)
       .def_readonly("group", &CodecConfig::group)
@@ -200,7 +213,7 @@ PYBIND11_MODULE(_sjkv, m) {
          const std::string& source, const std::vector<int32_t>& token_ids) {
         const Capture cap = capture_of(k, v, layer_ids, rotated, model, source, token_ids);
         EncodeOptions eo;
-        eo.config = parse(config);
+        eo.config = parse_config_checked(config);
         eo.config.head_dim = cap.head_dim;
         eo.n_ubatch = n_ubatch;
         eo.threads = threads;
@@ -221,7 +234,8 @@ PYBIND11_MODULE(_sjkv, m) {
       "Encodes K/V tiles as an engine holds them at their length, as `sjkv-encode encode` does: the same "
       "snapshot for the same capture. codebook: reference (the format's tables) or a shipped set's name.");
 
-  m.def("read_snapshot", [](const std::string& path) { return read_snapshot(path); }, py::arg("path"));
+  m.def("read_snapshot", [](const std::string& path) { return read_snapshot(path); }, py::arg("path"),
+        "A snapshot file (docs/FORMAT.md section 3); read_snapshot_any also takes sequence-state streams.");
   m.def(
       "read_capture", [](const std::string& path) { return capture_dict(read_capture(path)); }, py::arg("path"),
       "A capture file as a dict: k, v (float16 [layers, tokens, kv_heads, head_dim]), layer_ids, rotated, model, "
@@ -262,6 +276,7 @@ PYBIND11_MODULE(_sjkv, m) {
         write_raw_codebook(path, cb);
       },
       py::arg("path"), py::arg("k"), py::arg("v"), "Writes a raw table file (.bin: K then V, fp16).");
+  pybind::bind_more(m);
   m.def("table_sets", [] {
     std::vector<std::string> names;
     for (const TableSet& s : shipped_table_sets()) names.push_back(s.summary());

@@ -1,0 +1,367 @@
+// The rest of _sjkv: the sequence cache step by step, the other input files (any capture-like
+// input, llama.cpp state files, sequence-state streams, trajectories), training and results.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bind.h"
+#include "sjkv/cache.h"
+#include "sjkv/cache_view.h"
+#include "sjkv/hadamard.h"
+#include "sjkv/io/encode.h"
+#include "sjkv/io/load.h"
+#include "sjkv/io/state_stream.h"
+#include "sjkv/io/table_set.h"
+#include "sjkv/io/trajectory.h"
+#include "sjkv/replay/results.h"
+#include "sjkv/replay/score.h"
+#include "sjkv/train/pipeline.h"
+
+namespace py = pybind11;
+using namespace sjkv;
+
+namespace {
+
+// The engine's view of one sequence: positions stored in ubatches, the journal policy's step
+// before each, rows read back as attention reads them.
+class PyCache {
+ public:
+  PyCache(const std::string& config, uint32_t n_layers, uint32_t kv_heads, uint32_t head_dim, uint32_t n_ctx,
+          uint32_t n_ubatch, const std::string& codebook)
+      : cfg_(pybind::parse_config_checked(config)) {
+    cfg_.head_dim = head_dim;
+    const Unsupported why = can_implement(cfg_);
+    if (why != Unsupported::none) throw std::invalid_argument(cfg_.name() + ": " + describe(why));
+    const TableChoice choice = TableChoice::parse(codebook == "auto" ? "reference" : codebook);
+    set_ = choice.resolve(nullptr, cfg_.bits_k, cfg_.bits_v);
+    SealOptions so;  // as sjkv-encode's encoder drives the cache
+    so.iters = cfg_.iters;
+    so.balance = cfg_.balance;
+    if (set_ && cfg_.resolved_body() == Body::trellis) so.codebooks = set_->tables_for(cfg_.bits_k, cfg_.bits_v);
+    else set_ = nullptr;
+    CacheShape sh;
+    sh.n_layers = n_layers;
+    sh.n_head_kv = kv_heads;
+    sh.n_ctx = n_ctx;
+    sh.n_ubatch = n_ubatch;
+    cache_ = std::make_unique<SequenceCache>(cfg_, sh, so);
+    if (!cache_->status().ok()) throw std::invalid_argument(cache_->status().message());
+  }
+
+  // k, v: [n, layers, kv_heads, head_dim] float32, the model's basis unless rotated.
+  uint32_t append(uint32_t pos0, py::array_t<float, py::array::c_style | py::array::forcecast> k,
+                  py::array_t<float, py::array::c_style | py::array::forcecast> v, bool rotated) {
+    const CacheShape& s = cache_->shape();
+    const uint32_t D = cfg_.head_dim;
+    if (k.ndim() != 4 || k.shape(1) != s.n_layers || k.shape(2) != s.n_head_kv || k.shape(3) != D)
+      throw std::invalid_argument("k must be [n, " + std::to_string(s.n_layers) + ", " + std::to_string(s.n_head_kv) + ", " +
+                                  std::to_string(D) + "]");
+    if (v.ndim() != 4 || v.shape(0) != k.shape(0) || v.shape(1) != k.shape(1) || v.shape(2) != k.shape(2) || v.shape(3) != D)
+      throw std::invalid_argument("v must have k's shape");
+    const uint32_t n = static_cast<uint32_t>(k.shape(0));
+    if (pos0 != cache_->n_stored()) throw std::invalid_argument("pos0 must be " + std::to_string(cache_->n_stored()) + ", the positions stored");
+    std::vector<float> K(k.data(), k.data() + k.size()), V(v.data(), v.data() + v.size());
+    uint32_t sealed = 0;
+    {
+      py::gil_scoped_release nogil;
+      if (!rotated) {
+        hadamard_blocks(K.data(), static_cast<uint32_t>(K.size()), cfg_.rotation());
+        hadamard_blocks(V.data(), static_cast<uint32_t>(V.size()), cfg_.rotation());
+      }
+      if (!stepped_) {
+        const Status st = cache_->begin_ubatch(pos0, n, &sealed);
+        if (!st.ok()) throw std::invalid_argument(st.message());
+      }
+      stepped_ = false;
+      const Status st = cache_->store_ubatch(pos0, n, K.data(), V.data());
+      if (!st.ok()) throw std::invalid_argument(st.message());
+    }
+    return sealed;
+  }
+
+  // The policy step alone, before a ubatch of n positions at pos0 (the next append at pos0
+  // does not take it again).
+  uint32_t begin_ubatch(uint32_t pos0, uint32_t n) {
+    if (pos0 != cache_->n_stored()) throw std::invalid_argument("pos0 must be " + std::to_string(cache_->n_stored()) + ", the positions stored");
+    uint32_t sealed = 0;
+    py::gil_scoped_release nogil;
+    const Status st = cache_->begin_ubatch(pos0, n, &sealed);
+    if (!st.ok()) throw std::invalid_argument(st.message());
+    stepped_ = true;
+    return sealed;
+  }
+
+  uint32_t idle(uint32_t keep_recent) {
+    uint32_t sealed = 0;
+    py::gil_scoped_release nogil;
+    const Status st = cache_->idle(keep_recent, &sealed);
+    if (!st.ok()) throw std::invalid_argument(st.message());
+    return sealed;
+  }
+
+  // Rows [p0, p1) of a layer as attention reads them: (k, v) float32 [p1 - p0, kv_heads, D],
+  // in the model's basis unless rotated.
+  py::tuple rows(uint32_t layer, uint32_t p0, uint32_t p1, bool rotated) const {
+    const CacheShape& s = cache_->shape();
+    if (layer >= s.n_layers) throw std::invalid_argument("layer " + std::to_string(layer) + " is out of range");
+    if (p0 > p1 || p1 > cache_->n_stored())
+      throw std::invalid_argument("positions must be within [0, " + std::to_string(cache_->n_stored()) + ")");
+    const uint32_t D = cfg_.head_dim, H = s.n_head_kv;
+    py::array_t<float> k({static_cast<size_t>(p1 - p0), static_cast<size_t>(H), static_cast<size_t>(D)}), v(k.request().shape);
+    float* kp = k.mutable_data();
+    float* vp = v.mutable_data();
+    const CacheView view = cache_->view(layer);
+    for (uint32_t p = p0; p < p1; ++p)
+      for (uint32_t h = 0; h < H; ++h) {
+        float* ko = kp + (static_cast<size_t>(p - p0) * H + h) * D;
+        float* vo = vp + (static_cast<size_t>(p - p0) * H + h) * D;
+        resolve_row(view, p, h, ko, vo);
+        if (!rotated) {
+          hadamard_blocks(ko, D, cfg_.rotation());  // the Hadamard blocks are their own inverse
+          hadamard_blocks(vo, D, cfg_.rotation());
+        }
+      }
+    return py::make_tuple(k, v);
+  }
+
+  Snapshot snapshot() const {
+    Snapshot s = snapshot_of_cache(*cache_);
+    if (set_) s.codebook_set = set_->name;
+    return s;
+  }
+
+  const CodecConfig& config() const { return cfg_; }
+  uint32_t n_stored() const { return cache_->n_stored(); }
+  uint32_t B() const { return cache_->policy().B; }
+  double bits_occupied() const { return occupied_bits(cfg_, cache_->policy().B, cache_->n_stored()).total_bits(); }
+
+ private:
+  CodecConfig cfg_;
+  const TableSet* set_ = nullptr;
+  std::unique_ptr<SequenceCache> cache_;
+  bool stepped_ = false;  // begin_ubatch taken for the next append
+};
+
+py::dict trajectory_dict(const Trajectory& t) {
+  py::dict d;
+  d["model_file"] = t.model_file;
+  d["model_sha256"] = t.model_sha256;
+  d["architecture"] = t.architecture;
+  d["n_vocab"] = t.n_vocab;
+  d["prompt_tokens"] = t.prompt_tokens;
+  d["tokens"] = py::array_t<int32_t>(t.tokens.size(), t.tokens.data());
+  d["generated"] = t.generated();
+  d["encoding"] = std::string(encoding_name(t.encoding));
+  std::vector<int32_t> top;
+  for (uint32_t j = 0; j < t.generated(); ++j) top.push_back(t.top_token(j));
+  d["top_tokens"] = py::array_t<int32_t>(top.size(), top.data());
+  py::dict s;
+  s["generate"] = t.settings.generate;
+  s["sample"] = t.settings.sample;
+  s["seed"] = t.settings.seed;
+  s["temperature"] = t.settings.temperature;
+  s["top_p"] = t.settings.top_p;
+  s["top_k"] = t.settings.top_k;
+  s["reference"] = t.settings.reference;
+  s["ubatch"] = t.settings.ubatch;
+  d["settings"] = s;
+  return d;
+}
+
+py::dict stats_dict(const replay::ArmStats& a) {
+  py::dict d;
+  d["arm"] = a.arm;
+  d["positions"] = a.positions;
+  d["mean_kl"] = a.mean_kl;
+  d["median_kl"] = a.median_kl;
+  d["p90_kl"] = a.p90_kl;
+  d["p99_kl"] = a.p99_kl;
+  d["max_kl"] = a.max_kl;
+  d["same_top"] = a.same_top;
+  d["bits_occupied"] = a.bits_occupied;
+  d["bits_allocated"] = a.bits_allocated;
+  return d;
+}
+
+}  // namespace
+
+namespace sjkv::pybind {
+
+void bind_more(py::module_& m) {
+  py::class_<PyCache>(m, "Cache",
+                      "One sequence's SJ-KVaRN cache as an engine drives it (sjkv/cache.h): append ubatches (the "
+                      "policy step and the seals run before each), read back the rows attention reads, snapshot it.")
+      .def(py::init<const std::string&, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, const std::string&>(),
+           py::arg("config"), py::arg("n_layers"), py::arg("kv_heads"), py::arg("head_dim"), py::arg("n_ctx"),
+           py::arg("n_ubatch") = 512, py::arg("codebook") = "reference")
+      .def("append", &PyCache::append, py::arg("pos0"), py::arg("k"), py::arg("v"), py::arg("rotated") = false,
+           "Stores positions [pos0, pos0 + n) of every layer (k, v: [n, layers, kv_heads, head_dim]) after the "
+           "policy step at pos0; returns the groups sealed per layer and head by that step.")
+      .def("begin_ubatch", &PyCache::begin_ubatch, py::arg("pos0"), py::arg("n"),
+           "The policy step before a ubatch of n positions at pos0 (append takes it unless this did); returns the "
+           "groups sealed.")
+      .def("idle", &PyCache::idle, py::arg("keep_recent"), "The idle step: seal back to the tail, keeping keep_recent exact.")
+      .def("rows", &PyCache::rows, py::arg("layer"), py::arg("p0"), py::arg("p1"), py::arg("rotated") = false,
+           "Rows [p0, p1) of a layer as attention reads them: (k, v) float32 [p1 - p0, kv_heads, head_dim].")
+      .def("snapshot", &PyCache::snapshot)
+      .def_property_readonly("config", &PyCache::config)
+      .def_property_readonly("n_stored", &PyCache::n_stored)
+      .def_property_readonly("B", &PyCache::B)
+      .def("bits_occupied", &PyCache::bits_occupied);
+
+  m.def(
+      "load_capture",
+      [](const std::string& path, uint32_t head_dim, const std::vector<uint32_t>& layers,
+         const std::vector<uint32_t>& layer_ids, uint32_t kv_sections) {
+        ImportOptions io;
+        io.head_dim = head_dim;
+        io.layers = layers;
+        io.layer_ids = layer_ids;
+        io.kv_sections = kv_sections;
+        Capture c;
+        {
+          py::gil_scoped_release nogil;
+          c = load_capture_any(path, io);
+        }
+        return pybind::capture_dict(c);
+      },
+      py::arg("path"), py::arg("head_dim") = 0, py::arg("layers") = std::vector<uint32_t>(),
+      py::arg("layer_ids") = std::vector<uint32_t>(), py::arg("kv_sections") = 0,
+      "Any input the tools take as a capture (sjkv capture, .kvd dump, llama.cpp state file; told by its bytes); "
+      "llama.cpp state files need head_dim and, for iSWA models, kv_sections.");
+  m.def(
+      "read_snapshot_any", [](const std::string& path) { return read_snapshot_any(path); }, py::arg("path"),
+      "A snapshot file or a sequence-state stream (.sjkvseq), told by its bytes.");
+  m.def(
+      "write_state_stream",
+      [](const std::string& path, const Snapshot& s) {
+        const std::string why = state_stream_refusal(s);
+        if (!why.empty()) throw std::invalid_argument(why);
+        write_state_stream(path, s);
+      },
+      py::arg("path"), py::arg("snapshot"), "Writes the reference library's sequence-state stream (state version 1).");
+  m.def(
+      "read_trajectory", [](const std::string& path) { return trajectory_dict(read_trajectory(path)); }, py::arg("path"),
+      "A trajectory file of sjkv-replay record as a dict (tokens, top tokens, settings, model identity).");
+
+  m.def(
+      "train",
+      [](const std::vector<std::string>& inputs, const std::string& prefix, uint32_t bits, const std::string& init,
+         uint64_t seed, double heldout, double tol, uint32_t max_iters, int threads, uint32_t head_dim,
+         uint32_t kv_sections) {
+        train::TrainRun run;
+        run.inputs = inputs;
+        run.prefix = prefix;
+        run.bits = bits;
+        run.init = init;
+        run.seed = seed;
+        run.heldout = heldout;
+        run.tol = tol;
+        run.max_iters = max_iters;
+        run.threads = threads;
+        run.io.head_dim = head_dim;
+        run.io.kv_sections = kv_sections;
+        run.tool_version = "sjkv python 0.1.0";
+        train::TrainReport rep;
+        {
+          py::gil_scoped_release nogil;
+          rep = train::train_and_evaluate(run);
+        }
+        py::dict d;
+        d["outputs"] = rep.outputs;
+        d["init"] = rep.init_name;
+        d["codebook_id"] = rep.codebook.codebook_id;
+        d["train_tiles"] = rep.train_tiles;
+        d["heldout_tiles"] = rep.heldout_tiles;
+        const char* sides[2] = {"k", "v"};
+        for (int s = 0; s < 2; ++s) {
+          py::dict h;
+          h["scalar"] = rep.heldout[s].scalar;
+          h["identity"] = rep.heldout[s].identity;
+          h["reference"] = rep.heldout[s].reference;
+          h["trained"] = rep.heldout[s].trained;
+          h["iterations"] = rep.result[s].iterations;
+          h["stop"] = rep.result[s].stop;
+          d[sides[s]] = h;
+        }
+        return d;
+      },
+      py::arg("inputs"), py::arg("prefix"), py::arg("bits") = 3, py::arg("init") = "identity", py::arg("seed") = 1,
+      py::arg("heldout") = 0.2, py::arg("tol") = train::TrainRun{}.tol, py::arg("max_iters") = train::TrainRun{}.max_iters,
+      py::arg("threads") = 0, py::arg("head_dim") = 0, py::arg("kv_sections") = 0,
+      "sjkv-train: trains a trellis table pair on captures, writes PREFIX.sjcb/.bin/.h and returns the held-out "
+      "report (MSE of the trellis targets per side and table).");
+
+  m.def(
+      "read_results",
+      [](const std::string& folder) {
+        const std::vector<replay::PositionRow> rows = replay::read_positions_csv(folder + "/positions.csv");
+        std::map<std::string, std::map<std::string, std::vector<replay::ScoreRow>>> by;
+        std::map<std::string, std::vector<std::vector<double>>> cols;
+        std::vector<std::string> order;
+        for (const replay::PositionRow& r : rows) {
+          if (!by.count(r.arm)) order.push_back(r.arm);
+          by[r.arm][r.trajectory].push_back(r.row);
+        }
+        py::dict out;
+        for (const std::string& arm : order) {
+          std::vector<double> pos, kl, same, bo, ba;
+          std::vector<std::string> traj;
+          for (const replay::PositionRow& r : rows)
+            if (r.arm == arm) {
+              traj.push_back(r.trajectory);
+              pos.push_back(r.position);
+              kl.push_back(r.row.kl);
+              same.push_back(r.row.same_top ? 1.0 : 0.0);
+              bo.push_back(r.row.bits_occupied);
+              ba.push_back(r.row.bits_allocated);
+            }
+          py::dict a;
+          a["trajectory"] = traj;
+          a["position"] = py::array_t<double>(pos.size(), pos.data()).attr("astype")("int64");
+          a["kl"] = py::array_t<double>(kl.size(), kl.data());
+          a["same_top"] = py::array_t<double>(same.size(), same.data()).attr("astype")("bool");
+          a["bits_occupied"] = py::array_t<double>(bo.size(), bo.data());
+          a["bits_allocated"] = py::array_t<double>(ba.size(), ba.data());
+          std::vector<std::vector<replay::ScoreRow>> per;
+          for (const auto& [t, rs] : by[arm]) per.push_back(rs);
+          a["stats"] = stats_dict(replay::arm_stats(arm, per));
+          out[py::str(arm)] = a;
+        }
+        return out;
+      },
+      py::arg("folder"),
+      "A results folder of sjkv-replay score/run: per arm, arrays per position (trajectory, position, kl, "
+      "same_top, bits) and its summary statistics.");
+  m.def(
+      "compare",
+      [](const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b, uint32_t replicates,
+         uint64_t seed) {
+        replay::BootstrapOptions o;
+        o.replicates = replicates;
+        o.seed = seed;
+        const replay::Comparison c = replay::compare_arms("a", "b", a, b, o);
+        py::dict d;
+        d["ratio"] = c.ratio;
+        d["ci_low"] = c.ci_low;
+        d["ci_high"] = c.ci_high;
+        d["ci_low_traj"] = c.ci_low_traj;
+        d["ci_high_traj"] = c.ci_high_traj;
+        d["lower_at"] = c.lower_at;
+        d["of"] = c.of;
+        return d;
+      },
+      py::arg("a"), py::arg("b"), py::arg("replicates") = 2000, py::arg("seed") = replay::BootstrapOptions{}.seed,
+      "Paired comparison of two arms' KL (a[t][i], b[t][i]: trajectory t, position i): the ratio of means and "
+      "its 95% block-bootstrap CIs over positions and over trajectories, as sjkv-replay reports them.");
+}
+
+}  // namespace sjkv::pybind

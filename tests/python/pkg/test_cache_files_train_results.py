@@ -1,0 +1,154 @@
+"""import sjkv's sequence cache, other inputs, training and results against the tools: a cache
+driven ubatch by ubatch is the snapshot sjkv-encode writes; llama.cpp state files, streams and
+trajectories read as the tools read them; training gives sjkv-train's tables; a results folder
+gives the statistics sjkv-replay printed."""
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import sjkv
+
+ENCODE = os.environ.get("SJKV_ENCODE", "")
+TRAIN = os.environ.get("SJKV_TRAIN", "")
+REPLAY = os.environ.get("SJKV_REPLAY", "")
+MODELS = os.environ.get("SJKV_TEST_MODELS", "")
+SRC = os.environ.get("SJKV_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+STATE = os.path.join(SRC, "tests", "golden", "llama_state")
+
+
+def run(exe, *args):
+    if not exe:
+        pytest.skip("tool path not given")
+    r = subprocess.run([exe, *args], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def tiles(layers=2, tokens=700, heads=2, dim=128, seed=9):
+    rng = np.random.default_rng(seed)
+    scale = np.exp(rng.standard_normal(dim) * 0.7)
+    k = (rng.standard_normal((layers, tokens, heads, dim)) * scale).astype(np.float16)
+    v = rng.standard_normal((layers, tokens, heads, dim)).astype(np.float16)
+    return k, v
+
+
+@pytest.mark.parametrize("config", ["sj:4/4:tail=128/256", "sj:3/2t:tail=128/256", "sj:3/3:staging=q8_0:tail=256"])
+def test_cache_step_by_step_is_the_encoders_snapshot(tmp_path, config):
+    k, v = tiles()
+    N, ub = k.shape[1], 64
+    cache = sjkv.Cache(config, n_layers=2, kv_heads=2, head_dim=128, n_ctx=N + 1, n_ubatch=ub)
+    kk = np.ascontiguousarray(k.transpose(1, 0, 2, 3).astype(np.float32))  # [tokens, layers, heads, dim]
+    vv = np.ascontiguousarray(v.transpose(1, 0, 2, 3).astype(np.float32))
+    sealed = 0
+    for p0 in range(0, N, ub):
+        sealed += cache.append(p0, kk[p0:p0 + ub], vv[p0:p0 + ub])
+    sealed += cache.begin_ubatch(N, 1)  # the step before the next token, as the encoder ends
+    assert cache.n_stored == N and sealed > 0
+    enc = sjkv.encode(k, v, config, n_ubatch=ub)
+    assert cache.B == enc.B
+    cache.snapshot().write(str(tmp_path / "cache.h5"))
+    enc.write(str(tmp_path / "enc.h5"))
+    assert (tmp_path / "cache.h5").read_bytes() == (tmp_path / "enc.h5").read_bytes()
+    # rows as attention reads them: the snapshot's decoded rows (which round to fp16)
+    kr, vr = cache.rows(1, 0, N)
+    kd, vd = enc.decode()
+    assert kr.shape == (N, 2, 128) and kr.dtype == np.float32
+    scale = np.abs(kd[1].astype(np.float32)).max()
+    assert np.abs(kr - kd[1].astype(np.float32)).max() <= 2e-3 * scale
+    assert np.abs(vr - vd[1].astype(np.float32)).max() <= 2e-3 * np.abs(vd[1].astype(np.float32)).max()
+    # the sink is exact
+    assert np.allclose(kr[:128], k[1, :128].astype(np.float32), rtol=0, atol=2e-3 * scale)
+
+
+def test_cache_refuses_what_an_engine_would_not_do():
+    cache = sjkv.Cache("sj:4/4", n_layers=1, kv_heads=1, head_dim=128, n_ctx=100, n_ubatch=64)
+    x = np.zeros((4, 1, 1, 128), np.float32)
+    with pytest.raises(ValueError, match="pos0 must be 0"):
+        cache.append(5, x, x)
+    with pytest.raises(ValueError, match="k must be"):
+        cache.append(0, x[:, :, :, :64], x[:, :, :, :64])
+    bad = x.copy()
+    bad[0, 0, 0, 3] = np.inf
+    with pytest.raises(ValueError):
+        cache.append(0, bad, bad)
+    assert cache.n_stored == 0
+    with pytest.raises(ValueError):
+        sjkv.Cache("sj:3/2t", n_layers=1, kv_heads=1, head_dim=64, n_ctx=100)  # trellis needs D % 128
+
+
+def test_llama_state_file_and_stream_as_the_tool(tmp_path):
+    state = os.path.join(STATE, "qwen3-f32-fa.ggsn")
+    cap = sjkv.load_capture(state, head_dim=128)
+    assert cap["k"].shape[1:] == (64, 8, 128) or cap["k"].shape[1] == 64
+    run(ENCODE, "encode", state, "-o", str(tmp_path / "tool.h5"), "--head-dim", "128", "--bits", "4/4", "--tail",
+        "0", "--tail-max", "0", "--sink", "64", "--ubatch", "32", "-q")
+    snap = sjkv.encode(cap["k"], cap["v"], "sj:4/4:sink=64:tail=0", n_ubatch=32, layer_ids=cap["layer_ids"],
+                       model=cap["model"], source=cap["source"], token_ids=cap["token_ids"])
+    snap.write(str(tmp_path / "py.h5"))
+    assert (tmp_path / "py.h5").read_bytes() == (tmp_path / "tool.h5").read_bytes()
+    # the sequence-state stream: sjkv-encode export's bytes, and read back as the same state
+    run(ENCODE, "export", str(tmp_path / "tool.h5"), "-o", str(tmp_path / "tool.sjkvseq"), "-q")
+    sjkv.write_state_stream(str(tmp_path / "py.sjkvseq"), snap)
+    assert (tmp_path / "py.sjkvseq").read_bytes() == (tmp_path / "tool.sjkvseq").read_bytes()
+    back = sjkv.read_snapshot_any(str(tmp_path / "py.sjkvseq"))
+    assert (back.N, back.B) == (snap.N, snap.B)
+    with pytest.raises(sjkv.FileError, match="py.sjkvseq"):
+        data = (tmp_path / "py.sjkvseq").read_bytes()
+        (tmp_path / "py.sjkvseq").write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+        sjkv.read_snapshot_any(str(tmp_path / "py.sjkvseq"))
+    with pytest.raises(sjkv.FileError, match="head"):
+        sjkv.load_capture(state)  # a state file needs the head size
+
+
+def test_training_gives_the_tools_tables(tmp_path):
+    k, v = tiles(layers=1, tokens=1200, heads=1, dim=256, seed=3)
+    cap = str(tmp_path / "cap.h5")
+    sjkv.write_capture(cap, k, v)
+    run(TRAIN, cap, "--bits", "2", "-o", str(tmp_path / "tool"), "--max-iters", "3", "--threads", "2")
+    rep = sjkv.train([cap], str(tmp_path / "py"), bits=2, max_iters=3, threads=1)
+    assert (tmp_path / "py.bin").read_bytes() == (tmp_path / "tool.bin").read_bytes()
+    assert rep["outputs"] == [str(tmp_path / "py") + e for e in (".sjcb", ".bin", ".h")]
+    assert rep["train_tiles"] > 0 and rep["heldout_tiles"] > 0
+    for side in ("k", "v"):
+        assert rep[side]["trained"] < rep[side]["identity"] <= rep[side]["scalar"] * 1.0001
+    bits, kt, vt = sjkv.read_codebook(str(tmp_path / "py.sjcb"))
+    assert bits == 2 and kt.shape == (256,)
+    with pytest.raises(sjkv.FileError, match="missing.h5"):
+        sjkv.train([str(tmp_path / "missing.h5")], str(tmp_path / "x"))
+    assert not (tmp_path / "x.bin").exists()
+
+
+def test_trajectory_and_results_as_the_replay_wrote_them(tmp_path):
+    model = os.path.join(MODELS, "qwen3.gguf") if MODELS else ""
+    if not (REPLAY and os.path.exists(model)):
+        pytest.skip("sjkv-replay or the test models not given")
+    prompt = tmp_path / "p.txt"
+    prompt.write_text(open(os.path.join(SRC, "data", "prompts", "demo.txt")).read()[:1200])
+    traj = str(tmp_path / "t.h5")
+    run(REPLAY, "record", "--model", model, "--prompt-file", str(prompt), "--generate", "12", "-o", traj, "-q")
+    t = sjkv.read_trajectory(traj)
+    assert t["model_file"] == "qwen3.gguf" and t["generated"] == 12 and t["architecture"] == "qwen3"
+    assert len(t["tokens"]) == t["prompt_tokens"] + 12
+    assert list(t["top_tokens"]) == list(t["tokens"][t["prompt_tokens"]:])  # greedy
+    out = tmp_path / "res"
+    run(REPLAY, "score", traj, "--model", model, "--arms", "f16,q4_0,sj:4/4:tail=128", "--out", str(out), "-q")
+    res = sjkv.read_results(str(out))
+    printed = {a["arm"]: a for a in json.load(open(out / "results.json"))["arms"]}
+    assert list(res) == ["f16", "q4_0", "sj:4/4:tail=128"]
+    for arm, a in res.items():
+        assert len(a["kl"]) == 12 and a["position"].dtype == np.int64
+        for key in ("mean_kl", "median_kl", "p90_kl", "max_kl", "same_top"):
+            assert a["stats"][key] == pytest.approx(printed[arm][key], rel=1e-8, abs=1e-12), (arm, key)  # results.json: 9 digits
+        # positions.csv keeps bits to 4 decimals
+        assert a["stats"]["bits_occupied"] == pytest.approx(printed[arm]["bits_occupied"], abs=1e-4)
+    cmp = json.load(open(out / "results.json"))["comparisons"]
+    q4 = next(c for c in cmp if c["arm"] == "q4_0")
+    got = sjkv.compare([list(res["q4_0"]["kl"])], [list(res["f16"]["kl"])])
+    assert got["ratio"] == pytest.approx(q4["ratio"], rel=1e-8)
+    assert got["ci_low"] == pytest.approx(q4["ci_low"], rel=1e-8)
+    with pytest.raises(sjkv.FileError, match="positions.csv"):
+        (out / "positions.csv").write_text("trajectory,position\n1,2\n")
+        sjkv.read_results(str(out))
