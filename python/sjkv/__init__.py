@@ -11,6 +11,7 @@ with the one-line message the tools print, a bad argument ValueError.
     snap.write("cache.h5")
 """
 from ._sjkv import (  # noqa: F401
+    ArmLayer,
     Body,
     Cache,
     Config,
@@ -33,6 +34,7 @@ from ._sjkv import (  # noqa: F401
 )
 
 __all__ = [
+    "ArmLayer",
     "Body",
     "Cache",
     "Config",

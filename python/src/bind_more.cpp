@@ -21,6 +21,8 @@
 #include "sjkv/io/state_stream.h"
 #include "sjkv/io/table_set.h"
 #include "sjkv/io/trajectory.h"
+#include "sjkv/replay/arms.h"
+#include "sjkv/replay/kv.h"
 #include "sjkv/replay/results.h"
 #include "sjkv/replay/score.h"
 #include "sjkv/train/pipeline.h"
@@ -150,6 +152,68 @@ class PyCache {
   bool stepped_ = false;  // begin_ubatch taken for the next append
 };
 
+// One layer's store of an sjkv-replay arm (docs/REPLAY.md's grammar), for caches of other
+// engines (sjkv.hf): the same code as the replay's cache, rows read back decoded.
+class PyArmLayer {
+ public:
+  PyArmLayer(const std::string& spec, uint32_t layer, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+             uint32_t n_ctx, uint32_t n_ubatch, uint32_t window)
+      : arm_(replay::make_arm(spec)) {
+    s_.layer = layer;
+    s_.full_attention = window == 0;
+    s_.window = window;
+    s_.n_head = n_head;
+    s_.n_head_kv = n_head_kv;
+    s_.head_dim = head_dim;
+    s_.n_ctx = n_ctx;
+    s_.n_ubatch = n_ubatch;
+    kv_ = arm_->make_layer(s_);
+    view_ = dynamic_cast<replay::InspectableKv*>(kv_.get());
+    if (!view_) throw std::logic_error("arm layer without rows");
+  }
+  // k, v: [n, n_head_kv, head_dim] float32 (after RoPE, as an engine stores them).
+  void append(uint32_t pos0, py::array_t<float, py::array::c_style | py::array::forcecast> k,
+              py::array_t<float, py::array::c_style | py::array::forcecast> v) {
+    if (k.ndim() != 3 || k.shape(1) != s_.n_head_kv || k.shape(2) != s_.head_dim || v.ndim() != 3 ||
+        v.shape(0) != k.shape(0) || v.shape(1) != k.shape(1) || v.shape(2) != k.shape(2))
+      throw std::invalid_argument("k and v must be [n, " + std::to_string(s_.n_head_kv) + ", " + std::to_string(s_.head_dim) + "]");
+    if (pos0 != view_->n_stored()) throw std::invalid_argument("pos0 must be " + std::to_string(view_->n_stored()));
+    const uint32_t n = static_cast<uint32_t>(k.shape(0));
+    py::gil_scoped_release nogil;
+    kv_->begin_ubatch(pos0, n);
+    kv_->store(pos0, n, k.data(), v.data());
+  }
+  // Every stored position decoded, the model's basis: (k, v) float32 [n_stored, n_head_kv, head_dim].
+  py::tuple rows() const {
+    const uint32_t N = view_->n_stored(), H = s_.n_head_kv, D = s_.head_dim;
+    py::array_t<float> k({static_cast<size_t>(N), static_cast<size_t>(H), static_cast<size_t>(D)}), v(k.request().shape);
+    float* kp = k.mutable_data();
+    float* vp = v.mutable_data();
+    {
+      py::gil_scoped_release nogil;
+      for (uint32_t p = 0; p < N; ++p)
+        for (uint32_t h = 0; h < H; ++h)
+          view_->decode_row(h, p, kp + (static_cast<size_t>(p) * H + h) * D, vp + (static_cast<size_t>(p) * H + h) * D);
+    }
+    return py::make_tuple(k, v);
+  }
+  uint32_t n_stored() const { return view_->n_stored(); }
+  py::dict bits() const {
+    const replay::LayerBits b = kv_->bits();
+    py::dict d;
+    d["occupied"] = b.occupied;
+    d["allocated"] = b.allocated;
+    return d;
+  }
+  std::string storage() const { return view_->storage_name(); }
+
+ private:
+  std::unique_ptr<replay::KvArm> arm_;
+  replay::LayerShape s_;
+  std::unique_ptr<replay::LayerKv> kv_;
+  replay::InspectableKv* view_ = nullptr;
+};
+
 py::dict trajectory_dict(const Trajectory& t) {
   py::dict d;
   d["model_file"] = t.model_file;
@@ -216,6 +280,18 @@ void bind_more(py::module_& m) {
       .def_property_readonly("n_stored", &PyCache::n_stored)
       .def_property_readonly("B", &PyCache::B)
       .def("bits_occupied", &PyCache::bits_occupied);
+
+  py::class_<PyArmLayer>(m, "ArmLayer",
+                         "One layer's K/V store of an sjkv-replay arm (e.g. 'q8_0', 'kvarn:4/4:tail=0', 'sj:3/2t'), the "
+                         "replay's own code: append ubatches, read every stored row back decoded.")
+      .def(py::init<const std::string&, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t>(),
+           py::arg("arm"), py::arg("layer"), py::arg("n_head"), py::arg("n_head_kv"), py::arg("head_dim"),
+           py::arg("n_ctx"), py::arg("n_ubatch") = 512, py::arg("window") = 0)
+      .def("append", &PyArmLayer::append, py::arg("pos0"), py::arg("k"), py::arg("v"))
+      .def("rows", &PyArmLayer::rows)
+      .def_property_readonly("n_stored", &PyArmLayer::n_stored)
+      .def_property_readonly("storage", &PyArmLayer::storage)
+      .def("bits", &PyArmLayer::bits);
 
   m.def(
       "load_capture",
