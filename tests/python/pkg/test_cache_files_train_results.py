@@ -152,3 +152,31 @@ def test_trajectory_and_results_as_the_replay_wrote_them(tmp_path):
     with pytest.raises(sjkv.FileError, match="positions.csv"):
         (out / "positions.csv").write_text("trajectory,position\n1,2\n")
         sjkv.read_results(str(out))
+
+
+@pytest.mark.parametrize("reader,source", [
+    ("read_trajectory", None),
+    ("load_capture", os.path.join(STATE, "qwen3-f32-fa.ggsn")),
+    ("read_codebook", os.path.join(SRC, "data", "codebooks", "gemma3-270m-3bit.sjcb")),
+    ("read_capture", None),
+])
+def test_every_reader_refuses_a_damaged_file(tmp_path, reader, source):
+    """A truncated file is sjkv.FileError naming it, never a crash or a silent short read."""
+    if source is None:
+        k, v = tiles(layers=1, tokens=64)
+        source = str(tmp_path / "src.h5")
+        if reader == "read_capture":
+            sjkv.write_capture(source, k, v)
+        else:
+            model = os.path.join(MODELS, "qwen3.gguf") if MODELS else ""
+            if not (REPLAY and os.path.exists(model)):
+                pytest.skip("sjkv-replay or the test models not given")
+            prompt = tmp_path / "p.txt"
+            prompt.write_text("The quick brown fox jumps over the lazy dog. " * 8)
+            run(REPLAY, "record", "--model", model, "--prompt-file", str(prompt), "--generate", "4", "-o", source, "-q")
+    data = open(source, "rb").read()
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(data[: len(data) * 2 // 3])
+    kwargs = {"head_dim": 128} if reader == "load_capture" else {}
+    with pytest.raises(sjkv.FileError, match=r"bad\.bin: "):
+        getattr(sjkv, reader)(str(bad), **kwargs)
