@@ -11,6 +11,8 @@ import pytest
 
 import sjkv
 
+import kvtiles
+
 ENCODE = os.environ.get("SJKV_ENCODE", "")
 TRAIN = os.environ.get("SJKV_TRAIN", "")
 REPLAY = os.environ.get("SJKV_REPLAY", "")
@@ -28,11 +30,7 @@ def run(exe, *args):
 
 
 def tiles(layers=2, tokens=700, heads=2, dim=128, seed=9):
-    rng = np.random.default_rng(seed)
-    scale = np.exp(rng.standard_normal(dim) * 0.7)
-    k = (rng.standard_normal((layers, tokens, heads, dim)) * scale).astype(np.float16)
-    v = rng.standard_normal((layers, tokens, heads, dim)).astype(np.float16)
-    return k, v
+    return kvtiles.tiles(layers, tokens, heads, dim, seed)
 
 
 @pytest.mark.parametrize("config", ["sj:4/4:tail=128/256", "sj:3/2t:tail=128/256", "sj:3/3:staging=q8_0:tail=256"])

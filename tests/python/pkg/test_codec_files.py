@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import sjkv
+from kvtiles import tiles
 
 ENCODE = os.environ.get("SJKV_ENCODE", "")
 SRC = os.environ.get("SJKV_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -22,13 +23,6 @@ def tool(*args):
     return subprocess.run([ENCODE, *args], capture_output=True, text=True)
 
 
-def tiles(layers=2, tokens=700, heads=2, dim=128, seed=5):
-    """K/V with a per-channel scale spread, as real keys have."""
-    rng = np.random.default_rng(seed)
-    scale = np.exp(rng.standard_normal(dim) * 0.7)
-    k = (rng.standard_normal((layers, tokens, heads, dim)) * scale).astype(np.float16)
-    v = rng.standard_normal((layers, tokens, heads, dim)).astype(np.float16)
-    return k, v
 
 
 CONFIGS = ["sj:4/4:tail=128/256", "sj:3/2t:tail=128/256", "sj:2/2t:tail=128:staging=q8_0", "sj:4/2:sink=64:tail=256/512"]
