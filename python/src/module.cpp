@@ -263,7 +263,7 @@ PYBIND11_MODULE(_sjkv, m) {
       py::arg("path"), "A codebook file (.sjcb, raw .bin or C header): (bits, k_table, v_table), float16 tables.");
   m.def(
       "write_codebook",
-      [](const std::string& path, const py::array& k, const py::array& v) {
+      [](const std::string& path, const py::array& k, const py::array& v, const std::string& comment) {
         RawCodebook cb;
         uint32_t dk[4], dv[4];
         const py::array k3 = k.attr("reshape")(1, 1, -1), v3 = v.attr("reshape")(1, 1, -1);
@@ -273,9 +273,23 @@ PYBIND11_MODULE(_sjkv, m) {
         for (uint32_t b = 2; b <= 4; ++b)
           if (cb.k.size() == (1u << (6 + b)) && cb.v.size() == cb.k.size()) cb.bits = b;
         if (!cb.bits) throw std::invalid_argument("tables must hold 256, 512 or 1024 entries each");
-        write_raw_codebook(path, cb);
+        auto ends = [&](const char* e) {
+          const std::string x(e);
+          return path.size() >= x.size() && path.compare(path.size() - x.size(), x.size(), x) == 0;
+        };
+        if (ends(".sjcb")) {
+          CodebookContainer c;
+          c.table = cb;
+          write_codebook_container(path, c);
+        } else if (ends(".h")) {
+          write_codebook_header(path, cb, comment);
+        } else {
+          write_raw_codebook(path, cb);
+        }
       },
-      py::arg("path"), py::arg("k"), py::arg("v"), "Writes a raw table file (.bin: K then V, fp16).");
+      py::arg("path"), py::arg("k"), py::arg("v"), py::arg("comment") = "",
+      "Writes a table pair in the form its name says: .sjcb (sjkv's container, no provenance), .h (the C header of "
+      "the reference generator) or any other name a raw table file (K then V, fp16).");
   pybind::bind_more(m);
   m.def("table_sets", [] {
     std::vector<std::string> names;

@@ -110,6 +110,11 @@ def test_codebook_forms_agree_and_write_back(tmp_path):
     out = tmp_path / "t.bin"
     sjkv.write_codebook(str(out), forms[0][1], forms[0][2])
     assert out.read_bytes() == open(os.path.join(CB, "gemma3-270m-3bit.bin"), "rb").read()
+    for ext in ("sjcb", "h"):  # the other forms read back as the same tables
+        sjkv.write_codebook(str(tmp_path / f"t.{ext}"), forms[0][1], forms[0][2])
+        bits, k, v = sjkv.read_codebook(str(tmp_path / f"t.{ext}"))
+        assert bits == 3 and np.array_equal(k.view(np.uint16), forms[0][1].view(np.uint16))
+        assert np.array_equal(v.view(np.uint16), forms[0][2].view(np.uint16))
 
 
 def test_config_strings():
