@@ -70,20 +70,27 @@ class PyCache {
       throw std::invalid_argument("v must have k's shape");
     const uint32_t n = static_cast<uint32_t>(k.shape(0));
     if (pos0 != cache_->n_stored()) throw std::invalid_argument("pos0 must be " + std::to_string(cache_->n_stored()) + ", the positions stored");
-    std::vector<float> K(k.data(), k.data() + k.size()), V(v.data(), v.data() + v.size());
+    // Rotated float32 C-order rows are read in place; others are rotated in a copy.
+    std::vector<float> K, V;
+    const float* kp = k.data();
+    const float* vp = v.data();
     uint32_t sealed = 0;
     {
       py::gil_scoped_release nogil;
       if (!rotated) {
+        K.assign(kp, kp + k.size());
+        V.assign(vp, vp + v.size());
         hadamard_blocks(K.data(), static_cast<uint32_t>(K.size()), cfg_.rotation());
         hadamard_blocks(V.data(), static_cast<uint32_t>(V.size()), cfg_.rotation());
+        kp = K.data();
+        vp = V.data();
       }
       if (!stepped_) {
         const Status st = cache_->begin_ubatch(pos0, n, &sealed);
         if (!st.ok()) throw std::invalid_argument(st.message());
       }
       stepped_ = false;
-      const Status st = cache_->store_ubatch(pos0, n, K.data(), V.data());
+      const Status st = cache_->store_ubatch(pos0, n, kp, vp);
       if (!st.ok()) throw std::invalid_argument(st.message());
     }
     return sealed;
