@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -474,12 +475,23 @@ int do_frontier(ModelArgs ma, const FrontierArgs& fa) {
     const ModelGeometry g = geometry_of(l.model->info());
     default_arm = arm_with_tables(fa.default_arm, choice, &g);
     std::string with_set;
+    // One candidate per arm: specs that differ only in spelling (option order) are one arm, the
+    // first spelling kept (the default arm too), so none takes two of the halving's places.
+    std::map<std::string, std::string> by_identity;
+    const std::string default_id = arm_identity(default_arm);
     for (const std::string& given : specs) {
       std::string spec = given;
       try {
         spec = arm_with_tables(given, choice, &g);
         if (spec != given) with_set += (with_set.empty() ? "" : ", ") + spec;
         if (std::find(candidates.begin(), candidates.end(), spec) != candidates.end()) continue;  // also= gave it
+        const std::string id = arm_identity(spec);
+        if (by_identity.count(id)) {
+          note(ma, "'" + spec + "' is the candidate '" + by_identity[id] + "' written otherwise; kept once");
+          continue;
+        }
+        by_identity[id] = spec;
+        if (id == default_id) default_arm = spec;
         const std::unique_ptr<KvArm> arm = make_arm(spec);
         for (LayerShape s : l.model->info().layers) {
           s.n_ctx = longest;

@@ -814,6 +814,15 @@ std::string arm_engine_settings(const std::string& spec) {
   return o + "; trellis tables from the cb= files (codebook id " + id + ")";
 }
 
+std::string arm_identity(const std::string& spec) {
+  const std::unique_ptr<KvArm> arm = parse(spec, {});
+  const auto* sj = dynamic_cast<const SjArm*>(arm.get());
+  if (!sj) return spec;
+  std::string id = (spec.rfind("kvarn:", 0) == 0 ? "kvarn " : "sj ") + arm_engine_settings(spec) + sj->options().suffix();
+  for (uint32_t l : sj->options().layers) id += ":layer" + std::to_string(l);
+  return id;
+}
+
 std::string arm_with_tables(const std::string& spec, const TableChoice& choice, const ModelGeometry* g) {
   const std::unique_ptr<KvArm> arm = parse(spec, {});
   const auto* sj = dynamic_cast<const SjArm*>(arm.get());

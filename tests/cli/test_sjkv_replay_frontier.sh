@@ -16,11 +16,14 @@ for i in 1 2 3 4; do
 done
 run() {
   "$replay" frontier --model "$m" --tune "$dir/t1.h5" "$dir/t2.h5" "$dir/t3.h5" --heldout "$dir/t4.h5" \
-    --budgets 5 9 18 --quick --keep 2 --default sj:4/4:tail=128 --threads 2 "$@"
+    --budgets 5 9 18 --quick --keep 2 --default sj:4/4:tail=128 --threads 2 \
+    --also sj:4/4:staging=tq6_0:tail=128 "$@"
 }
 run --out "$dir/f" > "$dir/stdout1" 2> "$dir/stderr1"
 for f in frontier.csv frontier.svg recommend.md; do test -s "$dir/f/$f"; done
 grep -q "read from the store" "$dir/stderr1"
+# the same arm written otherwise is one candidate
+grep -q "'sj:4/4:staging=tq6_0:tail=128' is the candidate 'sj:4/4:tail=128' written otherwise" "$dir/stderr1"
 "$py" - "$dir/f" <<'PY'
 import csv, math, sys
 d = sys.argv[1]

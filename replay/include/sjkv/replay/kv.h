@@ -84,6 +84,10 @@ std::string arm_with_tables(const std::string& spec, const TableChoice& choice, 
 // trellis tables (the format's, a shipped set's or files', with the codebook id); "" for the
 // row formats (their name is the engine's cache type).
 std::string arm_engine_settings(const std::string& spec);
+// What makes two specs the same arm: for SJ-KVaRN and KVarN arms their configuration, tables and
+// options whatever the order they are written in ("sj:4/4:tail=256:staging=q8_0" is
+// "sj:4/4:staging=q8_0:tail=256"); a row format's spec as written.
+std::string arm_identity(const std::string& spec);
 
 }  // namespace replay
 }  // namespace sjkv
