@@ -192,6 +192,9 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
 
   FrontierResult res;
   res.model_file = model_file;
+  for (const LayerShape& s : m.info().layers)
+    if (s.full_attention) res.head_dim = res.head_dim == 0 || res.head_dim == s.head_dim ? s.head_dim : UINT32_MAX;
+  if (res.head_dim == UINT32_MAX) res.head_dim = 0;
   res.model_sha256 = model_sha256;
   res.budgets = opt.budgets;
   res.default_arm = opt.default_arm;
@@ -469,7 +472,7 @@ std::string recommend_markdown(const FrontierResult& r) {
   std::set<std::string> said;
   for (const FrontierPick& pk : r.picks) {
     if (pk.arm.empty() || !said.insert(pk.arm).second) continue;
-    const std::string e = arm_engine_settings(pk.arm);
+    const std::string e = arm_engine_settings(pk.arm, r.head_dim);
     o << "- `" << pk.arm << "`: "
       << (e.empty() ? "llama.cpp's cache type of that name (`-ctk/-ctv`; `:rot`: its default rotation of quantized caches)" : e)
       << ".\n";

@@ -787,13 +787,13 @@ std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealer
 
 std::unique_ptr<KvArm> make_arm(const std::string& spec, const SealerSource& sealers) { return parse(spec, sealers); }
 
-std::string arm_engine_settings(const std::string& spec) {
+std::string arm_engine_settings(const std::string& spec, uint32_t head_dim) {
   const std::unique_ptr<KvArm> arm = parse(spec, {});
   const auto* sj = dynamic_cast<const SjArm*>(arm.get());
   if (!sj) return "";
   CodecConfig c = sj->config();
-  c.head_dim = 0;
-  std::string o = "codec configuration `" + c.name() + "` (head size the model's)";
+  c.head_dim = head_dim;
+  std::string o = "codec configuration `" + c.name() + "`" + (head_dim ? "" : " (head size the model's)");
   if (sj->options().tier_edge) o += "; the first and last compressed layers at 4/4 scalar";
   for (uint32_t l : sj->options().wide) o += "; layer " + std::to_string(l) + " at 4/4 scalar";
   if (sj->options().kmean) o += "; keys stored less their per-head mean (sjkv extension kmean=sink)";

@@ -90,7 +90,7 @@ std::unique_ptr<KvArm> make_arm(const std::string& spec, const SealerSource&) {
 
 std::vector<std::string> arm_examples() { return {"f32", "f16"}; }
 std::string arm_with_tables(const std::string& spec, const TableChoice&, const ModelGeometry*) { return spec; }
-std::string arm_engine_settings(const std::string&) { return ""; }
+std::string arm_engine_settings(const std::string&, uint32_t) { return ""; }
 std::string arm_identity(const std::string& spec) { return spec; }
 
 }  // namespace replay

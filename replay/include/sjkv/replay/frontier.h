@@ -73,6 +73,7 @@ struct FrontierPick {
 
 struct FrontierResult {
   std::string model_file, model_sha256;
+  uint32_t head_dim = 0;  // of the model's full-attention layers (0: they differ), for engine settings
   uint32_t context = 0;
   std::vector<double> budgets;
   std::string default_arm;

@@ -83,7 +83,8 @@ std::string arm_with_tables(const std::string& spec, const TableChoice& choice, 
 // What an engine needs to run an SJ-KVaRN or KVarN arm: its codec configuration string and its
 // trellis tables (the format's, a shipped set's or files', with the codebook id); "" for the
 // row formats (their name is the engine's cache type).
-std::string arm_engine_settings(const std::string& spec);
+// head_dim: the model's, written into the configuration string (0: left as D=0, "the model's").
+std::string arm_engine_settings(const std::string& spec, uint32_t head_dim = 0);
 // What makes two specs the same arm: for SJ-KVaRN and KVarN arms their configuration, tables and
 // options whatever the order they are written in ("sj:4/4:tail=256:staging=q8_0" is
 // "sj:4/4:staging=q8_0:tail=256"); a row format's spec as written.
