@@ -387,26 +387,29 @@ void bind_more(py::module_& m) {
       "read_results",
       [](const std::string& folder) {
         const std::vector<replay::PositionRow> rows = replay::read_positions_csv(folder + "/positions.csv");
-        std::map<std::string, std::map<std::string, std::vector<replay::ScoreRow>>> by;
-        std::map<std::string, std::vector<std::vector<double>>> cols;
+        // One pass: each arm's columns and its rows per trajectory (for arm_stats), arms in file order.
+        struct Columns {
+          std::vector<double> pos, kl, same, bo, ba;
+          std::vector<std::string> traj;
+          std::map<std::string, std::vector<replay::ScoreRow>> by_traj;
+        };
+        std::map<std::string, Columns> cols;
         std::vector<std::string> order;
         for (const replay::PositionRow& r : rows) {
-          if (!by.count(r.arm)) order.push_back(r.arm);
-          by[r.arm][r.trajectory].push_back(r.row);
+          if (!cols.count(r.arm)) order.push_back(r.arm);
+          Columns& c = cols[r.arm];
+          c.traj.push_back(r.trajectory);
+          c.pos.push_back(r.position);
+          c.kl.push_back(r.row.kl);
+          c.same.push_back(r.row.same_top ? 1.0 : 0.0);
+          c.bo.push_back(r.row.bits_occupied);
+          c.ba.push_back(r.row.bits_allocated);
+          c.by_traj[r.trajectory].push_back(r.row);
         }
         py::dict out;
         for (const std::string& arm : order) {
-          std::vector<double> pos, kl, same, bo, ba;
-          std::vector<std::string> traj;
-          for (const replay::PositionRow& r : rows)
-            if (r.arm == arm) {
-              traj.push_back(r.trajectory);
-              pos.push_back(r.position);
-              kl.push_back(r.row.kl);
-              same.push_back(r.row.same_top ? 1.0 : 0.0);
-              bo.push_back(r.row.bits_occupied);
-              ba.push_back(r.row.bits_allocated);
-            }
+          const Columns& c = cols[arm];
+          const auto& [pos, kl, same, bo, ba, traj, by_traj] = c;
           py::dict a;
           a["trajectory"] = traj;
           a["position"] = py::array_t<double>(pos.size(), pos.data()).attr("astype")("int64");
@@ -415,7 +418,7 @@ void bind_more(py::module_& m) {
           a["bits_occupied"] = py::array_t<double>(bo.size(), bo.data());
           a["bits_allocated"] = py::array_t<double>(ba.size(), ba.data());
           std::vector<std::vector<replay::ScoreRow>> per;
-          for (const auto& [t, rs] : by[arm]) per.push_back(rs);
+          for (const auto& [t, rs] : by_traj) per.push_back(rs);
           a["stats"] = stats_dict(replay::arm_stats(arm, per));
           out[py::str(arm)] = a;
         }
