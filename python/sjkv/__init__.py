@@ -28,9 +28,11 @@ from ._sjkv import (  # noqa: F401
     read_trajectory,
     table_sets,
     train,
+    trajectory_from_logits,
     write_capture,
     write_codebook,
     write_state_stream,
+    write_trajectory,
 )
 
 __all__ = [
@@ -51,8 +53,10 @@ __all__ = [
     "read_trajectory",
     "table_sets",
     "train",
+    "trajectory_from_logits",
     "write_capture",
     "write_codebook",
     "write_state_stream",
+    "write_trajectory",
 ]
 __version__ = "0.1.0"

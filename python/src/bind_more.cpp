@@ -4,12 +4,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bind.h"
@@ -23,6 +25,7 @@
 #include "sjkv/io/trajectory.h"
 #include "sjkv/replay/arms.h"
 #include "sjkv/replay/kv.h"
+#include "sjkv/replay/reference.h"
 #include "sjkv/replay/results.h"
 #include "sjkv/replay/score.h"
 #include "sjkv/train/pipeline.h"
@@ -221,6 +224,14 @@ class PyArmLayer {
   replay::InspectableKv* view_ = nullptr;
 };
 
+template <typename T>
+py::array_t<T> array_of(const std::vector<T>& v) {
+  return py::array_t<T>(static_cast<py::ssize_t>(v.size()), v.data());
+}
+
+// A trajectory as a dict: what read_trajectory returns and write_trajectory takes. The reference
+// distributions per generated position: sparse keeps each position's kept tokens (ragged, so
+// lists of arrays); hidden keeps the hidden states and top tokens (one 2-D array each).
 py::dict trajectory_dict(const Trajectory& t) {
   py::dict d;
   d["model_file"] = t.model_file;
@@ -228,12 +239,12 @@ py::dict trajectory_dict(const Trajectory& t) {
   d["architecture"] = t.architecture;
   d["n_vocab"] = t.n_vocab;
   d["prompt_tokens"] = t.prompt_tokens;
-  d["tokens"] = py::array_t<int32_t>(t.tokens.size(), t.tokens.data());
+  d["tokens"] = array_of(t.tokens);
   d["generated"] = t.generated();
   d["encoding"] = std::string(encoding_name(t.encoding));
   std::vector<int32_t> top;
   for (uint32_t j = 0; j < t.generated(); ++j) top.push_back(t.top_token(j));
-  d["top_tokens"] = py::array_t<int32_t>(top.size(), top.data());
+  d["top_tokens"] = array_of(top);
   py::dict s;
   s["generate"] = t.settings.generate;
   s["sample"] = t.settings.sample;
@@ -243,8 +254,126 @@ py::dict trajectory_dict(const Trajectory& t) {
   s["top_k"] = t.settings.top_k;
   s["reference"] = t.settings.reference;
   s["ubatch"] = t.settings.ubatch;
+  s["threads"] = t.settings.threads;
+  s["self_kl_target"] = t.settings.self_kl_target;
   d["settings"] = s;
+  const size_t G = t.generated();
+  std::vector<double> log_z(G);
+  if (t.encoding == RefEncoding::sparse) {
+    std::vector<double> rest(G);
+    py::list ids, logits;
+    for (size_t j = 0; j < G; ++j) {
+      log_z[j] = t.ref[j].log_z;
+      rest[j] = t.ref[j].rest_mass;
+      ids.append(array_of(t.ref[j].ids));
+      logits.append(array_of(t.ref[j].logits));
+    }
+    d["rest_mass"] = array_of(rest);
+    d["kept_ids"] = ids;
+    d["kept_logits"] = logits;
+    d["self_kl_max"] = t.self_kl_max;
+  } else {
+    const size_t E = t.n_embd, T = G ? t.hid[0].top_ids.size() : 0;
+    py::array_t<float> hidden({G, E});
+    py::array_t<uint64_t> hash(static_cast<py::ssize_t>(G));
+    py::array_t<uint32_t> top_ids({G, T});
+    py::array_t<float> top_lp({G, T});
+    for (size_t j = 0; j < G; ++j) {
+      const HiddenRef& h = t.hid[j];
+      std::memcpy(hidden.mutable_data(j, 0), h.hidden.data(), E * sizeof(float));
+      log_z[j] = h.log_z;
+      hash.mutable_at(j) = h.logits_hash;
+      std::memcpy(top_ids.mutable_data(j, 0), h.top_ids.data(), T * sizeof(uint32_t));
+      std::memcpy(top_lp.mutable_data(j, 0), h.top_logprobs.data(), T * sizeof(float));
+    }
+    d["n_embd"] = t.n_embd;
+    d["hidden"] = hidden;
+    d["logits_hash"] = hash;
+    d["top_ids"] = top_ids;
+    d["top_logprobs"] = top_lp;
+  }
+  d["log_z"] = array_of(log_z);
   return d;
+}
+
+template <typename T>
+std::vector<T> vector_of(const py::handle& h, const char* name) {
+  const auto a = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(h);
+  if (!a) throw std::invalid_argument(std::string(name) + " must be an array");
+  return std::vector<T>(a.data(), a.data() + a.size());
+}
+
+// The inverse of trajectory_dict; Trajectory::check_consistent (in write_trajectory) judges it.
+Trajectory trajectory_of(const py::dict& d) {
+  auto need = [&](const char* key) -> py::handle {
+    if (!d.contains(key)) throw std::invalid_argument(std::string("trajectory dict has no '") + key + "'");
+    return d[key];
+  };
+  Trajectory t;
+  t.model_file = need("model_file").cast<std::string>();
+  t.model_sha256 = need("model_sha256").cast<std::string>();
+  t.architecture = need("architecture").cast<std::string>();
+  t.n_vocab = need("n_vocab").cast<uint32_t>();
+  t.prompt_tokens = need("prompt_tokens").cast<uint32_t>();
+  t.tokens = vector_of<int32_t>(need("tokens"), "tokens");
+  t.encoding = parse_encoding(need("encoding").cast<std::string>());
+  if (d.contains("settings")) {
+    const py::dict s = d["settings"].cast<py::dict>();
+    auto opt = [&](const char* key, auto& field) {
+      if (s.contains(key)) field = s[key].cast<std::decay_t<decltype(field)>>();
+    };
+    opt("generate", t.settings.generate);
+    opt("sample", t.settings.sample);
+    opt("seed", t.settings.seed);
+    opt("temperature", t.settings.temperature);
+    opt("top_p", t.settings.top_p);
+    opt("top_k", t.settings.top_k);
+    opt("reference", t.settings.reference);
+    opt("ubatch", t.settings.ubatch);
+    opt("threads", t.settings.threads);
+    opt("self_kl_target", t.settings.self_kl_target);
+  }
+  const std::vector<double> log_z = vector_of<double>(need("log_z"), "log_z");
+  const size_t G = log_z.size();
+  if (t.encoding == RefEncoding::sparse) {
+    const std::vector<double> rest = vector_of<double>(need("rest_mass"), "rest_mass");
+    const py::list ids = need("kept_ids").cast<py::list>(), logits = need("kept_logits").cast<py::list>();
+    if (rest.size() != G || ids.size() != G || logits.size() != G)
+      throw std::invalid_argument("log_z, rest_mass, kept_ids and kept_logits must have one entry per generated position");
+    t.ref.resize(G);
+    for (size_t j = 0; j < G; ++j) {
+      t.ref[j].log_z = log_z[j];
+      t.ref[j].rest_mass = rest[j];
+      t.ref[j].ids = vector_of<uint32_t>(ids[j], "kept_ids");
+      t.ref[j].logits = vector_of<float>(logits[j], "kept_logits");
+    }
+    t.self_kl_max = d.contains("self_kl_max") ? d["self_kl_max"].cast<double>() : 0.0;
+  } else {
+    t.n_embd = need("n_embd").cast<uint32_t>();
+    constexpr int F = py::array::c_style | py::array::forcecast;
+    const auto hidden = py::array_t<float, F>::ensure(need("hidden"));
+    const auto hash = py::array_t<uint64_t, F>::ensure(need("logits_hash"));
+    const auto top_ids = py::array_t<uint32_t, F>::ensure(need("top_ids"));
+    const auto top_lp = py::array_t<float, F>::ensure(need("top_logprobs"));
+    if (!hidden || !hash || !top_ids || !top_lp) throw std::invalid_argument("hidden, logits_hash, top_ids and top_logprobs must be arrays");
+    if (hidden.ndim() != 2 || static_cast<size_t>(hidden.shape(0)) != G || static_cast<size_t>(hidden.shape(1)) != t.n_embd)
+      throw std::invalid_argument("hidden must be [generated, n_embd]");
+    if (hash.ndim() != 1 || static_cast<size_t>(hash.shape(0)) != G || top_ids.ndim() != 2 ||
+        static_cast<size_t>(top_ids.shape(0)) != G || top_lp.ndim() != 2 || top_lp.shape(0) != top_ids.shape(0) ||
+        top_lp.shape(1) != top_ids.shape(1))
+      throw std::invalid_argument("logits_hash, top_ids and top_logprobs must have one row per generated position");
+    const size_t E = t.n_embd, T = static_cast<size_t>(top_ids.shape(1));
+    t.hid.resize(G);
+    for (size_t j = 0; j < G; ++j) {
+      HiddenRef& h = t.hid[j];
+      h.hidden.assign(hidden.data(j, 0), hidden.data(j, 0) + E);
+      h.log_z = log_z[j];
+      h.logits_hash = hash.at(j);
+      h.top_ids.assign(top_ids.data(j, 0), top_ids.data(j, 0) + T);
+      h.top_logprobs.assign(top_lp.data(j, 0), top_lp.data(j, 0) + T);
+    }
+  }
+  return t;
 }
 
 py::dict stats_dict(const replay::ArmStats& a) {
@@ -333,14 +462,89 @@ void bind_more(py::module_& m) {
       py::arg("path"), py::arg("snapshot"), "Writes the reference library's sequence-state stream (state version 1).");
   m.def(
       "read_trajectory", [](const std::string& path) { return trajectory_dict(read_trajectory(path)); }, py::arg("path"),
-      "A trajectory file of sjkv-replay record as a dict (tokens, top tokens, settings, model identity).");
+      "A trajectory file of sjkv-replay record as a dict: tokens, top tokens, settings, model identity and the "
+      "reference distribution of every generated position (sparse: kept_ids, kept_logits, log_z, rest_mass; "
+      "hidden: hidden, log_z, logits_hash, top_ids, top_logprobs).");
+  m.def(
+      "write_trajectory",
+      [](const std::string& path, const py::dict& t, int zstd_level) {
+        Trajectory tr = trajectory_of(t);
+        py::gil_scoped_release nogil;
+        write_trajectory(path, tr, zstd_level);
+      },
+      py::arg("path"), py::arg("trajectory"), py::arg("zstd_level") = 3,
+      "Writes a trajectory dict (read_trajectory's, or trajectory_from_logits') atomically, checked as the "
+      "reader checks it: ValueError naming the first inconsistency, nothing written.");
+  m.def(
+      "trajectory_from_logits",
+      [](py::array_t<int32_t, py::array::c_style | py::array::forcecast> tokens, uint32_t prompt_tokens,
+         py::array_t<float, py::array::c_style | py::array::forcecast> logits, const std::string& model_file,
+         const std::string& model_sha256, const std::string& architecture, double self_kl_target, bool sample,
+         const std::string& reference) {
+        if (logits.ndim() != 2 || logits.shape(0) == 0 || logits.shape(1) == 0)
+          throw std::invalid_argument("logits must be [generated, n_vocab]");
+        if (!(self_kl_target > 0.0 && std::isfinite(self_kl_target)))
+          throw std::invalid_argument("self_kl_target must be finite and > 0");
+        Trajectory t;
+        t.model_file = model_file;
+        t.model_sha256 = model_sha256;
+        t.architecture = architecture;
+        t.n_vocab = static_cast<uint32_t>(logits.shape(1));
+        t.prompt_tokens = prompt_tokens;
+        t.tokens.assign(tokens.data(), tokens.data() + tokens.size());
+        t.encoding = RefEncoding::sparse;
+        t.settings.generate = static_cast<uint32_t>(logits.shape(0));
+        t.settings.sample = sample;
+        t.settings.reference = reference;
+        t.settings.self_kl_target = self_kl_target;
+        const size_t G = static_cast<size_t>(logits.shape(0));
+        t.ref.resize(G);
+        {
+          py::gil_scoped_release nogil;
+          for (size_t j = 0; j < G; ++j) {
+            const float* row = logits.data(j, 0);
+            t.ref[j] = replay::encode_reference(row, t.n_vocab, self_kl_target);
+            t.self_kl_max = std::max(t.self_kl_max, replay::self_kl(row, t.n_vocab, t.ref[j]));
+          }
+        }
+        t.check_consistent();
+        return trajectory_dict(t);
+      },
+      py::arg("tokens"), py::arg("prompt_tokens"), py::arg("logits"), py::arg("model_file"), py::arg("model_sha256"),
+      py::arg("architecture"), py::arg("self_kl_target") = 5e-7, py::arg("sample") = false, py::arg("reference") = "f32",
+      "A sparse-encoded trajectory dict from another engine's logits ([generated, n_vocab] float32, row j the "
+      "distribution of token prompt_tokens + j), kept as sjkv-replay record --encoding sparse keeps them: the "
+      "fewest top tokens whose loss is at most self_kl_target nats. sjkv-replay score reads the file "
+      "write_trajectory makes of it when model_file and model_sha256 name the GGUF it is given.");
 
   m.def(
       "train",
       [](const std::vector<std::string>& inputs, const std::string& prefix, uint32_t bits, const std::string& init,
          uint64_t seed, double heldout, double tol, uint32_t max_iters, int threads, uint32_t head_dim,
-         uint32_t kv_sections) {
+         uint32_t kv_sections, const std::string& axis, const std::string& staging, uint32_t sink, uint32_t iters,
+         bool assume_rotated, bool checkpoint) {
+        // sjkv-train's checks of its options, as ValueError naming the argument
+        if (!(heldout >= 0.0 && heldout < 1.0)) throw std::invalid_argument("heldout must be in [0, 1)");
+        if (!(tol >= 0.0 && std::isfinite(tol))) throw std::invalid_argument("tol must be finite and >= 0");
+        if (axis != "token" && axis != "channel") throw std::invalid_argument("axis must be token or channel");
         train::TrainRun run;
+        if (!parse_staging(staging, &run.staging)) throw std::invalid_argument("staging must be tq6_0, q8_0 or f16");
+        run.axis = axis == "channel" ? TrellisAxis::channel : TrellisAxis::token;
+        {
+          CodecConfig cc;
+          cc.bits_k = cc.bits_v = bits;
+          cc.body = Body::trellis;
+          cc.sink = sink;
+          cc.iters = iters;
+          cc.trellis_axis = run.axis;
+          cc.head_dim = head_dim ? head_dim : 256;
+          const Unsupported why = can_implement(cc);
+          if (why != Unsupported::none) throw std::invalid_argument(std::string("bits, sink, iters or axis: ") + describe(why));
+        }
+        run.sink = sink;
+        run.iters = iters;
+        run.assume_rotated = assume_rotated;
+        run.checkpoint = checkpoint;
         run.inputs = inputs;
         run.prefix = prefix;
         run.bits = bits;
@@ -379,9 +583,14 @@ void bind_more(py::module_& m) {
       },
       py::arg("inputs"), py::arg("prefix"), py::arg("bits") = 3, py::arg("init") = "identity", py::arg("seed") = 1,
       py::arg("heldout") = 0.2, py::arg("tol") = train::TrainRun{}.tol, py::arg("max_iters") = train::TrainRun{}.max_iters,
-      py::arg("threads") = 0, py::arg("head_dim") = 0, py::arg("kv_sections") = 0,
-      "sjkv-train: trains a trellis table pair on captures, writes PREFIX.sjcb/.bin/.h and returns the held-out "
-      "report (MSE of the trellis targets per side and table).");
+      py::arg("threads") = 0, py::arg("head_dim") = 0, py::arg("kv_sections") = 0, py::arg("axis") = "token",
+      py::arg("staging") = "tq6_0", py::arg("sink") = train::TrainRun{}.sink, py::arg("iters") = train::TrainRun{}.iters,
+      py::arg("assume_rotated") = false, py::arg("checkpoint") = false,
+      "sjkv-train: trains a trellis table pair on captures (.kvd dumps, llama.cpp state files), writes "
+      "PREFIX.sjcb/.bin and, for the token axis, PREFIX.h, and returns the held-out report (MSE of the trellis "
+      "targets per side and table). init: identity, reference, a shipped set's name or a codebook file. "
+      "checkpoint: each side's Lloyd state goes to PREFIX.{k,v}.ckpt after every update, and a run with the same "
+      "inputs and options goes on from there with the same bytes. The options are sjkv-train's.");
 
   m.def(
       "read_results",

@@ -2,6 +2,7 @@
 driven ubatch by ubatch is the snapshot sjkv-encode writes; llama.cpp state files, streams and
 trajectories read as the tools read them; training gives sjkv-train's tables; a results folder
 gives the statistics sjkv-replay printed."""
+import hashlib
 import json
 import os
 import subprocess
@@ -128,6 +129,26 @@ def test_training_gives_the_tools_tables(tmp_path):
     assert not (tmp_path / "x.bin").exists()
 
 
+def test_training_options_are_the_tools(tmp_path):
+    """The channel axis, another staging, sink and balancing iterations, and a checkpointed run:
+    the bytes sjkv-train writes with the same options."""
+    k, v = tiles(layers=1, tokens=900, heads=1, dim=256, seed=5)
+    cap = str(tmp_path / "cap.h5")
+    sjkv.write_capture(cap, k, v)
+    opts = ["--bits", "3", "--axis", "channel", "--staging", "q8_0", "--sink", "64", "--iters", "8", "--max-iters", "2"]
+    run(TRAIN, cap, *opts, "-o", str(tmp_path / "tool"))
+    rep = sjkv.train([cap], str(tmp_path / "py"), bits=3, axis="channel", staging="q8_0", sink=64, iters=8,
+                     max_iters=2, checkpoint=True)
+    assert rep["outputs"] == [str(tmp_path / "py") + e for e in (".sjcb", ".bin")]  # no C header off the token axis
+    assert (tmp_path / "py.bin").read_bytes() == (tmp_path / "tool.bin").read_bytes()  # .sjcb names the tool
+    assert not list(tmp_path.glob("py*.ckpt"))  # removed at the end
+    for bad, msg in [({"axis": "rows"}, "axis must be"), ({"staging": "q4_0"}, "staging must be"),
+                     ({"heldout": 1.0}, "heldout must be"), ({"bits": 5}, "bits, sink, iters or axis")]:
+        with pytest.raises(ValueError, match=msg):
+            sjkv.train([cap], str(tmp_path / "bad"), **bad)
+    assert not list(tmp_path.glob("bad*"))
+
+
 def test_trajectory_and_results_as_the_replay_wrote_them(tmp_path):
     model = os.path.join(MODELS, "qwen3.gguf") if MODELS else ""
     if not (REPLAY and os.path.exists(model)):
@@ -159,6 +180,87 @@ def test_trajectory_and_results_as_the_replay_wrote_them(tmp_path):
     with pytest.raises(sjkv.FileError, match="positions.csv"):
         (out / "positions.csv").write_text("trajectory,position\n1,2\n")
         sjkv.read_results(str(out))
+
+
+@pytest.mark.parametrize("encoding", ["hidden", "sparse"])
+def test_trajectory_round_trip_is_the_recorders_bytes(tmp_path, encoding):
+    """read_trajectory keeps every field of the reference: writing it back gives the file
+    sjkv-replay record wrote, byte for byte."""
+    model = os.path.join(MODELS, "qwen3.gguf") if MODELS else ""
+    if not (REPLAY and os.path.exists(model)):
+        pytest.skip("sjkv-replay or the test models not given")
+    prompt = tmp_path / "p.txt"
+    prompt.write_text(open(os.path.join(SRC, "data", "prompts", "demo.txt")).read()[:900])
+    src = tmp_path / "t.h5"
+    run(REPLAY, "record", "--model", model, "--prompt-file", str(prompt), "--generate", "5",
+        "--reference-encoding", encoding, "-o", str(src), "-q")
+    t = sjkv.read_trajectory(str(src))
+    assert t["encoding"] == encoding and len(t["log_z"]) == 5
+    if encoding == "hidden":
+        assert t["hidden"].shape == (5, t["n_embd"]) and t["top_ids"].shape[0] == 5
+        assert list(t["top_ids"][:, 0]) == list(t["top_tokens"])
+    else:
+        assert [int(ids[np.argmax(lg)]) for ids, lg in zip(t["kept_ids"], t["kept_logits"])] == list(t["top_tokens"])
+    sjkv.write_trajectory(str(tmp_path / "again.h5"), t)
+    assert (tmp_path / "again.h5").read_bytes() == src.read_bytes()
+    t["tokens"][-1] = (t["tokens"][-1] + 1) % t["n_vocab"]  # no longer the reference's top token
+    with pytest.raises(ValueError, match="generated token 4 is not the reference's top token"):
+        sjkv.write_trajectory(str(tmp_path / "bad.h5"), t)
+    assert not (tmp_path / "bad.h5").exists()
+
+
+def test_trajectory_from_another_engines_logits_scores(tmp_path):
+    """Logits from elsewhere become a sparse trajectory kept by the recorder's rule (the fewest
+    top tokens whose loss is within the target), which sjkv-replay score reads."""
+    model = os.path.join(MODELS, "qwen3.gguf") if MODELS else ""
+    if not (REPLAY and os.path.exists(model)):
+        pytest.skip("sjkv-replay or the test models not given")
+    prompt = tmp_path / "p.txt"
+    prompt.write_text(open(os.path.join(SRC, "data", "prompts", "demo.txt")).read()[:900])
+    run(REPLAY, "record", "--model", model, "--prompt-file", str(prompt), "--generate", "1", "-o", str(tmp_path / "r.h5"), "-q")
+    rec = sjkv.read_trajectory(str(tmp_path / "r.h5"))
+    n_vocab, P, G = rec["n_vocab"], rec["prompt_tokens"], 6
+    rng = np.random.default_rng(4)
+    logits = (rng.standard_normal((G, n_vocab)) * 3.0).astype(np.float32)
+    tokens = np.concatenate([rec["tokens"][:P], np.argmax(logits, axis=1)]).astype(np.int32)
+    sha = hashlib.sha256(open(model, "rb").read()).hexdigest()
+    target = 1e-4
+    t = sjkv.trajectory_from_logits(tokens, P, logits, "qwen3.gguf", sha, rec["architecture"], self_kl_target=target)
+    assert t["encoding"] == "sparse" and list(t["top_tokens"]) == list(tokens[P:])
+    worst = 0.0
+    for j in range(G):
+        row = logits[j].astype(np.float64)
+        log_z = np.log(np.sum(np.exp(row - row.max()))) + row.max()
+        assert t["log_z"][j] == pytest.approx(log_z, rel=1e-12)
+        ids = t["kept_ids"][j]
+        assert list(ids) == sorted(ids) and np.array_equal(t["kept_logits"][j], logits[j][ids])
+        p = np.exp(row - log_z)
+        rest = np.ones(n_vocab, bool)
+        rest[ids] = False
+        assert t["rest_mass"][j] == pytest.approx(p[rest].sum(), rel=1e-9)
+        # the stored form spreads the rest evenly: its loss is within the target, and keeping
+        # one token fewer (the smallest kept) would not be
+        def loss(kept):
+            r = np.ones(n_vocab, bool)
+            r[kept] = False
+            q = p.copy()
+            q[r] = p[r].sum() / r.sum()
+            return float(np.sum(p * (np.log(p) - np.log(q))))
+        kl = loss(ids)
+        worst = max(worst, kl)
+        assert kl <= target * (1 + 1e-6)
+        fewer = ids[ids != ids[np.argmin(logits[j][ids])]]
+        assert loss(fewer) > target
+    assert t["self_kl_max"] == pytest.approx(worst, rel=1e-6)
+    path = tmp_path / "other.h5"
+    sjkv.write_trajectory(str(path), t)
+    assert sjkv.read_trajectory(str(path))["kept_ids"][0].tolist() == t["kept_ids"][0].tolist()
+    out = tmp_path / "res"
+    run(REPLAY, "score", str(path), "--model", model, "--arms", "f16", "--out", str(out), "-q")
+    res = sjkv.read_results(str(out))
+    assert len(res["f16"]["kl"]) == G and np.all(np.isfinite(res["f16"]["kl"])) and np.all(res["f16"]["kl"] > 0)
+    with pytest.raises(ValueError, match="logits must be"):
+        sjkv.trajectory_from_logits(tokens, P, logits[0], "qwen3.gguf", sha, rec["architecture"])
 
 
 @pytest.mark.parametrize("reader,source", [
