@@ -492,6 +492,12 @@ const std::vector<RejectCase>& reject_cases() {
       {"snapshot-codebook-window", Kind::snapshot, "codebooks/window_k = 8 for bits_k = 3",
        "codebooks/window_k = 8, expected 6 + bits_k = 9", false,
        snapshot_with([](hid_t f) { put_u32(f, "codebooks/window_k", 8); }, trellis_spec())},
+      // The table set's name (docs/FORMAT.md 13) is optional; when present it names a set.
+      {"snapshot-codebook-set-empty", Kind::snapshot, "codebooks/set is an empty string",
+       "codebooks/set is empty", true,
+       snapshot_with([](hid_t f) { put_str(f, "codebooks/set", std::string(1, '\0')); }, trellis_spec())},
+      {"snapshot-codebook-set-not-string", Kind::snapshot, "codebooks/set is an integer",
+       "codebooks/set", false, snapshot_with([](hid_t f) { put_u32(f, "codebooks/set", 7); }, trellis_spec())},
       {"snapshot-codebooks-missing", Kind::snapshot, "trellis body without /codebooks",
        "a trellis body needs its codebooks embedded (/codebooks is missing)", false,
        snapshot_with([](hid_t f) { drop(f, "codebooks"); }, trellis_spec())},
