@@ -15,6 +15,7 @@ Needs torch and transformers (scripts/setup installs them for the tests).
 """
 from __future__ import annotations
 
+import inspect
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -106,20 +107,27 @@ class SjkvCache(Cache):
         return {k: float(np.mean([x[k] for x in b])) for k in ("occupied", "allocated")} if b else {}
 
 
+def _cache_arg(model) -> str:
+    """The forward's name for the cache: `cache` (transformers 5.x, which deprecates the old name
+    and drops it in 5.40), else `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def _log_probs(model, cache, tokens: Sequence[int], prompt_tokens: int, ubatch: int) -> List[torch.Tensor]:
     """Log-probabilities (float64) of every scored position: the prompt in ubatches, then one token
     at a time, as sjkv-replay score runs a trajectory."""
     ids = torch.tensor([list(tokens)], dtype=torch.long)
+    kw = {_cache_arg(model): cache}
     out = []
     with torch.no_grad():
         logits = None
         for p0 in range(0, prompt_tokens, ubatch):
             p1 = min(prompt_tokens, p0 + ubatch)
-            logits = model(input_ids=ids[:, p0:p1], past_key_values=cache, use_cache=True,
+            logits = model(input_ids=ids[:, p0:p1], use_cache=True, **kw,
                            cache_position=torch.arange(p0, p1)).logits
         out.append(torch.log_softmax(logits[0, -1].to(torch.float64), dim=-1))
         for p in range(prompt_tokens, len(tokens) - 1):
-            logits = model(input_ids=ids[:, p:p + 1], past_key_values=cache, use_cache=True,
+            logits = model(input_ids=ids[:, p:p + 1], use_cache=True, **kw,
                            cache_position=torch.arange(p, p + 1)).logits
             out.append(torch.log_softmax(logits[0, -1].to(torch.float64), dim=-1))
     return out
