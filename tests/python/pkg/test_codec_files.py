@@ -144,6 +144,7 @@ def test_refusals_are_file_errors_with_the_tools_message(tmp_path):
     r = tool("inspect", bad)
     assert r.returncode == 2
     assert r.stderr.strip() == "sjkv-encode: " + str(e.value)
+    assert type(e.value).__module__ == "sjkv" and "sjkv.FileError" in repr(e.type)  # what a traceback names
     for reader, payload in ((sjkv.read_capture, b"not hdf5"), (sjkv.read_codebook, b"\x00" * 100),
                             (sjkv.read_snapshot, b"")):
         with pytest.raises(sjkv.FileError, match=r"^.*x\.bin: "):
