@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -85,6 +86,9 @@ struct Synth {
   uint32_t vocab_tokens = 0;         // > 0: a tokenizer.ggml.tokens array of that many pieces
   std::string rope_scaling;          // rope.scaling.type when not empty
   uint32_t experts = 0;              // > 0: expert_count
+  bool untied = false;               // an output.weight of its own (else the embedding is the output)
+  std::string nan_in;                // tensor with a NaN as its sixth value
+  std::string huge;                  // tensor whose values are all 3e38 (finite, but the pass overflows)
 };
 
 std::vector<uint8_t> encode(const std::vector<float>& v, uint32_t type) {
@@ -149,12 +153,15 @@ std::string write_synth(const Synth& s, const std::string& name) {
     uint64_t r = n == s.bad_shape ? rows - 1 : rows;
     std::vector<float> v(cols * r);
     for (auto& x : v) x = offset + scale * nd(rng);
+    if (n == s.nan_in) v[5] = std::numeric_limits<float>::quiet_NaN();
+    if (n == s.huge) std::fill(v.begin(), v.end(), 3e38f);
     const uint32_t type = rows == 1 ? kGgmlF32 : (n == s.q8_1 ? 9u : s.matrix_type);
     if (rows == 1) w.tensor(n, {cols}, type, encode(v, type));
     else w.tensor(n, {cols, r}, type, encode(v, type));
   };
   add("token_embd.weight", s.E, s.V, 1.0f, 0.0f);
   add("output_norm.weight", s.E, 1, 0.1f, 1.0f);
+  if (s.untied) add("output.weight", s.E, s.V, 0.3f, 0.0f);
   for (uint32_t l = 0; l < s.L; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     add(b + "attn_norm.weight", s.E, 1, 0.1f, 1.0f);
@@ -315,6 +322,17 @@ TEST_P(SynthModel, DefectsNameTheFileAndTensor) {
   d = s;
   d.drop = "output_norm.weight";
   expect_defect(d, "norm.gguf", "missing tensor 'output_norm.weight'");
+  // A non-finite embedding is refused at load, tied or not: an untied model's embedding rows
+  // are read only on lookup, where the NaN surfaced as a cache arm's internal error.
+  for (bool untied : {false, true}) {
+    d = s;
+    d.untied = untied;
+    EXPECT_NO_THROW((void)Model::load(write_synth(d, "untied-ok.gguf")));
+    d.nan_in = "token_embd.weight";
+    expect_defect(d, untied ? "embd-nan-untied.gguf" : "embd-nan.gguf", "tensor 'token_embd.weight' holds a non-finite value");
+    d.nan_in = "output.weight";
+    if (untied) expect_defect(d, "output-nan.gguf", "tensor 'output.weight' holds a non-finite value");
+  }
   // a vocabulary longer than the embedding table fails at load, not at the first such token
   d = s;
   d.vocab_tokens = s.V + 1;
@@ -348,6 +366,31 @@ TEST_P(SynthModel, RejectsBadCallsAndTokens) {
   std::vector<std::unique_ptr<LayerKv>> few;
   const int32_t ok = 1;
   EXPECT_THROW(m->eval(&ok, 1, 0, 8, few, out.data(), false), std::invalid_argument);
+}
+
+// Finite weights whose products overflow binary32 are the model file's defect (exit 2 in the
+// tools), found before a cache arm meets the non-finite rows and calls it an internal error.
+TEST_P(SynthModel, OverflowingWeightsAreTheFilesDefect) {
+  Synth s;
+  s.arch = GetParam();
+  for (const char* t : {"blk.0.attn_norm.weight", "output_norm.weight"}) {
+    Synth d = s;
+    d.huge = t;
+    const std::string path = write_synth(d, std::string("huge-") + t + ".gguf");
+    auto m = Model::load(path);  // every value is finite
+    auto kv = f32_cache(m->info());
+    std::vector<float> out(m->info().n_vocab);
+    const int32_t ids[3] = {1, 2, 3};
+    try {
+      m->eval(ids, 3, 0, 8, kv, out.data(), false);
+      ADD_FAILURE() << "no error with " << t << " at 3e38";
+    } catch (const FileError& e) {
+      EXPECT_EQ(e.path(), path);
+      const std::string want = d.huge == "output_norm.weight" ? "the output layer computes a non-finite logit"
+                                                             : "layer 0 computes a non-finite K value at position 0";
+      EXPECT_NE(e.defect().find(want), std::string::npos) << e.what();
+    }
+  }
 }
 
 // The forward pass split at any layer gives the bits of the whole one, in ubatches and token by token.

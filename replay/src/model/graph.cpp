@@ -214,17 +214,14 @@ void GraphModel::load() {
     fail("the vocabulary has " + std::to_string(vocab->count()) + " tokens but 'token_embd.weight' only " +
          std::to_string(V) + " rows");
   info_.n_vocab = static_cast<uint32_t>(V);
-  embd_row_bytes_ = tok_embd_->n_bytes / V;
-  weight_bytes_ += tok_embd_->n_bytes;  // mapped, read row by row
+  // Checked as every matrix is, tied or not: its rows are dequantized on lookup, where a
+  // non-finite value would surface only as a cache arm's internal error.
+  const Mat emb = load_mat(*tok_embd_);
+  embd_row_bytes_ = emb.row_bytes;
 
   out_norm_ = load_vec(need("output_norm.weight", {n_embd}));
-  if (const GgufTensorInfo* out = optional("output.weight", {n_embd, V})) {
-    output_ = load_mat(*out);
-  } else {  // tied: the embedding, already counted in weight_bytes_
-    const size_t counted = weight_bytes_;
-    output_ = load_mat(*tok_embd_);
-    weight_bytes_ = counted;
-  }
+  if (const GgufTensorInfo* out = optional("output.weight", {n_embd, V})) output_ = load_mat(*out);
+  else output_ = emb;  // tied: already counted in weight_bytes_
 
   layers_.resize(n_layer);
   for (uint32_t il = 0; il < n_layer; ++il) {
@@ -343,6 +340,14 @@ void GraphModel::scale_q(Ubatch& u, float s) const {
 }
 
 void GraphModel::attention(uint32_t il, const Layer& L, Ubatch& u, Kv& kv, float scale) const {
+  // Finite weights can still overflow binary32 (values near the type's limit): that is the
+  // model file's defect, named here before an arm meets the rows and calls it its own.
+  const size_t row = dim(Dim::kv);
+  for (const std::vector<float>* side : {&u.k, &u.v})
+    for (size_t i = 0; i < side->size(); ++i)
+      if (!std::isfinite((*side)[i]))
+        fail("layer " + std::to_string(il) + " computes a non-finite " + (side == &u.k ? "K" : "V") +
+             " value at position " + std::to_string(u.pos + i / row) + " (weights out of range)");
   kv[il]->begin_ubatch(u.pos, u.m);
   kv[il]->store(u.pos, u.m, u.k.data(), u.v.data());
   kv[il]->attend(u.pos, u.m, u.q.data(), scale, u.att.data());
@@ -511,6 +516,8 @@ void GraphModel::project(const float* hidden, uint32_t rows, float* logits) cons
     const size_t total = size_t(rows) * V;
     for (size_t i = 0; i < total; ++i) logits[i] = std::tanh(logits[i] * inv) * cap;
   }
+  for (size_t i = 0; i < size_t(rows) * V; ++i)  // as attention(): an overflow is the file's
+    if (!std::isfinite(logits[i])) fail("the output layer computes a non-finite logit (weights out of range)");
 }
 
 std::vector<TensorSlot> qkv_slots(bool biases) {
