@@ -251,6 +251,22 @@ class VocabTokenizer : public Tokenizer {
   // decode() drops the space the encoder put before the first text fragment.
   virtual bool strips_space_prefix() const { return false; }
 
+  // A vocabulary in which no text encodes to a token (every token empty, or each holding a
+  // byte the encoder never produces, such as a trailing NUL) would have every prompt encode to
+  // nothing or to <unk>: refused at load, naming the file, not blamed on the prompt. Every
+  // vocabulary llama.cpp loads covers printable ASCII (byte-level BPE holds every byte,
+  // SentencePiece falls back to byte tokens), so those characters are the probe.
+  void check_usable() const {
+    std::vector<int32_t> ids;
+    for (char c = ' '; c <= '~'; ++c) {
+      ids.clear();
+      encode_text(std::string_view(&c, 1), v_.user_defined, ids);
+      for (int32_t id : ids)
+        if (id != v_.unk && !v_.control[size_t(id)]) return;
+    }
+    v_.fail("the vocabulary has no usable token (no printable ASCII character encodes to a token other than <unk>)");
+  }
+
  protected:
   // A run of text between user-defined tokens (or the whole text).
   struct Fragment {
@@ -555,7 +571,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
     v.add_bos = true;
     load_common(f, v);
     const bool prefix = bool_key(f, "tokenizer.ggml.add_space_prefix", true);
-    return std::make_unique<SpmTokenizer>(std::move(v), prefix);
+    auto tok = std::make_unique<SpmTokenizer>(std::move(v), prefix);
+    tok->check_usable();
+    return tok;
   }
   if (model == "gpt2") {
     if (!f.has("tokenizer.ggml.pre")) {
@@ -587,7 +605,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
       }
       ranks.emplace(m, int32_t(i));  // a repeated merge keeps its first rank
     }
-    return std::make_unique<BpeTokenizer>(std::move(v), pre, ignore_merges, std::move(ranks));
+    auto tok = std::make_unique<BpeTokenizer>(std::move(v), pre, ignore_merges, std::move(ranks));
+    tok->check_usable();
+    return tok;
   }
   throw FileError(f.path(), "tokenizer.ggml.model '" + model + "' is not supported (llama and gpt2 are)");
 }

@@ -392,6 +392,34 @@ TEST(TokenizerReject, MalformedVocabularies) {
   }
 }
 
+// A vocabulary no text encodes to is the model file's defect, found at load: before, every
+// prompt encoded to nothing (or to <unk>) and the tool said "the prompt is empty".
+TEST(TokenizerReject, VocabularyWithNoUsableToken) {
+  const std::string want = "the vocabulary has no usable token";
+  using namespace std::string_literals;
+  const std::vector<std::vector<std::string>> bpe = {
+      {"", "", "", ""},                                   // every token empty
+      {"a\0"s, "b\0"s, "ab\0"s, "\xC4\xA0\0"s},     // every token with a trailing NUL
+  };
+  for (const auto& tokens : bpe) {
+    Gguf g;
+    g.str("tokenizer.ggml.model", "gpt2").str("tokenizer.ggml.pre", "smollm");
+    g.strings("tokenizer.ggml.tokens", tokens).strings("tokenizer.ggml.merges", {"a b"});
+    expect_defect(g, want);
+  }
+  // SentencePiece without byte tokens: every character falls back to <unk>.
+  Gguf spm;
+  spm.str("tokenizer.ggml.model", "llama");
+  spm.strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "a\0"s, "\xE2\x96\x81\0"s});
+  spm.i32s("tokenizer.ggml.token_type", {2, 3, 3, 1, 1});
+  expect_defect(spm, want);
+  // One usable token is enough (the probe is not a coverage rule).
+  Gguf one;
+  one.str("tokenizer.ggml.model", "gpt2").str("tokenizer.ggml.pre", "smollm");
+  one.strings("tokenizer.ggml.tokens", {"", "x\0"s, "q"}).strings("tokenizer.ggml.merges", {"a b"});
+  EXPECT_EQ(Tokenizer::from_gguf(one.parse())->encode("q", false), (Ids{2}));
+}
+
 // ---- Real models -----------------------------------------------------------------------------
 
 // `env` names a variable that overrides the whole path; else the file is where scripts/setup links it.
