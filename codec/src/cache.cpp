@@ -5,14 +5,50 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 
 namespace sjkv {
 
+namespace {
+
+// a * b and a + b, UINT64_MAX once either overflows.
+uint64_t mul_sat(uint64_t a, uint64_t b) {
+  uint64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+uint64_t add_sat(uint64_t a, uint64_t b) {
+  uint64_t r;
+  return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+uint32_t groups_for(const CodecConfig& cfg, uint32_t n_ctx) {
+  return n_ctx > cfg.sink ? static_cast<uint32_t>((uint64_t{n_ctx} - cfg.sink + cfg.group - 1) / cfg.group) : 1;
+}
+
+Status refused(std::string why) {
+  Status st;
+  st.code = ErrorCode::unsupported;
+  st.detail = std::move(why);
+  return st;
+}
+
+}  // namespace
+
+uint64_t cache_allocation_bytes(const CodecConfig& cfg, const CacheShape& shape) {
+  if (!ring_capacity_valid(cfg.tail, cfg.tail_max, cfg.group, shape.n_ubatch)) return UINT64_MAX;
+  const uint64_t H = shape.n_head_kv, D = cfg.head_dim, rb = staging_row_bytes(cfg.staging, cfg.head_dim);
+  const uint64_t sink_entry = cfg.sink_type == SinkType::f16 ? mul_sat(2, mul_sat(D, 2)) : mul_sat(2, rb);
+  const uint64_t sink = mul_sat(mul_sat(cfg.sink, H), sink_entry);
+  const uint64_t ring = mul_sat(mul_sat(ring_capacity(cfg.tail, cfg.tail_max, cfg.group, shape.n_ubatch), H), mul_sat(2, rb));
+  const uint64_t body = mul_sat(mul_sat(groups_for(cfg, shape.n_ctx), H), cfg.layout().bytes);
+  return mul_sat(add_sat(add_sat(sink, ring), body), shape.n_layers);
+}
+
 LayerCache::LayerCache(const CodecConfig& cfg, uint32_t n_head_kv, uint32_t n_ctx, uint32_t cap)
-    : cfg_(cfg), layout_(cfg.layout()), n_head_kv_(n_head_kv), cap_(cap) {
+    : cfg_(cfg), layout_(cfg.layout()), n_head_kv_(n_head_kv), n_ctx_(n_ctx), cap_(cap) {
   const uint32_t D = cfg.head_dim;
   row_bytes_ = staging_row_bytes(cfg.staging, D);
-  n_groups_ = n_ctx > cfg.sink ? (n_ctx - cfg.sink + cfg.group - 1) / cfg.group : 1;
+  n_groups_ = groups_for(cfg, n_ctx);
   if (cfg.sink_type == SinkType::f16)
     sink_f16_.assign(static_cast<size_t>(cfg.sink) * n_head_kv * 2 * D, 0);
   else
@@ -28,6 +64,8 @@ size_t LayerCache::entry_bytes(uint32_t p) const {
 
 Status LayerCache::encode_entry(uint32_t p, const float* k, const float* v, uint8_t* entry) const {
   const uint32_t D = cfg_.head_dim;
+  // Past n_ctx a later seal would write records past the body.
+  if (p >= n_ctx_) return refused("position " + std::to_string(p) + " is past n_ctx " + std::to_string(n_ctx_));
   for (uint32_t h = 0; h < n_head_kv_; ++h)
     for (uint32_t d = 0; d < D; ++d) {
       if (!std::isfinite(k[h * D + d])) return Status::at(ErrorCode::non_finite_input, Side::k, p, h * D + d);
@@ -55,7 +93,8 @@ void LayerCache::write_entry(uint32_t p, const uint8_t* entry) {
     dst = sink_staged_.data() + static_cast<size_t>(p) * n_head_kv_ * 2 * row_bytes_;
   else
     dst = ring_.data() + static_cast<size_t>(ring_slot(p, cfg_.sink, cap_)) * n_head_kv_ * 2 * row_bytes_;
-  std::memcpy(dst, entry, entry_bytes(p));
+  const size_t n = entry_bytes(p);
+  if (n) std::memcpy(dst, entry, n);  // no heads: nothing to copy (and no buffers)
 }
 
 Status LayerCache::store(uint32_t p, const float* k, const float* v) {
@@ -94,8 +133,18 @@ uint8_t* LayerCache::body_at(uint32_t from) {
   return body_.data() + static_cast<size_t>(g0) * n_head_kv_ * layout_.bytes;
 }
 
+Status LayerCache::check_seal_range(uint32_t from, uint32_t to) const {
+  const uint64_t end = uint64_t{cfg_.sink} + uint64_t{n_groups_} * cfg_.group;
+  if (from < cfg_.sink || to > end)
+    return refused("sealing positions [" + std::to_string(from) + ", " + std::to_string(to) + ") past the body of n_ctx " +
+                   std::to_string(n_ctx_));
+  return Status{};
+}
+
 Status LayerCache::seal(uint32_t from, uint32_t to, const SealOptions& opt, SealPath path, int n_threads) {
   if (to <= from) return Status{};
+  Status range = check_seal_range(from, to);
+  if (!range.ok()) return range;
   const uint32_t D = cfg_.head_dim, G = cfg_.group;
   std::vector<uint16_t> kin, vin;
   const size_t n_rec = append_seal_inputs(from, to, kin, vin);
@@ -138,6 +187,15 @@ SequenceCache::SequenceCache(const CodecConfig& cfg, const CacheShape& shape, Se
     status_.detail = "n_ubatch must be in [1, 2^20] (got " + std::to_string(shape.n_ubatch) + ")";
     return;
   }
+  if (shape.n_layers == 0 || shape.n_head_kv == 0 || shape.n_ctx == 0) {
+    status_ = refused(std::string(shape.n_layers == 0 ? "n_layers" : shape.n_head_kv == 0 ? "n_head_kv" : "n_ctx") +
+                      " must be at least 1");
+    return;
+  }
+  if (cache_allocation_bytes(cfg, shape) == UINT64_MAX) {
+    status_ = refused("the cache's size overflows 64 bits");
+    return;
+  }
   opt_.iters = cfg.iters;
   opt_.balance = cfg.balance;
   policy_.init(cfg.sink, cfg.tail, cfg.tail_max, cfg.group, cfg.flush_chunk);
@@ -149,6 +207,10 @@ SequenceCache::SequenceCache(const CodecConfig& cfg, const CacheShape& shape, Se
 Status SequenceCache::seal_pending(uint32_t* groups_sealed) {
   const uint32_t from = policy_.B, to = policy_.B_pending;
   if (groups_sealed) *groups_sealed = to > from ? (to - from) / cfg_.group : 0;
+  if (to > from) {
+    Status range = layers_.front().check_seal_range(from, to);
+    if (!range.ok()) return range;
+  }
   if (sealer_ && to > from) {
     // One call for the records of every layer (layer-major), then scattered to the bodies.
     std::vector<uint16_t> kin, vin;
@@ -185,12 +247,20 @@ Status SequenceCache::begin_ubatch(uint32_t pos0, uint32_t n_tokens, uint32_t* g
     st.detail = "ubatch starts at " + std::to_string(pos0) + " past the stored end " + std::to_string(n_);
     return st;
   }
+  // The ring holds two ubatches of n_ubatch (ring_capacity): a larger one would overwrite rows
+  // not yet sealed. Past n_ctx the body has no room for the records.
+  if (n_tokens > shape_.n_ubatch)
+    return refused("ubatch of " + std::to_string(n_tokens) + " positions exceeds n_ubatch " + std::to_string(shape_.n_ubatch));
+  if (uint64_t{pos0} + n_tokens > shape_.n_ctx)
+    return refused("ubatch ends at " + std::to_string(uint64_t{pos0} + n_tokens) + ", past n_ctx " +
+                   std::to_string(shape_.n_ctx));
   policy_.begin_ubatch(pos0, n_tokens);
   return seal_pending(groups_sealed);
 }
 
 Status SequenceCache::store(uint32_t p, const float* k, const float* v) {
   if (!status_.ok()) return status_;
+  if (p >= shape_.n_ctx) return refused("position " + std::to_string(p) + " is past n_ctx " + std::to_string(shape_.n_ctx));
   const size_t per_layer = static_cast<size_t>(shape_.n_head_kv) * cfg_.head_dim;
   // Encode every layer before writing any, so a refused position leaves no layer changed.
   entries_.resize(shape_.n_layers);
@@ -209,6 +279,10 @@ Status SequenceCache::store(uint32_t p, const float* k, const float* v) {
 
 Status SequenceCache::store_ubatch(uint32_t pos0, uint32_t n, const float* k, const float* v) {
   if (!status_.ok()) return status_;
+  if (n > shape_.n_ubatch)
+    return refused("ubatch of " + std::to_string(n) + " positions exceeds n_ubatch " + std::to_string(shape_.n_ubatch));
+  if (uint64_t{pos0} + n > shape_.n_ctx)
+    return refused("ubatch ends at " + std::to_string(uint64_t{pos0} + n) + ", past n_ctx " + std::to_string(shape_.n_ctx));
   const uint32_t L = shape_.n_layers;
   const size_t per_layer = static_cast<size_t>(shape_.n_head_kv) * cfg_.head_dim;
   const size_t jobs = static_cast<size_t>(n) * L;

@@ -725,6 +725,81 @@ TEST(CacheConfig, UnsupportedConfigAndUbatchPastTheEnd) {
   }
 }
 
+// The cache holds [0, n_ctx) in ubatches of at most n_ubatch (issue 40, item 1): past either
+// it refuses, changing nothing, where it once sealed records past the body (64-row ubatches
+// at sink 64, tail 0, n_ctx 128: the one at 320 wrote 17,920 bytes past it).
+TEST(CacheBounds, GrowthPastNctxOrNubatchIsRefused) {
+  const Rows rows = make_rows(128, 128, 400, 21);
+  CodecConfig cfg = make_cfg(128, 4, 4, StagingType::tq6_0, SinkType::f16);
+  cfg.sink = 64;
+  cfg.tail = 0;
+  cfg.tail_max = 0;
+  SequenceCache c(cfg, make_shape(128));
+  ASSERT_TRUE(c.status().ok()) << c.status().message();
+  for (uint32_t p0 = 0; p0 < 128; p0 += kUbatch) {
+    ASSERT_TRUE(c.begin_ubatch(p0, kUbatch).ok());
+    ASSERT_TRUE(c.store_ubatch(p0, kUbatch, rows.kp(p0), rows.vp(p0)).ok());
+  }
+  const std::vector<uint8_t> body = c.layer(0).body();
+  const JournalPolicy before = c.policy();
+  for (uint32_t p0 : {128u, 192u, 256u, 320u}) {
+    const Status st = c.begin_ubatch(128, kUbatch);
+    EXPECT_EQ(st.code, ErrorCode::unsupported) << "at " << p0;
+    EXPECT_NE(st.detail.find("n_ctx 128"), std::string::npos) << st.message();
+    EXPECT_FALSE(c.store_ubatch(128, kUbatch, rows.kp(128), rows.vp(128)).ok());
+    EXPECT_FALSE(c.store(128, rows.kp(128), rows.vp(128)).ok());
+  }
+  EXPECT_FALSE(c.begin_ubatch(100, 29).ok());  // ends at 129
+  EXPECT_EQ(c.n_stored(), 128u);
+  expect_policy_eq(c.policy(), before, 128);
+  EXPECT_TRUE(c.layer(0).body() == body);
+  EXPECT_TRUE(c.idle(0).ok());  // sealing what is stored still fits the body
+
+  // A ubatch larger than n_ubatch would overwrite ring rows not yet sealed.
+  SequenceCache d(cfg, make_shape(1000));
+  ASSERT_TRUE(d.status().ok());
+  const Status big = d.begin_ubatch(0, kUbatch + 1);
+  EXPECT_EQ(big.code, ErrorCode::unsupported);
+  EXPECT_NE(big.detail.find("n_ubatch"), std::string::npos) << big.message();
+  EXPECT_FALSE(d.store_ubatch(0, kUbatch + 1, rows.kp(0), rows.vp(0)).ok());
+  EXPECT_EQ(d.n_stored(), 0u);
+
+  // The layer cache itself: no store at n_ctx, no seal past its body.
+  LayerCache lc(cfg, kHeads, 128, 256);
+  EXPECT_TRUE(lc.store(127, rows.kp(127), rows.vp(127)).ok());
+  EXPECT_EQ(lc.store(128, rows.kp(128), rows.vp(128)).code, ErrorCode::unsupported);
+  EXPECT_TRUE(lc.check_seal_range(64, 192).ok());
+  EXPECT_EQ(lc.check_seal_range(192, 320).code, ErrorCode::unsupported);
+  EXPECT_EQ(lc.seal(256, 384, SealOptions{}, SealPath::fast, 1).code, ErrorCode::unsupported);
+}
+
+// Shapes with no layer, head or position are refused at construction (they once reached
+// memcpy with null buffers), as is an allocation whose size overflows 64 bits.
+TEST(CacheBounds, EmptyAndOverflowingShapesAreRefused) {
+  const CodecConfig cfg = make_cfg(128, 4, 4, StagingType::tq6_0, SinkType::f16);
+  for (int which = 0; which < 3; ++which) {
+    CacheShape s = make_shape(1024);
+    (which == 0 ? s.n_layers : which == 1 ? s.n_head_kv : s.n_ctx) = 0;
+    SequenceCache c(cfg, s);
+    EXPECT_EQ(c.status().code, ErrorCode::unsupported) << which;
+    EXPECT_NE(c.status().detail.find(which == 0 ? "n_layers" : which == 1 ? "n_head_kv" : "n_ctx"), std::string::npos)
+        << c.status().message();
+  }
+  CacheShape huge = make_shape(0xFFFFFFFFu);
+  huge.n_layers = 0xFFFFFFFFu;
+  huge.n_head_kv = 0xFFFFFFFFu;
+  EXPECT_EQ(cache_allocation_bytes(cfg, huge), UINT64_MAX);
+  EXPECT_EQ(SequenceCache(cfg, huge).status().code, ErrorCode::unsupported);
+  // The count is the allocation: one layer's sink, ring and body.
+  CacheShape one = make_shape(1024);
+  one.n_layers = 1;
+  SequenceCache c(cfg, one);
+  ASSERT_TRUE(c.status().ok());
+  const LayerCache& l = c.layer(0);
+  EXPECT_EQ(cache_allocation_bytes(cfg, one),
+            l.sink_f16().size() * 2 + l.sink_staged().size() + l.ring().size() + l.body().size());
+}
+
 // Bits per value by region against hand-computed numbers, and the note's formula.
 TEST(CacheAccounting, BitsPerValueByRegion) {
   // Record bytes G*D*(bk+bv)/8 + 2*(3D+3G), bits 8*bytes/(2*D*G) (§4.2).

@@ -30,12 +30,18 @@ using RecordSealer = std::function<Status(const RecordLayout&, const SealOptions
 // engine); empty: the CPU sealer.
 using SealerSource = std::function<RecordSealer()>;
 
+// Bytes a SequenceCache of this shape allocates (every layer's sink, ring and body);
+// UINT64_MAX when the count overflows 64 bits.
+uint64_t cache_allocation_bytes(const CodecConfig& cfg, const CacheShape& shape);
+
 class LayerCache {
  public:
+  // Holds positions [0, n_ctx): a store at or past n_ctx, or a seal of a group past the body
+  // sized for it, is refused (Status unsupported), never written.
   LayerCache(const CodecConfig& cfg, uint32_t n_head_kv, uint32_t n_ctx, uint32_t cap);
 
   // Store position p from rotated rows k, v of [n_head_kv][D] floats. Fails (and stores
-  // nothing) on a NaN/Inf value or a row that overflows fp16.
+  // nothing) on a NaN/Inf value, a row that overflows fp16, or p >= n_ctx.
   Status store(uint32_t p, const float* k, const float* v);
   // The two halves of store(): validate and encode into `entry` (entry_bytes(p) bytes),
   // then copy it into the sink or ring slot of p.
@@ -43,15 +49,20 @@ class LayerCache {
   Status encode_entry(uint32_t p, const float* k, const float* v, uint8_t* entry) const;
   void write_entry(uint32_t p, const uint8_t* entry);
   // Seal groups [from, to) from the staged rows (positions multiple of G past the sink).
+  // Refused when [from, to) is not whole groups past the sink within the body.
   Status seal(uint32_t from, uint32_t to, const SealOptions& opt, SealPath path, int n_threads);
+  // Ok when groups [from, to) (from < to) are whole groups past the sink that the body holds.
+  Status check_seal_range(uint32_t from, uint32_t to) const;
   // The two halves of seal(): the seal inputs of groups [from, to) appended to kin / vin
   // (fp16 rows, [record][t][D]; returns the number of records), and the body bytes where
-  // the record of group `from`, head 0 goes (records follow group-major, head-minor).
+  // the record of group `from`, head 0 goes (records follow group-major, head-minor); the
+  // caller checks the range first (check_seal_range).
   size_t append_seal_inputs(uint32_t from, uint32_t to, std::vector<uint16_t>& kin, std::vector<uint16_t>& vin) const;
   uint8_t* body_at(uint32_t from);
 
   CacheView view(uint32_t B, uint32_t N) const;
   uint32_t cap() const { return cap_; }
+  uint32_t n_ctx() const { return n_ctx_; }
   uint32_t n_groups() const { return n_groups_; }
   const RecordLayout& layout() const { return layout_; }
   const std::vector<uint8_t>& body() const { return body_; }
@@ -62,7 +73,7 @@ class LayerCache {
  private:
   CodecConfig cfg_;
   RecordLayout layout_;
-  uint32_t n_head_kv_, cap_, n_groups_, row_bytes_;
+  uint32_t n_head_kv_, n_ctx_, cap_, n_groups_, row_bytes_;
   std::vector<uint16_t> sink_f16_;
   std::vector<uint8_t> sink_staged_, ring_, body_;
   std::vector<uint8_t> scratch_entry_;
@@ -70,7 +81,10 @@ class LayerCache {
 
 class SequenceCache {
  public:
-  // Validates cfg with can_implement(); check `status()` after construction.
+  // Validates cfg with can_implement() and the shape (at least one layer, KV head and position;
+  // n_ubatch in [1, kMaxUbatch]; an allocation that overflows 64 bits); check `status()` after
+  // construction. The cache holds positions [0, n_ctx) in ubatches of at most n_ubatch:
+  // anything past either is refused (Status unsupported, nothing changed).
   SequenceCache(const CodecConfig& cfg, const CacheShape& shape, SealOptions opt = {}, SealPath path = SealPath::fast,
                 int n_threads = 0);
   const Status& status() const { return status_; }
