@@ -566,6 +566,13 @@ class SjLayer final : public InspectableKv, private RowSource {
   throw std::invalid_argument("arm '" + spec + "': " + why);
 }
 
+// Each option once and never empty: a repeat used to be taken silently (the last one won, wide=
+// and layers= added up), so an arm could run under a name that did not say what it stored.
+constexpr const char* kEmptyOption = "an empty option (':' doubled or at the end)";
+[[noreturn]] void repeated(const std::string& spec, const std::string& option) {
+  bad(spec, "option '" + option + "' is given twice (each option once)");
+}
+
 std::vector<std::string> split(const std::string& s, char c) {
   std::vector<std::string> out;
   std::string cur;
@@ -673,11 +680,19 @@ std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealer
     const bool plain = r.f == RowFormat::f32 || r.f == RowFormat::f16 || r.f == RowFormat::bf16;
     bool rot = false, swa = false;
     for (size_t i = 1; i < parts.size(); ++i) {
-      if (parts[i] == "rot" && r.ggml_block && !rot) rot = true;
-      else if (parts[i] == "rot" && !r.ggml_block) bad(spec, std::string(r.name) + " takes no ':rot' (only the ggml block formats do)");
-      else if (parts[i] == "swa=same" && !plain && !swa) swa = true;
-      else if (parts[i] == "swa=same" && plain) bad(spec, std::string(r.name) + " already stores sliding layers in its own type");
-      else bad(spec, "unknown option '" + parts[i] + "'");
+      const std::string& o = parts[i];
+      if (o.empty()) bad(spec, kEmptyOption);
+      if (o == "rot") {
+        if (!r.ggml_block) bad(spec, std::string(r.name) + " takes no ':rot' (only the ggml block formats do)");
+        if (rot) repeated(spec, o);
+        rot = true;
+      } else if (o == "swa=same") {
+        if (plain) bad(spec, std::string(r.name) + " already stores sliding layers in its own type");
+        if (swa) repeated(spec, o);
+        swa = true;
+      } else {
+        bad(spec, "unknown option '" + o + "'");
+      }
     }
     return std::make_unique<RowArm>(spec, r.f, rot, swa);
   }
@@ -693,10 +708,15 @@ std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealer
     SjOptions opt;
     std::shared_ptr<const ArmCodebooks> cb;
     bool seen_axis = false, named_reference = false;
+    std::vector<std::string> seen;
     for (size_t i = 2; i < parts.size(); ++i) {
+      if (parts[i].empty()) bad(spec, kEmptyOption);
       const auto eq = parts[i].find('=');
       if (eq == std::string::npos) bad(spec, "option '" + parts[i] + "' is not key=value");
       const std::string key = parts[i].substr(0, eq), val = parts[i].substr(eq + 1);
+      if (val.empty()) bad(spec, "option '" + key + "=' has no value");
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) repeated(spec, key + "=");
+      seen.push_back(key);
       if (!sj) {
         if (key != "tail") bad(spec, "KVarN arms take only tail=N (the exact fp16 tail), not '" + key + "'");
         if (val.find('/') != std::string::npos) bad(spec, key + "=" + val + " is not a non-negative integer");  // fixed tail

@@ -218,7 +218,7 @@ TEST(Arms, InvalidSpecsAreRejectedWithAReason) {
       {"", "empty"},
       {"q4_2", "unknown arm"},
       {"f16:rot", "takes no ':rot'"},
-      {"q4_0:rot:rot", "unknown option"},
+      {"q4_0:rot:rot", "option 'rot' is given twice"},
       {"q4_0:fast", "unknown option"},
       {"f16:swa=same", "already stores sliding layers"},
       {"sj:4/4:swa=same", "unknown option"},
@@ -236,6 +236,25 @@ TEST(Arms, InvalidSpecsAreRejectedWithAReason) {
       {"sj:4/4:sink=-1", "not a non-negative integer"},
       {"kvarn:3/3t", "scalar body"},
       {"kvarn:4/4:staging=q8_0", "only tail"},
+      // Each option once and none empty: a repeat was taken silently (the last one won; wide=
+      // and layers= added up), and an empty wide=/layers= named no layer.
+      {"q8_0:rot:swa=same:swa=same", "option 'swa=same' is given twice"},
+      {"q4_0::rot", "an empty option"},
+      {"q4_0:rot:", "an empty option"},
+      {"sj:4/4:", "an empty option"},
+      {"sj:4/4::tail=0", "an empty option"},
+      {"sj:4/4:tail=0:tail=512", "option 'tail=' is given twice"},
+      {"kvarn:4/4:tail=0:tail=0", "option 'tail=' is given twice"},
+      {"sj:3/2t:staging=q8_0:staging=f16", "option 'staging=' is given twice"},
+      {"sj:4/4:wide=5:wide=11", "option 'wide=' is given twice"},
+      {"sj:4/4:layers=5:layers=11", "option 'layers=' is given twice"},
+      {"sj:4/4:kmean=sink:kmean=sink", "option 'kmean=' is given twice"},
+      {"sj:3/2t:cb=reference:cb=gemma3-270m", "option 'cb=' is given twice"},
+      {"sj:4/4:tier=edge:tier=edge", "option 'tier=' is given twice"},
+      {"sj:4/4:wide=", "option 'wide=' has no value"},
+      {"sj:4/4:layers=", "option 'layers=' has no value"},
+      {"sj:4/4:tail=", "option 'tail=' has no value"},
+      {"sj:4/4:sink=", "option 'sink=' has no value"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.first);
