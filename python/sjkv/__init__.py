@@ -11,6 +11,7 @@ with the one-line message the tools print, a bad argument ValueError.
     snap.write("cache.h5")
 """
 from ._sjkv import (  # noqa: F401
+    Arm,
     ArmLayer,
     Body,
     Cache,
@@ -36,6 +37,7 @@ from ._sjkv import (  # noqa: F401
 )
 
 __all__ = [
+    "Arm",
     "ArmLayer",
     "Body",
     "Cache",

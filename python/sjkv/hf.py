@@ -16,7 +16,8 @@ Needs torch and transformers (scripts/setup installs them for the tests).
 from __future__ import annotations
 
 import inspect
-from typing import Dict, List, Optional, Sequence
+import operator
+from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -47,12 +48,17 @@ def _deinterleave(x: np.ndarray) -> np.ndarray:
 class SjkvLayer(DynamicLayer):
     """One full-attention layer stored through an sjkv arm (batch size 1).
 
+    arm: an sjkv.Arm made for the whole model (the replay's per-layer choices: tier=edge, wide=,
+    layers=), or a spec string for a model of this one layer.
     adjacent_pairs: store keys in llama.cpp's channel order (Llama-family models, see above)."""
 
-    def __init__(self, arm: str, layer: int, n_head: int, n_head_kv: int, head_dim: int, n_ctx: int,
-                 n_ubatch: int = 512, adjacent_pairs: bool = False):
+    def __init__(self, arm: Union[str, "_sjkv.Arm"], layer: int, n_head: int, n_head_kv: int, head_dim: int,
+                 n_ctx: int, n_ubatch: int = 512, adjacent_pairs: bool = False):
         super().__init__()
-        self.store = _sjkv.ArmLayer(arm, layer, n_head, n_head_kv, head_dim, n_ctx, n_ubatch)
+        if isinstance(arm, str):
+            self.store = _sjkv.ArmLayer(arm, layer, n_head, n_head_kv, head_dim, n_ctx, n_ubatch)
+        else:
+            self.store = arm.layer(layer, n_head, n_head_kv, head_dim, n_ctx, n_ubatch)
         self.adjacent_pairs = adjacent_pairs
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
@@ -60,9 +66,10 @@ class SjkvLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         if key_states.shape[0] != 1:
             raise ValueError("sjkv.hf caches hold one sequence (batch size 1)")
-        # [1, heads, n, dim] -> [n, heads, dim], float32 as the arms take them
-        k = key_states[0].transpose(0, 1).to(torch.float32).contiguous().cpu().numpy()
-        v = value_states[0].transpose(0, 1).to(torch.float32).contiguous().cpu().numpy()
+        # [1, heads, n, dim] -> [n, heads, dim], float32 as the arms take them; detached, as a
+        # forward outside torch.no_grad() hands over states that require grad
+        k = key_states[0].detach().transpose(0, 1).to(torch.float32).contiguous().cpu().numpy()
+        v = value_states[0].detach().transpose(0, 1).to(torch.float32).contiguous().cpu().numpy()
         if self.adjacent_pairs:
             k = _interleave(k)
         self.store.append(self.store.n_stored, k, v)
@@ -92,10 +99,13 @@ class SjkvCache(Cache):
         head_dim = getattr(text, "head_dim", None) or text.hidden_size // n_head
         types = getattr(text, "layer_types", None) or ["full_attention"] * n_layers
         pairs = getattr(text, "model_type", "") in _ADJACENT_PAIR_MODELS
+        # One arm for the model, as sjkv-replay runs it: it refuses layers=/wide= naming a layer
+        # the model lacks (ValueError), and picks tier=edge's first and last layers among all.
+        model_arm = _sjkv.Arm(arm, [t == "full_attention" for t in types])
         layers = []
         for i, t in enumerate(types):
             if t == "full_attention":
-                layers.append(SjkvLayer(arm, i, n_head, n_head_kv, head_dim, n_ctx, n_ubatch, adjacent_pairs=pairs))
+                layers.append(SjkvLayer(model_arm, i, n_head, n_head_kv, head_dim, n_ctx, n_ubatch, adjacent_pairs=pairs))
             else:
                 layers.append(DynamicSlidingWindowLayer(sliding_window=text.sliding_window))
         super().__init__(layers=layers)
@@ -137,8 +147,21 @@ def score(model, tokens: Sequence[int], prompt_tokens: int, arms: Sequence[str],
           n_ctx: Optional[int] = None) -> Dict[str, Dict[str, object]]:
     """KL(f32 cache || arm) at every generated position of `tokens` (prompt, then the generated
     tokens), each arm against this engine's own f32-cache run, as sjkv-replay score scores a
-    trajectory: per arm the KL array, whether the top token agrees, and the arm's bits."""
+    trajectory: per arm the KL array, whether the top token agrees, and the arm's bits.
+
+    prompt_tokens: 1 to len(tokens) - 1 (a trajectory's prompt, then at least one generated token)."""
+    try:
+        prompt_tokens = operator.index(prompt_tokens)
+    except TypeError:
+        raise ValueError("prompt_tokens must be an integer (got %r)" % (prompt_tokens,)) from None
+    if not 1 <= prompt_tokens < len(tokens):
+        raise ValueError("prompt_tokens must be in [1, %d] for %d tokens (got %d): the prompt, then at least one "
+                         "generated token" % (len(tokens) - 1, len(tokens), prompt_tokens))
+    if not 1 <= ubatch <= 65536:  # sjkv-replay's --ubatch
+        raise ValueError("ubatch must be in [1, 65536] (got %r)" % (ubatch,))
     n_ctx = n_ctx or len(tokens)
+    if n_ctx < len(tokens):
+        raise ValueError("n_ctx must be at least len(tokens), %d (got %d)" % (len(tokens), n_ctx))
     ref = _log_probs(model, DynamicCache(config=model.config), tokens, prompt_tokens, ubatch)
     result = {}
     for arm in arms:

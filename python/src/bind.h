@@ -12,6 +12,11 @@ namespace sjkv::pybind {
 
 // parse_config, then can_implement: std::invalid_argument (ValueError) naming the text.
 CodecConfig parse_config_checked(const std::string& text);
+// std::invalid_argument (ValueError) "NAME must be in [lo, hi] (got V)" outside the range:
+// the tools' bounds of the same option.
+void check_range(const char* name, long long value, long long lo, long long hi);
+// The tools' --threads: 0 (all cores) to 1024.
+inline void check_threads(int threads) { check_range("threads", threads, 0, 1024); }
 // A capture as a dict: k, v (float16 [layers, tokens, kv_heads, head_dim]), layer_ids, ...
 pybind11::dict capture_dict(const Capture& c);
 // The sequence cache, the other files, training and results (bind_more.cpp).

@@ -4,6 +4,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -18,8 +20,10 @@
 #include "sjkv/cache.h"
 #include "sjkv/cache_view.h"
 #include "sjkv/hadamard.h"
+#include "sjkv/policy.h"
 #include "sjkv/io/encode.h"
 #include "sjkv/io/load.h"
+#include "sjkv/io/paths.h"
 #include "sjkv/io/state_stream.h"
 #include "sjkv/io/table_set.h"
 #include "sjkv/io/trajectory.h"
@@ -35,6 +39,19 @@ using namespace sjkv;
 
 namespace {
 
+using pybind::check_range;
+
+// A refusal of the codec cache as one line: its own words when it gave them.
+std::string why(const Status& st) {
+  return st.code == ErrorCode::unsupported && !st.detail.empty() ? st.detail : st.message();
+}
+
+// This machine's memory in bytes (0 when unknown).
+uint64_t physical_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
 // The engine's view of one sequence: positions stored in ubatches, the journal policy's step
 // before each, rows read back as attention reads them.
 class PyCache {
@@ -42,9 +59,14 @@ class PyCache {
   PyCache(const std::string& config, uint32_t n_layers, uint32_t kv_heads, uint32_t head_dim, uint32_t n_ctx,
           uint32_t n_ubatch, const std::string& codebook)
       : cfg_(pybind::parse_config_checked(config)) {
+    // sjkv-encode plan's bounds of the same sizes, and the encoder's of the ubatch
+    check_range("n_layers", n_layers, 1, 65536);
+    check_range("kv_heads", kv_heads, 1, 65536);
+    check_range("n_ctx", n_ctx, 1, UINT32_MAX);
+    check_range("n_ubatch", n_ubatch, 1, kMaxUbatch);
     cfg_.head_dim = head_dim;
-    const Unsupported why = can_implement(cfg_);
-    if (why != Unsupported::none) throw std::invalid_argument(cfg_.name() + ": " + describe(why));
+    const Unsupported bad = can_implement(cfg_);
+    if (bad != Unsupported::none) throw std::invalid_argument(cfg_.name() + ": " + describe(bad));
     const TableChoice choice = TableChoice::parse(codebook == "auto" ? "reference" : codebook);
     set_ = choice.resolve(nullptr, cfg_.bits_k, cfg_.bits_v);
     SealOptions so;  // as sjkv-encode's encoder drives the cache
@@ -57,8 +79,15 @@ class PyCache {
     sh.n_head_kv = kv_heads;
     sh.n_ctx = n_ctx;
     sh.n_ubatch = n_ubatch;
+    // Refused before allocating: zero-filling a cache larger than the machine would hang.
+    const uint64_t bytes = cache_allocation_bytes(cfg_, sh), mem = physical_memory();
+    if (bytes == UINT64_MAX || (mem && bytes > mem))
+      throw std::invalid_argument(
+          "n_layers, kv_heads, head_dim and n_ctx: the cache would take " +
+          (bytes == UINT64_MAX ? std::string("more than 2^64 bytes") : std::to_string(bytes) + " bytes") +
+          ", more than this machine's memory (" + std::to_string(mem) + " bytes)");
     cache_ = std::make_unique<SequenceCache>(cfg_, sh, so);
-    if (!cache_->status().ok()) throw std::invalid_argument(cache_->status().message());
+    if (!cache_->status().ok()) throw std::invalid_argument(why(cache_->status()));
   }
 
   // k, v: [n, layers, kv_heads, head_dim] float32, the model's basis unless rotated.
@@ -90,11 +119,11 @@ class PyCache {
       }
       if (!stepped_) {
         const Status st = cache_->begin_ubatch(pos0, n, &sealed);
-        if (!st.ok()) throw std::invalid_argument(st.message());
+        if (!st.ok()) throw std::invalid_argument(why(st));
       }
       stepped_ = false;
       const Status st = cache_->store_ubatch(pos0, n, kp, vp);
-      if (!st.ok()) throw std::invalid_argument(st.message());
+      if (!st.ok()) throw std::invalid_argument(why(st));
     }
     return sealed;
   }
@@ -106,7 +135,7 @@ class PyCache {
     uint32_t sealed = 0;
     py::gil_scoped_release nogil;
     const Status st = cache_->begin_ubatch(pos0, n, &sealed);
-    if (!st.ok()) throw std::invalid_argument(st.message());
+    if (!st.ok()) throw std::invalid_argument(why(st));
     stepped_ = true;
     return sealed;
   }
@@ -115,7 +144,7 @@ class PyCache {
     uint32_t sealed = 0;
     py::gil_scoped_release nogil;
     const Status st = cache_->idle(keep_recent, &sealed);
-    if (!st.ok()) throw std::invalid_argument(st.message());
+    if (!st.ok()) throw std::invalid_argument(why(st));
     return sealed;
   }
 
@@ -166,11 +195,30 @@ class PyCache {
 // engines (sjkv.hf): the same code as the replay's cache, rows read back decoded.
 class PyArmLayer {
  public:
+  // A layer of `arm` (which makes every layer of one model: tier=edge, wide= and layers= are
+  // decided there, as in sjkv-replay).
+  PyArmLayer(std::shared_ptr<const replay::KvArm> arm, uint32_t layer, bool full_attention, uint32_t n_head,
+             uint32_t n_head_kv, uint32_t head_dim, uint32_t n_ctx, uint32_t n_ubatch, uint32_t window)
+      : arm_(std::move(arm)) {
+    init(layer, full_attention, n_head, n_head_kv, head_dim, n_ctx, n_ubatch, window);
+  }
+  // A one-layer model: the arm's layer choices (layers=, wide=) are checked against it.
   PyArmLayer(const std::string& spec, uint32_t layer, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
              uint32_t n_ctx, uint32_t n_ubatch, uint32_t window)
       : arm_(replay::make_arm(spec)) {
+    replay::LayerShape only;
+    only.layer = layer;
+    only.full_attention = window == 0;
+    arm_->check_layers({only});
+    init(layer, window == 0, n_head, n_head_kv, head_dim, n_ctx, n_ubatch, window);
+  }
+  void init(uint32_t layer, bool full_attention, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t n_ctx,
+            uint32_t n_ubatch, uint32_t window) {
+    // sjkv-replay's bounds: a ubatch as a trajectory's, positions 32-bit
+    check_range("n_ubatch", n_ubatch, 1, kMaxTrajectoryUbatch);
+    check_range("n_ctx", n_ctx, 1, UINT32_MAX);
     s_.layer = layer;
-    s_.full_attention = window == 0;
+    s_.full_attention = full_attention;
     s_.window = window;
     s_.n_head = n_head;
     s_.n_head_kv = n_head_kv;
@@ -189,6 +237,13 @@ class PyArmLayer {
       throw std::invalid_argument("k and v must be [n, " + std::to_string(s_.n_head_kv) + ", " + std::to_string(s_.head_dim) + "]");
     if (pos0 != view_->n_stored()) throw std::invalid_argument("pos0 must be " + std::to_string(view_->n_stored()));
     const uint32_t n = static_cast<uint32_t>(k.shape(0));
+    // The arms refuse these with runtime_error; here they are the caller's arguments.
+    if (n > s_.n_ubatch)
+      throw std::invalid_argument("a ubatch of " + std::to_string(n) + " positions exceeds n_ubatch " +
+                                  std::to_string(s_.n_ubatch));
+    if (uint64_t{pos0} + n > s_.n_ctx)
+      throw std::invalid_argument("positions up to " + std::to_string(uint64_t{pos0} + n) + " exceed n_ctx " +
+                                  std::to_string(s_.n_ctx));
     py::gil_scoped_release nogil;
     kv_->begin_ubatch(pos0, n);
     kv_->store(pos0, n, k.data(), v.data());
@@ -218,10 +273,43 @@ class PyArmLayer {
   std::string storage() const { return view_->storage_name(); }
 
  private:
-  std::unique_ptr<replay::KvArm> arm_;
+  std::shared_ptr<const replay::KvArm> arm_;
   replay::LayerShape s_;
   std::unique_ptr<replay::LayerKv> kv_;
   replay::InspectableKv* view_ = nullptr;
+};
+
+// An sjkv-replay arm for a whole model: the model's layers given once (which are full
+// attention), each layer's store made from the one arm, so the per-layer choices (tier=edge's
+// first and last layers, wide=, layers=) are the replay's own.
+class PyArm {
+ public:
+  PyArm(const std::string& spec, const std::vector<bool>& full_attention)
+      : arm_(replay::make_arm(spec)), full_(full_attention) {
+    if (full_.empty()) throw std::invalid_argument("full_attention must list the model's layers (one flag each)");
+    std::vector<replay::LayerShape> shapes(full_.size());
+    for (size_t i = 0; i < full_.size(); ++i) {
+      shapes[i].layer = static_cast<uint32_t>(i);
+      shapes[i].full_attention = full_[i];
+    }
+    arm_->check_layers(shapes);  // layers=/wide= naming a layer the model lacks: ValueError
+  }
+  // Make every layer before the first append: tier=edge decides at the first ubatch.
+  PyArmLayer layer(uint32_t layer, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t n_ctx,
+                   uint32_t n_ubatch, uint32_t window) const {
+    if (layer >= full_.size())
+      throw std::invalid_argument("layer " + std::to_string(layer) + ": the model has " + std::to_string(full_.size()) +
+                                  " layers");
+    if (!full_[layer] && window == 0)
+      throw std::invalid_argument("layer " + std::to_string(layer) + " is a sliding-window layer: give its window");
+    return PyArmLayer(arm_, layer, full_[layer], n_head, n_head_kv, head_dim, n_ctx, n_ubatch, full_[layer] ? 0 : window);
+  }
+  const std::string& spec() const { return arm_->spec(); }
+  uint32_t n_layers() const { return static_cast<uint32_t>(full_.size()); }
+
+ private:
+  std::shared_ptr<const replay::KvArm> arm_;
+  std::vector<bool> full_;
 };
 
 template <typename T>
@@ -303,6 +391,34 @@ std::vector<T> vector_of(const py::handle& h, const char* name) {
   return std::vector<T>(a.data(), a.data() + a.size());
 }
 
+const char* kind_of(const std::string*) { return "a string"; }
+const char* kind_of(const uint32_t*) { return "an integer in [0, 2^32)"; }
+const char* kind_of(const uint64_t*) { return "an integer in [0, 2^64)"; }
+const char* kind_of(const double*) { return "a number"; }
+const char* kind_of(const bool*) { return "a bool"; }
+const char* kind_of(const py::dict*) { return "a dict"; }
+const char* kind_of(const py::list*) { return "a list"; }
+
+// A trajectory dict's field as T: ValueError naming the field (pybind11's cast error names
+// neither the field nor the type wanted).
+template <typename T>
+T field_as(const py::handle& h, const std::string& name) {
+  auto wrong = [&] {
+    return std::invalid_argument("trajectory field '" + name + "' must be " + kind_of(static_cast<const T*>(nullptr)) +
+                                 " (got " + Py_TYPE(h.ptr())->tp_name + ")");
+  };
+  if constexpr (std::is_base_of_v<py::object, T>) {
+    if (!py::isinstance<T>(h)) throw wrong();  // cast would try dict(x) / list(x)
+    return py::reinterpret_borrow<T>(h);
+  } else {
+    try {
+      return h.cast<T>();
+    } catch (const py::cast_error&) {
+      throw wrong();
+    }
+  }
+}
+
 // The inverse of trajectory_dict; Trajectory::check_consistent (in write_trajectory) judges it.
 Trajectory trajectory_of(const py::dict& d) {
   auto need = [&](const char* key) -> py::handle {
@@ -310,17 +426,17 @@ Trajectory trajectory_of(const py::dict& d) {
     return d[key];
   };
   Trajectory t;
-  t.model_file = need("model_file").cast<std::string>();
-  t.model_sha256 = need("model_sha256").cast<std::string>();
-  t.architecture = need("architecture").cast<std::string>();
-  t.n_vocab = need("n_vocab").cast<uint32_t>();
-  t.prompt_tokens = need("prompt_tokens").cast<uint32_t>();
+  t.model_file = field_as<std::string>(need("model_file"), "model_file");
+  t.model_sha256 = field_as<std::string>(need("model_sha256"), "model_sha256");
+  t.architecture = field_as<std::string>(need("architecture"), "architecture");
+  t.n_vocab = field_as<uint32_t>(need("n_vocab"), "n_vocab");
+  t.prompt_tokens = field_as<uint32_t>(need("prompt_tokens"), "prompt_tokens");
   t.tokens = vector_of<int32_t>(need("tokens"), "tokens");
-  t.encoding = parse_encoding(need("encoding").cast<std::string>());
+  t.encoding = parse_encoding(field_as<std::string>(need("encoding"), "encoding"));
   if (d.contains("settings")) {
-    const py::dict s = d["settings"].cast<py::dict>();
+    const py::dict s = field_as<py::dict>(d["settings"], "settings");
     auto opt = [&](const char* key, auto& field) {
-      if (s.contains(key)) field = s[key].cast<std::decay_t<decltype(field)>>();
+      if (s.contains(key)) field = field_as<std::decay_t<decltype(field)>>(s[key], std::string("settings.") + key);
     };
     opt("generate", t.settings.generate);
     opt("sample", t.settings.sample);
@@ -337,7 +453,8 @@ Trajectory trajectory_of(const py::dict& d) {
   const size_t G = log_z.size();
   if (t.encoding == RefEncoding::sparse) {
     const std::vector<double> rest = vector_of<double>(need("rest_mass"), "rest_mass");
-    const py::list ids = need("kept_ids").cast<py::list>(), logits = need("kept_logits").cast<py::list>();
+    const py::list ids = field_as<py::list>(need("kept_ids"), "kept_ids");
+    const py::list logits = field_as<py::list>(need("kept_logits"), "kept_logits");
     if (rest.size() != G || ids.size() != G || logits.size() != G)
       throw std::invalid_argument("log_z, rest_mass, kept_ids and kept_logits must have one entry per generated position");
     t.ref.resize(G);
@@ -347,9 +464,9 @@ Trajectory trajectory_of(const py::dict& d) {
       t.ref[j].ids = vector_of<uint32_t>(ids[j], "kept_ids");
       t.ref[j].logits = vector_of<float>(logits[j], "kept_logits");
     }
-    t.self_kl_max = d.contains("self_kl_max") ? d["self_kl_max"].cast<double>() : 0.0;
+    t.self_kl_max = d.contains("self_kl_max") ? field_as<double>(d["self_kl_max"], "self_kl_max") : 0.0;
   } else {
-    t.n_embd = need("n_embd").cast<uint32_t>();
+    t.n_embd = field_as<uint32_t>(need("n_embd"), "n_embd");
     constexpr int F = py::array::c_style | py::array::forcecast;
     const auto hidden = py::array_t<float, F>::ensure(need("hidden"));
     const auto hash = py::array_t<uint64_t, F>::ensure(need("logits_hash"));
@@ -419,7 +536,9 @@ void bind_more(py::module_& m) {
 
   py::class_<PyArmLayer>(m, "ArmLayer",
                          "One layer's K/V store of an sjkv-replay arm (e.g. 'q8_0', 'kvarn:4/4:tail=0', 'sj:3/2t'), the "
-                         "replay's own code: append ubatches, read every stored row back decoded.")
+                         "replay's own code: append ubatches, read every stored row back decoded. Made from a spec it "
+                         "is a model of this one layer; sjkv.Arm(spec, full_attention).layer(...) makes the layers of a "
+                         "whole model (tier=edge, wide=, layers= as sjkv-replay chooses them).")
       .def(py::init<const std::string&, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t>(),
            py::arg("arm"), py::arg("layer"), py::arg("n_head"), py::arg("n_head_kv"), py::arg("head_dim"),
            py::arg("n_ctx"), py::arg("n_ubatch") = 512, py::arg("window") = 0)
@@ -428,6 +547,19 @@ void bind_more(py::module_& m) {
       .def_property_readonly("n_stored", &PyArmLayer::n_stored)
       .def_property_readonly("storage", &PyArmLayer::storage)
       .def("bits", &PyArmLayer::bits);
+
+  py::class_<PyArm>(m, "Arm",
+                    "An sjkv-replay arm for a whole model: full_attention lists the model's layers (True for each "
+                    "full-attention layer). The spec's layer choices are checked against them as sjkv-replay checks "
+                    "them (ValueError for layers=/wide= naming a layer the model lacks), and every layer's store "
+                    "comes from this one arm, so tier=edge's first and last layers are the replay's. Make every "
+                    "layer before the first append.")
+      .def(py::init<const std::string&, const std::vector<bool>&>(), py::arg("spec"), py::arg("full_attention"))
+      .def("layer", &PyArm::layer, py::arg("layer"), py::arg("n_head"), py::arg("n_head_kv"), py::arg("head_dim"),
+           py::arg("n_ctx"), py::arg("n_ubatch") = 512, py::arg("window") = 0,
+           "The store of one layer of the model (window: a sliding-window layer's, which the arms keep f16).")
+      .def_property_readonly("spec", &PyArm::spec)
+      .def_property_readonly("n_layers", &PyArm::n_layers);
 
   m.def(
       "load_capture",
@@ -524,6 +656,16 @@ void bind_more(py::module_& m) {
          uint32_t kv_sections, const std::string& axis, const std::string& staging, uint32_t sink, uint32_t iters,
          bool assume_rotated, bool checkpoint) {
         // sjkv-train's checks of its options, as ValueError naming the argument
+        pybind::check_threads(threads);
+        check_range("max_iters", max_iters, 0, 10000);
+        {
+          // A prefix that names a folder ('', '.', 'out/') would write hidden files .sjcb, .bin, .h in it.
+          const std::string base = base_name(prefix);
+          if (base.empty() || base == "." || base == ".." || is_folder(prefix))
+            throw std::invalid_argument("prefix '" + prefix + "' names a folder; give a file prefix such as " +
+                                        (prefix.empty() || prefix.back() == '/' ? prefix : prefix + "/") +
+                                        "cb3 (writes cb3.sjcb, cb3.bin, cb3.h)");
+        }
         if (!(heldout >= 0.0 && heldout < 1.0)) throw std::invalid_argument("heldout must be in [0, 1)");
         if (!(tol >= 0.0 && std::isfinite(tol))) throw std::invalid_argument("tol must be finite and >= 0");
         if (axis != "token" && axis != "channel") throw std::invalid_argument("axis must be token or channel");
@@ -640,6 +782,7 @@ void bind_more(py::module_& m) {
       "compare",
       [](const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b, uint32_t replicates,
          uint64_t seed) {
+        check_range("replicates", replicates, 100, 1000000);  // sjkv-replay's --bootstrap
         replay::BootstrapOptions o;
         o.replicates = replicates;
         o.seed = seed;

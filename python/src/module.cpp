@@ -42,6 +42,12 @@ CodecConfig parse_config_checked(const std::string& text) {
   return c;
 }
 
+void check_range(const char* name, long long value, long long lo, long long hi) {
+  if (value < lo || value > hi)
+    throw std::invalid_argument(std::string(name) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                "] (got " + std::to_string(value) + ")");
+}
+
 }  // namespace sjkv::pybind
 
 namespace {
@@ -50,7 +56,12 @@ using pybind::parse_config_checked;
 
 // [layers, tokens, kv_heads, head_dim] (or [tokens, kv_heads, head_dim]: one layer) float16 or
 // float32 -> fp16 bit patterns per layer; float32 rounds to nearest even, as the engines store.
-std::vector<std::vector<uint16_t>> fp16_layers(const py::array& a, const char* name, uint32_t dims[4]) {
+std::vector<std::vector<uint16_t>> fp16_layers(const py::array& given, const char* name, uint32_t dims[4]) {
+  // Big-endian (or otherwise non-native) arrays are read as their values: the float16 path
+  // views the bytes as uint16, which would swap them.
+  py::array a = given;
+  if (given.dtype().kind() == 'f' && !given.dtype().attr("isnative").cast<bool>())
+    a = given.attr("astype")(given.dtype().attr("newbyteorder")("="));
   if (a.ndim() != 3 && a.ndim() != 4)
     throw std::invalid_argument(std::string(name) + " must be [layers, tokens, kv_heads, head_dim] or [tokens, kv_heads, head_dim]");
   const bool one = a.ndim() == 3;
@@ -60,7 +71,8 @@ std::vector<std::vector<uint16_t>> fp16_layers(const py::array& a, const char* n
   std::vector<std::vector<uint16_t>> out(dims[0], std::vector<uint16_t>(per));
   if (a.dtype().kind() == 'f' && a.dtype().itemsize() == 2) {
     const auto c = py::array_t<uint16_t, py::array::c_style | py::array::forcecast>::ensure(a.attr("view")("uint16"));
-    for (uint32_t l = 0; l < dims[0]; ++l) std::memcpy(out[l].data(), c.data() + l * per, per * 2);
+    if (per)  // empty tiles have no buffers
+      for (uint32_t l = 0; l < dims[0]; ++l) std::memcpy(out[l].data(), c.data() + l * per, per * 2);
   } else if (a.dtype().kind() == 'f' && a.dtype().itemsize() == 4) {
     const auto c = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(a);
     for (uint32_t l = 0; l < dims[0]; ++l)
@@ -80,8 +92,9 @@ py::array_t<uint16_t> as_f16_array(const Capture& cap, bool values_v) {
   py::array_t<uint16_t> a({static_cast<size_t>(cap.layers.size()), static_cast<size_t>(cap.tokens),
                            static_cast<size_t>(cap.kv_heads), static_cast<size_t>(cap.head_dim)});
   uint16_t* p = a.mutable_data();
-  for (size_t l = 0; l < cap.layers.size(); ++l)
-    std::memcpy(p + l * per, (values_v ? cap.layers[l].v : cap.layers[l].k).data(), per * 2);
+  if (per)  // empty tiles have no buffers
+    for (size_t l = 0; l < cap.layers.size(); ++l)
+      std::memcpy(p + l * per, (values_v ? cap.layers[l].v : cap.layers[l].k).data(), per * 2);
   return a;
 }
 
@@ -224,6 +237,8 @@ PYBIND11_MODULE(_sjkv, m) {
       [](const py::array& k, const py::array& v, const std::string& config, uint32_t n_ubatch, const std::string& codebook,
          const std::vector<uint32_t>& layer_ids, bool rotated, int threads, const std::string& model,
          const std::string& source, const std::vector<int32_t>& token_ids) {
+        pybind::check_threads(threads);
+        pybind::check_range("n_ubatch", n_ubatch, 1, kMaxUbatch);
         const Capture cap = capture_of(k, v, layer_ids, rotated, model, source, token_ids);
         EncodeOptions eo;
         eo.config = parse_config_checked(config);

@@ -60,7 +60,8 @@ def test_cache_step_by_step_is_the_encoders_snapshot(tmp_path, config):
     assert np.abs(vr - vd[1].astype(np.float32)).max() <= 2e-3 * np.abs(vd[1].astype(np.float32)).max()
     # rows given already rotated are stored as given (read in place): the rotated rows read
     # back are what a cache fed the model-basis rows holds
-    again = sjkv.Cache(config, n_layers=2, kv_heads=2, head_dim=128, n_ctx=N + 1, n_ubatch=ub)
+    # (one ubatch of the 128 sink rows: a ubatch larger than n_ubatch is refused)
+    again = sjkv.Cache(config, n_layers=2, kv_heads=2, head_dim=128, n_ctx=N + 1, n_ubatch=128)
     kr_rot, vr_rot = cache.rows(1, 0, 128, rotated=True)  # the sink: exact rotated rows (f16)
     ksink = np.repeat(kr_rot[None], 2, axis=0).transpose(1, 0, 2, 3).astype(np.float32)
     vsink = np.repeat(vr_rot[None], 2, axis=0).transpose(1, 0, 2, 3).astype(np.float32)
