@@ -33,6 +33,13 @@ namespace {
 
 constexpr const char* kTool = "sjkv-encode";
 
+// A state file's layers from --model: the model's architecture and attention shapes refused
+// first, as sjkv-replay refuses them (exit 2 naming the file).
+ImportOptions import_options(const cli::StateOptions& s) {
+  if (!s.model.empty()) (void)supported_geometry(GgufFile::open(s.model), ModelUse::geometry);
+  return s.resolve();
+}
+
 struct EncodeArgs {
   std::string input, output, bits = "4/4", body = "auto", staging = "tq6_0", sink_type = "f16", device = "auto";
   std::string axis = "token";
@@ -83,7 +90,7 @@ int run_encode(const EncodeArgs& a) {
   inputs.push_back(a.input);
   check_output(a.output, "-o", inputs);
   const Device device = Device::resolve(a.device);
-  const Capture cap = load_capture_any(a.input, a.state.resolve());
+  const Capture cap = load_capture_any(a.input, import_options(a.state));
   EncodeOptions eo;
   eo.config = config_from(a);
   eo.config.head_dim = cap.head_dim;
@@ -99,7 +106,8 @@ int run_encode(const EncodeArgs& a) {
                             "this encode seals " + eo.config.name());
     if (trellis) {
       std::unique_ptr<ModelGeometry> g;
-      if (!a.state.model.empty()) g = std::make_unique<ModelGeometry>(geometry_from_gguf(GgufFile::open(a.state.model)));
+      if (!a.state.model.empty())
+        g = std::make_unique<ModelGeometry>(supported_geometry(GgufFile::open(a.state.model), ModelUse::geometry));
       const TableSet* set = choice.resolve(g.get(), eo.config.bits_k, eo.config.bits_v);
       if (choice.kind == TableChoice::Kind::named && !set)
         throw cli::UsageError("--codebook " + choice.set->name + " has no " + std::to_string(eo.config.bits_k) + "-bit or " +
@@ -190,7 +198,7 @@ int run_inspect(const std::string& path, const std::string& against, const cli::
   const Snapshot s = read_snapshot_any(path, stream_options(sa));
   std::vector<RegionComparison> cmp;
   if (!against.empty()) {
-    const Capture ref = load_capture_any(against, state.resolve());
+    const Capture ref = load_capture_any(against, import_options(state));
     try {
       cmp = compare_snapshot(s, ref);
     } catch (const std::invalid_argument& e) {
@@ -377,7 +385,7 @@ int run_plan(const PlanArgs& a) {
   std::string what;
   if (!a.model.empty()) {
     const GgufFile f = GgufFile::open(a.model);
-    const ModelGeometry mg = geometry_from_gguf(f);
+    const ModelGeometry mg = supported_geometry(f, ModelUse::geometry);
     g = mg.cache_geometry();
     what = a.model + " (" + mg.architecture + ", " + std::to_string(g.layers.size()) + " full-attention layers of " +
            std::to_string(mg.n_layers) + "; " + mg.layer_rule + ")";

@@ -16,6 +16,7 @@
 #include "sjkv/io/load.h"
 #include "sjkv/io/codebook.h"
 #include "sjkv/io/lloyd_checkpoint.h"
+#include "sjkv/io/model_geometry.h"
 #include "sjkv/io/sha256.h"
 #include "sjkv/io/table_set.h"
 #include "sjkv/io/text.h"
@@ -80,7 +81,7 @@ void prepare_train(const TrainArgs& a, const cluster::Comm& comm, TrainRun& run,
   if (init == "auto") {
     init = "identity";
     if (!a.state.model.empty() && run.axis == TrellisAxis::token) {
-      const TableSet* set = table_set_for(geometry_from_gguf(GgufFile::open(a.state.model)));
+      const TableSet* set = table_set_for(supported_geometry(GgufFile::open(a.state.model), ModelUse::geometry));
       if (set && set->table(a.bits)) init = set->name;
     }
   }
@@ -94,6 +95,8 @@ void prepare_train(const TrainArgs& a, const cluster::Comm& comm, TrainRun& run,
   device = std::make_unique<Device>(Device::resolve(comm.distributed() ? "cpu" : a.device, "this build has no CUDA support"));
   if (!parse_staging(a.staging, &run.staging)) throw cli::UsageError("--staging must be tq6_0, q8_0 or f16");
   run.inputs = a.inputs;
+  // --model's architecture and attention shapes, refused as sjkv-replay refuses them (exit 2).
+  if (!a.state.model.empty()) (void)supported_geometry(GgufFile::open(a.state.model), ModelUse::geometry);
   run.io = a.state.resolve();
   run.bits = a.bits;
   run.init = init;

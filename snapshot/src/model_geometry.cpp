@@ -203,6 +203,13 @@ class GeometryReader {
       if (l.n_head_kv > l.n_head && l.n_head > 0)
         fail("layer " + std::to_string(i) + ": head_count_kv " + std::to_string(l.n_head_kv) + " exceeds head_count " +
              std::to_string(l.n_head));
+      // Grouped-query attention shares each KV head among a whole number of query heads.
+      const bool attention = l.kind == LayerKind::full_attention || l.kind == LayerKind::sliding_window;
+      if (attention && l.n_head == 0)
+        fail("layer " + std::to_string(i) + ": head_count is 0 (head_count_kv " + std::to_string(l.n_head_kv) + ")");
+      if (attention && l.n_head % l.n_head_kv != 0)
+        fail("layer " + std::to_string(i) + ": head_count " + std::to_string(l.n_head) +
+             " is not a multiple of head_count_kv " + std::to_string(l.n_head_kv));
     }
     return g;
   }
@@ -215,5 +222,47 @@ class GeometryReader {
 }  // namespace
 
 ModelGeometry geometry_from_gguf(const GgufFile& f) { return GeometryReader(f).read(); }
+
+namespace {
+
+struct SupportedArch {
+  const char* name;
+  bool forward;    // sjkv-replay runs it (replay/src/model/arch_*.cpp)
+  bool recurrent;  // has layers without a KV cache
+};
+constexpr SupportedArch kSupported[] = {
+    {"gemma2", true, false},     {"gemma3", true, false},    {"llama", true, false},
+    {"phi3", true, false},       {"qwen2", true, false},     {"qwen3", true, false},
+    {"cohere2", false, false},   {"qwen35", false, true},    {"qwen35moe", false, true},
+    {"qwen3next", false, true},
+};
+
+}  // namespace
+
+std::vector<std::string> supported_architectures(ModelUse use) {
+  std::vector<std::string> out;
+  for (const SupportedArch& a : kSupported)
+    if (a.forward || use == ModelUse::geometry) out.push_back(a.name);
+  return out;
+}
+
+ModelGeometry supported_geometry(const GgufFile& f, ModelUse use) {
+  const std::string& arch = f.get_string("general.architecture");
+  const SupportedArch* found = nullptr;
+  for (const SupportedArch& a : kSupported)
+    if (arch == a.name && (a.forward || use == ModelUse::geometry)) found = &a;
+  if (!found) {
+    std::string names;
+    for (const std::string& n : supported_architectures(use)) names += (names.empty() ? "" : ", ") + n;
+    throw FileError(f.path(), "architecture '" + arch + "' is not supported (" + names + ")");
+  }
+  ModelGeometry g = geometry_from_gguf(f);
+  for (uint32_t i = 0; i < g.layers.size() && !found->recurrent; ++i)
+    if (g.layers[i].kind == LayerKind::recurrent)
+      throw FileError(f.path(), "layer " + std::to_string(i) + " has no KV heads (head_count " +
+                                    std::to_string(g.layers[i].n_head) + ", head_count_kv " +
+                                    std::to_string(g.layers[i].n_head_kv) + "); " + arch + " has no recurrent layers");
+  return g;
+}
 
 }  // namespace sjkv

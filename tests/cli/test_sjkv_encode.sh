@@ -303,6 +303,36 @@ no_output_left "llama --layers 3" ll3.h5
 expect_rc "encode llama state with a q8_0 cache" 2 encode seq-q8.bin -o llq.h5 --head-dim 64
 one_line_error "llama q8_0 cache" seq-q8.bin "cache type Q8_0 (ggml type 8) is not read"
 no_output_left "llama q8_0 cache" llq.h5
+# --model's architecture and attention shapes are refused as sjkv-replay record refuses them
+# (plan, encode and inspect --against took any architecture, head_count 0, or a head_count_kv
+# that does not divide head_count). Metadata-only GGUF files: ARCH LAYERS HEADS KV_HEADS HEAD_DIM.
+write_gguf() {
+  "$PY" -S - "$@" <<'PY'
+import struct, sys
+path, arch, layers, heads, kv, dim = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7])
+s = lambda x: struct.pack("<Q", len(x.encode())) + x.encode()
+u32 = lambda k, v: s(k) + struct.pack("<II", 4, v)
+kvs = [s("general.architecture") + struct.pack("<I", 8) + s(arch), u32(arch + ".block_count", layers),
+       u32(arch + ".attention.head_count", heads), u32(arch + ".attention.head_count_kv", kv),
+       u32(arch + ".attention.key_length", dim), u32(arch + ".attention.value_length", dim),
+       u32(arch + ".embedding_length", 256), u32(arch + ".context_length", 4096)]
+open(path, "wb").write(b"GGUF" + struct.pack("<Iqq", 3, 0, len(kvs)) + b"".join(kvs))
+PY
+}
+write_gguf m-ok.gguf llama 3 4 2 64 || bad "writing m-ok.gguf"
+write_gguf m-arch.gguf mystery 3 4 2 64 || bad "writing m-arch.gguf"
+write_gguf m-h0.gguf llama 3 0 2 64 || bad "writing m-h0.gguf"
+write_gguf m-gqa.gguf llama 3 4 3 64 || bad "writing m-gqa.gguf"
+write_gguf m-kv0.gguf gemma3 3 4 0 64 || bad "writing m-kv0.gguf"
+# encode and inspect --against with --model: the model's checks before any work
+expect_rc "encode llama state --model m-ok.gguf" 0 encode seq.bin --model m-ok.gguf --staging q8_0 -o llm.h5 -q
+for f in m-arch.gguf m-h0.gguf m-gqa.gguf m-kv0.gguf; do
+  expect_rc "encode --model $f" 2 encode seq.bin --model "$f" --staging q8_0 -o llbad.h5 -q
+  one_line_error "encode --model $f" "$f" ""
+  no_output_left "encode --model $f" llbad.h5
+  expect_rc "inspect --against --model $f" 2 inspect llm.h5 --against seq.bin --model "$f"
+  one_line_error "inspect --against --model $f" "$f" ""
+done
 
 # ---------------------------------------------------------------------------------------------
 # 3. plan: the note's worked figures
@@ -322,6 +352,19 @@ pycheck check-plan-json plan.json
 expect_rc "plan: a missing model file" 2 plan --model missing.gguf
 expect_rc "plan: a model that is not GGUF" 2 plan --model in.kvd
 one_line_error "plan --model in.kvd" in.kvd ""
+
+# plan --model (the files of section 2): the same checks; the hybrid Qwen 3.5 geometry is planned
+expect_rc "plan --model: llama 4/2 heads" 0 plan --model m-ok.gguf
+expect_rc "plan --model: the hybrid Qwen 3.5 geometry" 0 plan --model "$REJECT_DIR/../fuzz/corpus/gguf/valid-qwen35-hybrid-nextn.gguf"
+check "plan --model: qwen35's full-attention layers" grep -q "qwen35, " "$OUT"
+for m in "m-arch.gguf|architecture 'mystery' is not supported (gemma2, gemma3, llama, phi3, qwen2, qwen3, cohere2," \
+         "m-h0.gguf|layer 0: head_count is 0 (head_count_kv 2)" \
+         "m-gqa.gguf|layer 0: head_count 4 is not a multiple of head_count_kv 3" \
+         "m-kv0.gguf|layer 0 has no KV heads (head_count 4, head_count_kv 0); gemma3 has no recurrent layers"; do
+  f=${m%%|*}; frag=${m#*|}
+  expect_rc "plan --model $f" 2 plan --model "$f"
+  one_line_error "plan --model $f" "$f" "$frag"
+done
 
 # ---------------------------------------------------------------------------------------------
 # 4. Must-reject files: exit 2, one line naming the file and the defect, nothing left behind.

@@ -69,4 +69,35 @@ test ! -e "$dir/bad.bin"
 set +e; "$tool" inspect "$dir/bad.sjcb" 2> "$dir/bad.err"; rc=$?; set -e
 test $rc -eq 2
 grep -q "checksum mismatch" "$dir/bad.err"
+# --model: the architecture and attention shapes refused before any work, as sjkv-replay record
+# refuses them (exit 2, one line naming the file; no output). Metadata-only GGUF files.
+"$py" - "$dir" <<'PY'
+import struct, sys
+def gguf(path, arch, heads, kv):
+    s = lambda x: struct.pack("<Q", len(x.encode())) + x.encode()
+    u32 = lambda k, v: s(k) + struct.pack("<II", 4, v)
+    kvs = [s("general.architecture") + struct.pack("<I", 8) + s(arch), u32(arch + ".block_count", 2),
+           u32(arch + ".attention.head_count", heads), u32(arch + ".attention.head_count_kv", kv),
+           u32(arch + ".attention.key_length", 128), u32(arch + ".attention.value_length", 128)]
+    open(path, "wb").write(b"GGUF" + struct.pack("<Iqq", 3, 0, len(kvs)) + b"".join(kvs))
+d = sys.argv[1]
+gguf(d + "/m-ok.gguf", "qwen3", 4, 2)
+gguf(d + "/m-arch.gguf", "mystery", 4, 2)
+gguf(d + "/m-h0.gguf", "qwen3", 0, 2)
+gguf(d + "/m-gqa.gguf", "qwen3", 4, 3)
+PY
+"$tool" "$dir/a.kvd" --model "$dir/m-ok.gguf" --bits 2 -o "$dir/mok" --max-iters 1 -q > /dev/null
+test -s "$dir/mok.bin"
+for m in "m-arch|architecture 'mystery' is not supported" "m-h0|layer 0: head_count is 0" \
+         "m-gqa|layer 0: head_count 4 is not a multiple of head_count_kv 3"; do
+  f=${m%%|*}; frag=${m#*|}
+  for init in auto identity; do
+    set +e; "$tool" "$dir/a.kvd" --model "$dir/$f.gguf" --init $init --bits 2 -o "$dir/mbad" --max-iters 1 -q \
+      2> "$dir/m.err"; rc=$?; set -e
+    test $rc -eq 2
+    test "$(wc -l < "$dir/m.err")" -eq 1
+    grep -qF "sjkv-train: $dir/$f.gguf: $frag" "$dir/m.err"
+    test ! -e "$dir/mbad.bin" && test ! -e "$dir/mbad.sjcb" && test ! -e "$dir/mbad.h"
+  done
+done
 echo OK

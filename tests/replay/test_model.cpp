@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "sjkv/fp16.h"
+#include "sjkv/io/model_geometry.h"
 #include "sjkv/replay/dequant.h"
 #include "sjkv/replay/kv_f32.h"
 #include "sjkv/replay/model.h"
@@ -431,6 +432,38 @@ TEST(Model, UnsupportedArchitectureIsAFileError) {
               std::string::npos)
         << e.what();
   }
+}
+
+// The forward pass's architectures are the ones the geometry rules list for it (one list:
+// sjkv-encode and sjkv-train refuse by it too); the geometry alone serves more.
+TEST(Model, SupportedArchitecturesAreTheGeometrysForwardList) {
+  EXPECT_EQ(supported_architectures(), sjkv::supported_architectures(ModelUse::forward));
+  const std::vector<std::string> g = sjkv::supported_architectures(ModelUse::geometry);
+  EXPECT_NE(std::find(g.begin(), g.end(), "qwen35"), g.end());
+  for (const std::string& a : supported_architectures()) EXPECT_NE(std::find(g.begin(), g.end(), a), g.end()) << a;
+  // The hybrid Qwen 3.5 file is a geometry to plan, not a model to run.
+  const GgufFile f = GgufFile::open(std::string(SJKV_SOURCE_DIR) + "/tests/fuzz/corpus/gguf/valid-qwen35-hybrid-nextn.gguf");
+  EXPECT_NO_THROW((void)supported_geometry(f, ModelUse::geometry));
+  EXPECT_THROW((void)supported_geometry(f, ModelUse::forward), FileError);
+}
+
+// Attention shapes llama.cpp cannot run are the file's defect wherever the geometry is read
+// (record, plan, encode --model, train --model): head_count 0, a head_count_kv that does not
+// divide it, a layer without KV heads in an architecture without recurrent layers.
+TEST_P(SynthModel, AttentionShapesAreChecked) {
+  Synth s;
+  s.arch = GetParam();
+  Synth d = s;
+  d.Hkv = 3;  // 4 query heads
+  expect_defect(d, "gqa.gguf", "layer 0: head_count 4 is not a multiple of head_count_kv 3");
+  d = s;
+  d.H = 0;
+  expect_defect(d, "h0.gguf", "layer 0: head_count is 0 (head_count_kv 2)");
+  d = s;
+  d.H = 0;
+  d.Hkv = 0;
+  expect_defect(d, "h0kv0.gguf", "layer 0 has no KV heads (head_count 0, head_count_kv 0); " + s.arch +
+                                     " has no recurrent layers");
 }
 
 // ---- the real model --------------------------------------------------------------------------

@@ -57,7 +57,20 @@ struct ModelGeometry {
 //                  <arch>.attention.sliding_window > 0: gemma3 6 (layers with (il + 1) % 6 == 0
 //                  are global), gemma2 2, cohere2 4
 //     full         every other layer
-// Throws FileError for a missing or inconsistent key.
+// Throws FileError for a missing or inconsistent key, and for an attention layer (full or
+// sliding) whose head_count is 0 or not a multiple of its head_count_kv.
 ModelGeometry geometry_from_gguf(const GgufFile& f);
+
+// What a tool needs of a model file: its cache geometry (sjkv-encode plan and encode --model,
+// sjkv-train --model) or its forward pass too (sjkv-replay).
+enum class ModelUse { geometry, forward };
+// The general.architecture names sjkv supports for that use: the forward pass's gemma2,
+// gemma3, llama, phi3, qwen2, qwen3; for the geometry also the hybrid Qwen 3.5 family
+// (qwen35, qwen35moe, qwen3next) and cohere2, whose layer layouts the rules above know.
+std::vector<std::string> supported_architectures(ModelUse use);
+// geometry_from_gguf for a model file a tool takes: FileError naming the file for an
+// architecture not supported for `use` (the message lists them), or a layer without KV heads
+// (read as recurrent) in an architecture that has none.
+ModelGeometry supported_geometry(const GgufFile& f, ModelUse use);
 
 }  // namespace sjkv
