@@ -1,4 +1,4 @@
-// Write to ".<name>.tmp-<pid>" beside the destination, fsync, rename (docs/FORMAT.md §1).
+// Write to ".<name>.tmp-<pid>[-<n>]" beside the destination, fsync, rename (docs/FORMAT.md §1).
 #include "sjkv/io/atomic_file.h"
 
 #include <dirent.h>
@@ -29,7 +29,7 @@ std::string errno_text(int e) { return std::strerror(e); }
 // ".<base>.tmp-" with <base> shortened (prefix + hash of the whole name) when the temporary
 // name would not fit NAME_MAX; a final name that fits NAME_MAX must stay writable.
 std::string temp_stem(const std::string& base) {
-  constexpr size_t kReserve = 1 + 5 + 10;  // ".", ".tmp-", a 32-bit pid
+  constexpr size_t kReserve = 1 + 5 + 10 + 1 + 10;  // ".", ".tmp-", a 32-bit pid, "-", a 32-bit writer number
   if (base.size() + kReserve <= NAME_MAX) return "." + base + ".tmp-";
   uint32_t h = 2166136261u;  // FNV-1a: distinct long names get distinct temporaries
   for (unsigned char c : base) h = (h ^ c) * 16777619u;
@@ -91,7 +91,11 @@ void unregister_temp(int slot) {
   if (slot >= 0) g_slots[slot].state.store(0);
 }
 
-// Removes ".<base>.tmp-<pid>" files in `dir` left by processes that no longer exist (a
+bool all_digits(const std::string& s, size_t max) {
+  return !s.empty() && s.size() <= max && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// Removes ".<base>.tmp-<pid>[-<n>]" files in `dir` left by processes that no longer exist (a
 // SIGKILL, a power cut). Only names of exactly that shape are touched.
 void remove_stale(const std::string& dir, const std::string& stem) {
   DIR* d = ::opendir(dir.c_str());
@@ -100,8 +104,10 @@ void remove_stale(const std::string& dir, const std::string& stem) {
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
     if (name.size() <= stem.size() || name.compare(0, stem.size(), stem) != 0) continue;
-    const std::string digits = name.substr(stem.size());
-    if (digits.size() > 10 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string tail = name.substr(stem.size());
+    const size_t dash = tail.find('-');
+    const std::string digits = tail.substr(0, dash);
+    if (!all_digits(digits, 10) || (dash != std::string::npos && !all_digits(tail.substr(dash + 1), 10))) continue;
     const long pid = std::strtol(digits.c_str(), nullptr, 10);
     if (pid <= 0 || pid == self) continue;
     if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) (void)::unlinkat(dirfd(d), name.c_str(), 0);
@@ -128,10 +134,11 @@ void write_all_fd(int fd, const unsigned char* p, size_t n, const std::string& n
 
 }  // namespace
 
-std::string atomic_temp_name(const std::string& final_path, long pid) {
+std::string atomic_temp_name(const std::string& final_path, long pid, uint32_t writer) {
   const size_t slash = final_path.find_last_of('/');
   const std::string prefix = slash == std::string::npos ? std::string() : final_path.substr(0, slash + 1);
-  return prefix + temp_stem(base_name(final_path)) + std::to_string(pid);
+  return prefix + temp_stem(base_name(final_path)) + std::to_string(pid) +
+         (writer ? "-" + std::to_string(writer) : std::string());
 }
 
 bool same_file(const std::string& a, const std::string& b) {
@@ -166,28 +173,39 @@ void check_output_path(const std::string& final_path) { (void)checked_destinatio
 AtomicOutput::AtomicOutput(std::string final_path) : final_(std::move(final_path)) {
   device_ = checked_destination(final_);
   const long pid = static_cast<long>(::getpid());
-  if (device_) {
-    const std::string base = "sjkv-device-output";
-    remove_stale(temp_folder(), temp_stem(base));
-    temp_ = temp_folder() + "/" + temp_stem(base) + std::to_string(pid);
-  } else {
-    remove_stale(parent_folder(final_), temp_stem(base_name(final_)));
-    temp_ = atomic_temp_name(final_, pid);
-  }
-  slot_ = register_temp(temp_);
-  // Create it now so a permission problem is reported with the OS's reason before any work;
-  // the writer then truncates and fills it.
-  const int fd = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) {
+  // The device's bytes wait in $TMPDIR under a fixed name, a file's beside it.
+  const std::string model = device_ ? temp_folder() + "/sjkv-device-output" : final_;
+  remove_stale(parent_folder(model), temp_stem(base_name(model)));
+  // Created now (O_EXCL) so a permission problem is reported with the OS's reason before any
+  // work, and so that writers in several threads of one process never share a temporary: the
+  // first takes ".NAME.tmp-PID", one that finds it taken ".NAME.tmp-PID-N" (N unique in the
+  // process). The writer then truncates and fills it.
+  static std::atomic<uint32_t> next_writer{1};
+  for (int attempt = 0;; ++attempt) {
+    uint32_t writer = 0;
+    if (attempt > 0)
+      do writer = next_writer.fetch_add(1);
+      while (writer == 0);  // 0 is the plain name; the counter may wrap
+    temp_ = atomic_temp_name(model, pid, writer);
+    slot_ = register_temp(temp_);
+    const int fd = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0) {
+      ::close(fd);
+      return;
+    }
     const int e = errno;
     unregister_temp(slot_);
-    throw FileError(final_, "cannot create temporary file " + temp_ + ": " + errno_text(e));
+    slot_ = -1;
+    if (e != EEXIST || attempt >= 1000) {
+      const std::string name = temp_;
+      temp_.clear();
+      throw FileError(final_, "cannot create temporary file " + name + ": " + errno_text(e));
+    }
   }
-  ::close(fd);
 }
 
 AtomicOutput::~AtomicOutput() {
-  if (!done_) ::unlink(temp_.c_str());
+  if (!done_ && !temp_.empty()) ::unlink(temp_.c_str());
   unregister_temp(slot_);
 }
 
@@ -262,6 +280,10 @@ void AtomicOutput::commit() {
 void commit_all(const std::vector<AtomicOutput*>& outs) {
   for (AtomicOutput* o : outs)
     if (o) o->prepare();
+  // Character devices first: writing into one can fail (/dev/full) and a rename cannot be taken
+  // back, so every device has its bytes before the first file appears.
+  for (AtomicOutput* o : outs)
+    if (o && o->device()) o->publish();
   // The renames with SIGINT/SIGTERM/SIGHUP held back: a signal then arrives before the first
   // or after the last, never between two (which would leave part of the set).
   struct Held {

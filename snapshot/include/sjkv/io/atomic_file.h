@@ -1,7 +1,9 @@
 // Every file sjkv writes goes to a temporary name in the destination folder and is renamed
 // over the destination only when complete: a failure, SIGINT, SIGTERM or SIGHUP leaves no
-// partial output under the final name and no temporary (docs/FORMAT.md §1). After SIGKILL a
-// ".name.tmp-PID" may remain; the next writer of that name removes those of dead processes.
+// partial output under the final name and no temporary (docs/FORMAT.md §1). Each writer has its
+// own temporary, also among threads: ".name.tmp-PID", or ".name.tmp-PID-N" when another writer
+// of the process holds that. After SIGKILL one may remain; the next writer of that name removes
+// those of dead processes.
 //
 // The destination is checked when the object is made, before any work: a folder, a FIFO, a
 // socket or a block device is refused (FileError). A character device (-o /dev/null) is
@@ -10,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -24,6 +27,7 @@ class AtomicOutput {
 
   const std::string& temp_path() const { return temp_; }
   const std::string& final_path() const { return final_; }
+  bool device() const { return device_; }  // a character device, written through on publish
   // prepare() then publish(); throws FileError on failure (the temporary is then removed).
   void commit();
   // fsyncs the temporary file. Separate from publish() so that several outputs can all be
@@ -62,9 +66,10 @@ class MadeFolder {
   int slot_ = -1;
 };
 
-// Commits several outputs as one: every temporary is fsynced before the first rename, so a
-// failure while writing or syncing leaves none of them, and SIGINT/SIGTERM/SIGHUP are held
-// back during the renames. Throws FileError.
+// Commits several outputs as one: every temporary is fsynced and every character-device output
+// written (and its close checked) before the first rename, so a failure while writing or
+// syncing leaves none of the files, and SIGINT/SIGTERM/SIGHUP are held back during the
+// renames. Throws FileError.
 void commit_all(const std::vector<AtomicOutput*>& outs);
 
 // Writes `n` bytes to `path` (created or truncated), checking every write and the close.
@@ -75,8 +80,9 @@ void write_file_bytes(const std::string& path, const void* data, size_t n, const
 void write_file_atomic(const std::string& path, const void* data, size_t n);
 
 // The temporary-file name AtomicOutput uses for `final_path` in its folder, shortened to fit
-// NAME_MAX when the final name is long (exposed for tests).
-std::string atomic_temp_name(const std::string& final_path, long pid);
+// NAME_MAX when the final name is long (exposed for tests); `writer` > 0 is the "-N" of a
+// second writer in the process.
+std::string atomic_temp_name(const std::string& final_path, long pid, uint32_t writer = 0);
 
 // Whether two paths name the same existing file (device and inode, not spelling).
 bool same_file(const std::string& a, const std::string& b);
