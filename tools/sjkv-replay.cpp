@@ -212,6 +212,29 @@ void check_record_args(const RecordArgs& ra) {
   (void)arm_or_usage(ra.reference, "--reference");
 }
 
+// What the capture file's rules (docs/FORMAT.md section 2) refuse in the model's full-attention
+// K/V (a head size that is not a power of two in [32, 1024], too many heads): the writer would
+// refuse it only after the whole generation. Empty when a capture can hold it.
+std::string capture_shape_defect(const ModelInfo& info) {
+  Capture c;
+  for (const LayerShape& L : info.layers) {
+    if (!L.full_attention) continue;
+    if (c.layers.empty()) {
+      c.head_dim = L.head_dim;
+      c.kv_heads = L.n_head_kv;
+    }
+    c.layers.push_back(CaptureLayer{L.layer, {}, {}});
+  }
+  if (c.layers.empty()) return {};
+  try {
+    c.check_consistent();
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    return what.rfind("capture: ", 0) == 0 ? what.substr(9) : what;
+  }
+  return {};
+}
+
 // Records one trajectory and writes it (and the capture when asked).
 // `text` was read and checked by read_prompt; `fits` runs the checks that need the prompt's
 // length (arms against the context) before anything long starts.
@@ -224,6 +247,9 @@ Trajectory do_record(const ModelArgs& ma, const RecordArgs& ra, Loaded& l, const
   if (!ra.capture.empty()) {
     const std::string why = capture_refusal(l.model->info());
     if (!why.empty()) throw cli::UsageError("--capture: the model " + l.path + " " + why);
+    const std::string shape = capture_shape_defect(l.model->info());
+    if (!shape.empty())
+      throw cli::UsageError("--capture: the model " + l.path + " has K/V a capture cannot hold: " + shape);
   }
   const RefEncoding encoding = parse_encoding(ra.encoding);
   const std::unique_ptr<KvArm> ref = arm_or_usage(ra.reference, "--reference", l.device.sealers());
@@ -362,7 +388,11 @@ int do_score(const ModelArgs& ma, ScoreArgs sa, Loaded& l, const std::vector<std
       for (size_t a = 0; a < arms.size(); ++a) {
         arm_dirs[a] = sa.out + "/" + arm_folder(sa.arms[a]);
         for (size_t b = 0; b < a; ++b)
-          if (arm_dirs[b] == arm_dirs[a]) throw cli::UsageError("--arms lists '" + sa.arms[a] + "' twice");
+          if (arm_dirs[b] == arm_dirs[a])
+            throw cli::UsageError(sa.arms[b] == sa.arms[a]
+                                      ? "--arms lists '" + sa.arms[a] + "' twice"
+                                      : "--arms '" + sa.arms[b] + "' and '" + sa.arms[a] + "' would share the folder " +
+                                            arm_dirs[a] + " ('/' in an arm is written '_'); name one's files otherwise");
         if (root && path_exists(arm_dirs[a] + "/results.json")) {
           skip[a] = 1;
           note(ma, "skipping " + sa.arms[a] + ": " + arm_dirs[a] + " is complete");
@@ -442,6 +472,7 @@ int do_frontier(ModelArgs ma, const FrontierArgs& fa) {
     if (fa.budgets.empty()) throw cli::UsageError("--budgets: give at least one budget in bits per value");
     for (double b : fa.budgets)
       if (!(b > 0.0 && b <= 32.0)) throw cli::UsageError("--budgets: each budget must be in (0, 32] bits per value");
+    (void)arm_or_usage(fa.default_arm, "--default");
     check_output_folder(fa.out);
     for (const std::string& t : fa.tune)
       for (const std::string& h : fa.heldout)
@@ -449,8 +480,24 @@ int do_frontier(ModelArgs ma, const FrontierArgs& fa) {
     std::vector<std::string> all = fa.tune;
     all.insert(all.end(), fa.heldout.begin(), fa.heldout.end());
     if (const std::string clash = trajectory_name_clash(all); !clash.empty()) throw cli::UsageError(clash);
+    // The outputs, before the search: none a folder or an input (the tools' rule).
+    std::vector<std::string> ins = all;
+    ins.push_back(model_path_of(ma));
+    if (is_folder(fa.out)) {
+      for (const char* f : {"frontier.csv", "frontier.svg", "recommend.md"}) cli::check_output_file(fa.out + "/" + f, "--out", ins);
+      const std::string store = fa.out + "/store";
+      if (path_exists(store) && !is_folder(store)) throw FileError(store, "--out: the store exists and is not a folder");
+    }
     l = load_model(ma);
+    const uint64_t n_train = l.model->info().n_ctx_train;
+    if (fa.context > kMaxFrontierContext || (n_train > 0 && fa.context > n_train))
+      throw cli::UsageError("--context " + std::to_string(fa.context) + " exceeds " +
+                            (n_train > 0 && n_train < kMaxFrontierContext
+                                 ? base_name(l.path) + "'s training context of " + std::to_string(n_train) + " tokens"
+                                 : "the largest context the frontier allocates, " + std::to_string(kMaxFrontierContext) +
+                                       " tokens"));
     uint32_t longest = 0;
+    std::vector<std::string> sha(all.size());
     for (size_t i = 0; i < all.size(); ++i) {
       ScoreSet& set = i < fa.tune.size() ? tune : held;
       Trajectory t = read_trajectory(all[i]);
@@ -458,6 +505,13 @@ int do_frontier(ModelArgs ma, const FrontierArgs& fa) {
       longest = std::max(longest, t.prompt_tokens + t.settings.generate);
       set.paths.push_back(all[i]);
       set.trajectories.push_back(std::move(t));
+      // Held out means other bytes: a link or a copy of a tuning trajectory is the same one.
+      sha[i] = sha256_file_hex(all[i]);
+      if (i >= fa.tune.size())
+        for (size_t j = 0; j < fa.tune.size(); ++j)
+          if (sha[j] == sha[i])
+            throw cli::UsageError("held-out '" + all[i] + "' is the tuning trajectory '" + all[j] +
+                                  "' (the same bytes); hold out another");
     }
     std::vector<std::string> specs = fa.arms.empty() ? frontier_candidates(fa.quick) : fa.arms;
     if (fa.arms.empty()) {

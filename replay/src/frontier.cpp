@@ -32,12 +32,6 @@ std::string fmt(const char* f, double x) {
   return b;
 }
 
-std::string folder_of(const std::string& spec) {
-  std::string f = spec;
-  std::replace(f.begin(), f.end(), '/', '_');
-  return f;
-}
-
 void make_dirs(const std::string& path) {
   std::string cur;
   std::stringstream ss(path);
@@ -80,7 +74,7 @@ class Store {
     if (!dir_.empty()) dir_ += "/" + model_sha256.substr(0, 16) + "-e" + kEngineVersion;
   }
   std::string path(const std::string& traj_key, const std::string& arm, uint32_t ubatch) const {
-    return dir_ + "/" + traj_key + "/" + folder_of(arm) + "-u" + std::to_string(ubatch) + ".csv";
+    return dir_ + "/" + traj_key + "/" + store_arm_name(arm) + "-u" + std::to_string(ubatch) + ".csv";
   }
   bool has(const std::string& traj_key, const std::string& arm, uint32_t ubatch) const {
     struct stat st;
@@ -118,6 +112,34 @@ class Store {
 };
 
 }  // namespace
+
+std::string store_arm_name(const std::string& spec) {
+  // Options are ':'-separated and only a cb= value is free text; elsewhere the grammar puts '/'
+  // and '_' where the other cannot stand, so '/' -> '_' alone is one-to-one there. A cb= value
+  // without '_' or '%' keeps that rule too; one with either is escaped, and only escaped names
+  // hold a '%'.
+  std::string out;
+  size_t start = 0;
+  for (;;) {
+    const size_t end = spec.find(':', start);
+    const std::string part = spec.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    const bool escape = part.rfind("cb=", 0) == 0 && part.find_first_of("_%", 3) != std::string::npos;
+    for (size_t i = 0; i < part.size(); ++i) {
+      const char c = part[i];
+      if (escape && i >= 3 && (c == '%' || c == '_' || c == '/')) {
+        char b[4];
+        std::snprintf(b, sizeof b, "%%%02X", static_cast<unsigned char>(c));
+        out += b;
+      } else {
+        out += c == '/' ? '_' : c;
+      }
+    }
+    if (end == std::string::npos) break;
+    out += ':';
+    start = end + 1;
+  }
+  return out;
+}
 
 std::vector<std::string> frontier_candidates(bool quick) {
   if (quick)
@@ -204,6 +226,11 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
   if (res.context == 0)
     for (const Trajectory& t : heldout.trajectories)
       res.context = std::max(res.context, t.prompt_tokens + t.settings.generate);
+  // The caches of allocated_bits are reserved for the whole context.
+  const uint64_t n_train = m.info().n_ctx_train;
+  if (res.context > kMaxFrontierContext || (n_train > 0 && res.context > n_train))
+    throw std::invalid_argument("context " + std::to_string(res.context) + " exceeds the model's training context (" +
+                                std::to_string(n_train) + ") or " + std::to_string(kMaxFrontierContext));
 
   // Candidates, their arms and bits at the context.
   std::vector<std::string> specs = candidates;
@@ -227,12 +254,25 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
     throw std::logic_error("frontier: no point " + s);
   };
 
+  std::map<std::string, std::string> by_name;  // store name -> arm: a shared name would mix rows
+  for (const std::string& s : specs) {
+    const auto [it, fresh] = by_name.emplace(store_arm_name(s), s);
+    if (!fresh) throw std::invalid_argument("candidates '" + it->second + "' and '" + s + "' would share a store file");
+  }
+
   const Store store(opt.store, model_sha256);
   std::map<std::string, std::string> traj_key;  // path -> store key
+  std::map<std::string, std::string> sha;       // path -> SHA-256 of its bytes
+  for (const ScoreSet* set : {&tuning, &heldout})
+    for (const std::string& p : set->paths) sha[p] = sha256_file_hex(p);
+  for (const std::string& h : heldout.paths)
+    for (const std::string& t : tuning.paths)
+      if (sha.at(h) == sha.at(t))
+        throw std::invalid_argument("held-out trajectory " + h + " has the bytes of tuning trajectory " + t);
   auto key_of = [&](const std::string& path) {
     auto it = traj_key.find(path);
     if (it != traj_key.end()) return it->second;
-    return traj_key[path] = base_name(path) + "-" + sha256_file_hex(path).substr(0, 16);
+    return traj_key[path] = base_name(path) + "-" + sha.at(path).substr(0, 16);
   };
   // rows[arm][set index][trajectory]
   std::map<std::string, std::vector<ScoreRow>> cache;  // "arm\ttrajectory path" -> rows

@@ -402,5 +402,57 @@ check "replay engine prints one line" test "$(grep -c '' "$OUT")" = 1
 "$REPLAY" --help > help.txt
 check "replay --help names engine" grep -q "^  engine " help.txt
 
+# ---- 10. the third pass (harden-3) -----------------------------------------------------------------
+# a failing device output publishes nothing: the device is written before any file is renamed
+"$REPLAY" record --prompt-file prompt.txt --generate 6 --ubatch 8 -o ft1.h5 -q
+"$REPLAY" record --prompt-file prompt.txt --generate 7 --ubatch 8 -o ft2.h5 -q
+frontier() { "$REPLAY" frontier --tune ft1.h5 --heldout ft2.h5 --budgets 20 --arms f16 f32 -q "$@"; }
+if [ -w /dev/full ]; then
+  expect "record --capture /dev/full" 2 "$REPLAY" record --prompt-file prompt.txt --generate 4 -o devfull.h5 --capture /dev/full -q
+  one_line "record --capture /dev/full"
+  says "record --capture /dev/full" "/dev/full"
+  check "record --capture /dev/full: no trajectory" test ! -e devfull.h5
+  expect "run --capture /dev/full" 2 "$REPLAY" run --prompt-file prompt.txt --generate 4 --arms f32 --out run-full --capture /dev/full -q
+  check "run --capture /dev/full: no results folder" test ! -e run-full
+  mkdir -p fr-full
+  ln -s /dev/full fr-full/recommend.md
+  expect "frontier, recommend.md a link to /dev/full" 2 frontier --default f16 --out fr-full
+  one_line "frontier, recommend.md a link to /dev/full"
+  check "frontier into /dev/full: no frontier.csv or .svg" test ! -e fr-full/frontier.csv -a ! -e fr-full/frontier.svg
+  check "frontier into /dev/full: the link stays" test -L fr-full/recommend.md
+  check "/dev/full is still a character device after frontier" test -c /dev/full
+  no_temps "device outputs"
+else
+  skip "/dev/full not writable: device-output checks"
+fi
+# frontier --context: bounded (exit 1, naming it), before any work
+for c in 100000000 4294967295; do
+  expect "frontier --context $c" 1 frontier --default f16 --out fr-ctx --context "$c"
+  says "frontier --context $c" "--context"
+done
+check "frontier --context: no output" test ! -e fr-ctx
+# a held-out trajectory with a tuning one's bytes (a copy, a hard link, a symbolic link)
+cp ft1.h5 ft1-copy.h5
+ln ft1.h5 ft1-hard.h5
+ln -s ft1.h5 ft1-sym.h5
+for h in ft1-copy.h5 ft1-hard.h5 ft1-sym.h5; do
+  expect "frontier --heldout $h of --tune ft1.h5" 1 "$REPLAY" frontier --tune ft1.h5 --heldout "$h" --budgets 20 \
+    --arms f16 f32 --default f16 --out fr-same -q
+  says "frontier --heldout $h" "ft1.h5"
+done
+check "frontier with a held-out copy: no output" test ! -e fr-same
+# frontier --default: an arm that does not parse is usage
+for d in bogus ""; do
+  expect "frontier --default '$d'" 1 frontier --out fr-def --default "$d"
+  says "frontier --default '$d'" "--default"
+done
+check "frontier --default: no output" test ! -e fr-def
+# an output that is a folder: refused before the search
+mkdir -p fr-dir/frontier.svg
+expect "frontier, frontier.svg a folder" 2 frontier --default f16 --out fr-dir
+one_line "frontier, frontier.svg a folder"
+says "frontier, frontier.svg a folder" "fr-dir/frontier.svg: --out: is a folder"
+check "frontier, frontier.svg a folder: nothing scored" test ! -e fr-dir/store
+
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]

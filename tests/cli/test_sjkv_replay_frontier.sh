@@ -106,4 +106,39 @@ test "$a" -eq 1 && grep -q "both a tuning and a held-out" "$dir/e1"
 test "$b" -eq 1 && grep -q "budget" "$dir/e2"
 test ! -e "$dir/x" && test ! -e "$dir/y"
 test "$c" -eq 2 && grep -q "$(basename "$store_file")" "$dir/e3"
+
+# harden-3: two cb= files whose paths differ only by '/' against '_' get two store files (they
+# shared one: the second arm's rows overwrote the first's and every resume failed), and a
+# second run reads both back
+cbs=$(dirname "$prompt")/../codebooks
+mkdir -p "$dir/cb"
+cp "$cbs/reference-3bit.bin" "$dir/cb/x.bin"
+cp "$cbs/gemma3-270m-3bit.bin" "$dir/cb_x.bin"
+collide() {
+  (cd "$dir" && "$replay" frontier --model "$m" --tune t1.h5 --heldout t4.h5 --budgets 20 --threads 2 \
+     --arms f16 sj:3/3t:tail=128:cb=cb/x.bin sj:3/3t:tail=128:cb=cb_x.bin --default f16 --out "$@")
+}
+collide cb-f > /dev/null 2> "$dir/e4"
+test "$(find "$dir/cb-f/store" -name 'sj:3_3t*' | wc -l)" -eq 2
+collide cb-f > /dev/null 2> "$dir/e5"
+grep -q " 0 (arm, trajectory) replays" "$dir/e5"
+# score --per-arm names what collides: the two arms' folder
+set +e
+(cd "$dir" && "$replay" score t1.h5 --model "$m" --threads 2 --arms sj:3/3t:tail=128:cb=cb/x.bin,sj:3/3t:tail=128:cb=cb_x.bin \
+   --per-arm --out per -q) 2> "$dir/e6"
+d=$?
+# --context beyond the model's training context (32768): usage, before any work
+run --out "$dir/ctx" --context 40000 -q > /dev/null 2> "$dir/e7"
+e=$?
+# record --capture of a model whose head size (phi3's 96) a capture cannot hold: usage, naming
+# the model, before the generation
+"$replay" record --model "$models/phi3.gguf" --prompt-file "$dir/p1.txt" --generate 4 -o "$dir/ph.h5" \
+  --capture "$dir/ph-cap.h5" -q 2> "$dir/e8"
+f=$?
+set -e
+test "$d" -eq 1 && grep -q "would share the folder per/sj:3_3t:tail=128:cb=cb_x.bin" "$dir/e6"
+test "$e" -eq 1 && grep -q -- "--context 40000 exceeds qwen3.gguf's training context of 32768" "$dir/e7"
+test ! -e "$dir/ctx"
+test "$f" -eq 1 && grep -q -- "--capture: the model $models/phi3.gguf .*head_dim = 96" "$dir/e8"
+test ! -e "$dir/ph.h5" && test ! -e "$dir/ph-cap.h5"
 echo "frontier end to end ok"

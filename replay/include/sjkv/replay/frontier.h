@@ -44,6 +44,16 @@ bool plain_format(const std::string& spec);
 // positions (cache_bits' allocated), from the caches' reservations: the model does not run.
 double allocated_bits(const Model& m, const KvArm& arm, uint32_t n_ctx, uint32_t n_ubatch);
 
+// The largest context budgets are allocated for (a model's training context bounds it too):
+// the bits come from caches reserved for that many positions.
+constexpr uint32_t kMaxFrontierContext = 1u << 24;
+
+// The file name of an arm's rows in the store, without the "-uUBATCH.csv": the spec with '/'
+// written '_', except that a cb= value holding '_' or '%' is written with %XX escapes ('%' '_'
+// '/'), so that no two arms share a name (cb=a/b against cb=a_b) and names without those stay
+// as they were (stores made before keep being read).
+std::string store_arm_name(const std::string& spec);
+
 struct FrontierOptions {
   std::vector<double> budgets;        // allocated bits per value, ascending
   uint32_t context = 0;               // n_ctx of the budgets (0: the longest held-out trajectory)
@@ -90,7 +100,9 @@ struct FrontierProgress {
 };
 
 // Runs the search and the held-out rescoring. std::invalid_argument on bad options (no
-// budget, a candidate spec the arms refuse); the store's files are checked as hostile input.
+// budget, a candidate spec the arms refuse, a context above the model's training context or
+// kMaxFrontierContext, a held-out trajectory with a tuning one's bytes); the store's files are
+// checked as hostile input.
 // With `comm` over several ranks (every rank calls it with the same arguments), each
 // trajectory's missing (arm, trajectory) jobs are dealt out in order, job j to rank j mod size,
 // every rank gets every job's rows (so all rank the same way); the scoring rank stores each
