@@ -6,7 +6,8 @@
 # on it; qwen2, mistral, gemma2 and phi3 through record --capture and score. On phi3 (head size 96, no power of two) the SJ-KVaRN and KVarN arms are refused by
 # name before any work and the other arms run. sjkv-encode knows each test model's geometry:
 # plan --model, and encode --model of llama.cpp's state file of Gemma 2 (sliding and full
-# sections) and Qwen 3 (tests/golden/llama_state/).
+# sections) and Qwen 3 (tests/golden/llama_state/). Damaged copies of qwen3 (an embedding typed
+# wrongly, a vocabulary no text encodes to) and an arm option given twice are refused by name.
 set -eu
 replay=$1; train=$2; models=$3; prompt=$4; dir=$5; py=$6; encode=$7; states=$8
 rm -rf "$dir"; mkdir -p "$dir"
@@ -56,8 +57,8 @@ set +e
 "$replay" record --model "$models/phi3.gguf" --prompt-file "$dir/short.txt" --generate 2 -o "$dir/p.h5" \
   --capture "$dir/pc.h5" -q 2> "$dir/err"; rc=$?
 set -e
-test "$rc" -eq 2
-grep -q "capture: head_dim = 96 is not a power of two" "$dir/err"
+test "$rc" -eq 1  # refused before the generation, naming the model (7db9236; it was exit 2 after it)
+grep -qF -- "--capture: the model $models/phi3.gguf has K/V a capture cannot hold: head_dim = 96 is not a power of two" "$dir/err"
 test ! -e "$dir/p.h5" && test ! -e "$dir/pc.h5"
 
 # phi3: head size 96. SJ-KVaRN and KVarN refused by name (exit 1, nothing written); q8_0 runs.
@@ -93,4 +94,80 @@ rc=$?
 set -e
 test "$rc" -eq 1
 test ! -e "$dir/x.sjkv"
+
+# Damaged copies of the qwen3 model (untied output; byte-level BPE adding no BOS) are the model
+# file's defect: exit 2, one line naming it. token_embd.weight typed F16 (its F32 bytes read as
+# halves: NaNs, met only on lookup before: exit 3 "non-finite K value"); every token of the
+# vocabulary with a trailing NUL (no text encodes to a token: "short.txt: the prompt is empty").
+"$py" - "$models/qwen3.gguf" "$dir" <<'PY'
+import struct, sys
+src, d = sys.argv[1], sys.argv[2]
+b = open(src, "rb").read()
+o = 8
+n_t, n_kv = struct.unpack_from("<qq", b, o); o += 16
+size = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+def skip(t):
+    global o
+    if t == 8:
+        o += 8 + struct.unpack_from("<Q", b, o)[0]
+    elif t == 9:
+        et, n = struct.unpack_from("<IQ", b, o); o += 12
+        for _ in range(n): skip(et)
+    else:
+        o += size[t]
+align, tokens = 32, None
+for _ in range(n_kv):
+    n = struct.unpack_from("<Q", b, o)[0]; key = b[o + 8:o + 8 + n].decode(); o += 8 + n
+    t = struct.unpack_from("<I", b, o)[0]; o += 4
+    v0 = o
+    skip(t)
+    if key == "general.alignment": align = struct.unpack_from("<I", b, v0)[0]
+    if key == "tokenizer.ggml.tokens": tokens = (v0, o)
+ti0, embd_type = o, None
+for _ in range(n_t):
+    n = struct.unpack_from("<Q", b, o)[0]; name = b[o + 8:o + 8 + n].decode(); o += 8 + n
+    nd = struct.unpack_from("<I", b, o)[0]; o += 4 + 8 * nd
+    if name == "token_embd.weight": embd_type = o
+    o += 12
+ti1 = o
+data = (ti1 + align - 1) // align * align
+# token_embd.weight typed F16: its F32 bytes read as pairs of halves
+bad = bytearray(b)
+assert struct.unpack_from("<I", bad, embd_type)[0] == 0
+struct.pack_into("<I", bad, embd_type, 1)
+open(d + "/embd-f16.gguf", "wb").write(bad)
+# every token with a trailing NUL: the metadata grows, the tensor data moves to the next aligned offset
+v0, v1 = tokens
+o = v0 + 4
+count = struct.unpack_from("<Q", b, o)[0]; o += 8
+arr = bytearray(b[v0:v0 + 12])
+for _ in range(count):
+    n = struct.unpack_from("<Q", b, o)[0]
+    arr += struct.pack("<Q", n + 1) + b[o + 8:o + 8 + n] + b"\0"
+    o += 8 + n
+head = b[:v0] + bytes(arr) + b[v1:ti1]
+open(d + "/vocab-nul.gguf", "wb").write(head + bytes(-len(head) % align) + b[data:])
+PY
+for m in "embd-f16|tensor 'token_embd.weight' holds a non-finite value" \
+         "vocab-nul|the vocabulary has no usable token"; do
+  f=${m%%|*}; frag=${m#*|}
+  set +e
+  "$replay" record --model "$dir/$f.gguf" --prompt-file "$dir/short.txt" --generate 2 -o "$dir/$f.h5" -q 2> "$dir/err"
+  rc=$?
+  set -e
+  test "$rc" -eq 2
+  test "$(wc -l < "$dir/err")" -eq 1
+  grep -qF "sjkv-replay: $dir/$f.gguf: $frag" "$dir/err"
+  test ! -e "$dir/$f.h5"
+done
+# An arm option given twice is a usage error naming the arm and the option (it ran: the last won).
+set +e
+"$replay" score --model "$models/phi3.gguf" "$dir/phi3.h5" --arms "f16,q8_0:rot:rot" --out "$dir/twice" -q 2> "$dir/err"; rc=$?
+"$replay" score --model "$models/qwen3.gguf" "$dir/qwen3.h5" --arms "f16,sj:4/4:tail=0:tail=128" --out "$dir/twice" -q \
+  2> "$dir/err2"; rc2=$?
+set -e
+test "$rc" -eq 1 && test "$rc2" -eq 1
+grep -qF "arm 'q8_0:rot:rot': option 'rot' is given twice" "$dir/err"
+grep -qF "arm 'sj:4/4:tail=0:tail=128': option 'tail=' is given twice" "$dir/err2"
+test ! -e "$dir/twice"
 echo "arch end to end ok"
