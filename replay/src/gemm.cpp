@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "dequant_avx2.h"
+#include "sjkv/parallel.h"
 #include "sjkv/replay/dequant.h"
 
 #if defined(__x86_64__)
@@ -457,8 +458,9 @@ void gemm_with(GemmIsa isa, const WeightMatrix& w, const float* x, size_t n, flo
     for (long p = 0; p < panels; ++p) panel_product(w, static_cast<size_t>(p) * kPanelRows, x, ldx, n, y, ldy, isa);
     return;
   }
-#pragma omp parallel for schedule(static) num_threads(nt)
-  for (long p = 0; p < panels; ++p) panel_product(w, static_cast<size_t>(p) * kPanelRows, x, ldx, n, y, ldy, isa);
+  // Panels to whichever thread is free (sjkv/parallel.h): one the OS has not scheduled holds
+  // no share of them back. A panel's sums do not depend on the thread.
+  parallel_for(panels, nt, [&](long p) { panel_product(w, static_cast<size_t>(p) * kPanelRows, x, ldx, n, y, ldy, isa); });
 }
 
 void gemm_reference(const WeightMatrix& w, const float* x, size_t n, float* y, size_t ldy, size_t ldx) {

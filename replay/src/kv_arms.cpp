@@ -20,6 +20,7 @@
 #include "sjkv/decode_fast.h"
 #include "sjkv/fp16.h"
 #include "sjkv/hadamard.h"
+#include "sjkv/parallel.h"
 #include "sjkv/replay/arms.h"
 #include "sjkv/replay/kv.h"
 #include "sjkv/io/codebook.h"
@@ -153,37 +154,35 @@ void fused_attend(const LayerShape& s, const RowSource& src, uint32_t pos0, uint
     if (n == 1 && src.rows_in_place(h, stored)) {
       // Decode over rows read in place: no tile buffer, so each item walks every tile on its
       // own (a query still meets the tiles in order, in the same blocks: the same floats).
-#pragma omp parallel for schedule(static)
-      for (int it = 0; it < items; ++it) {
+      parallel_for(items, static_cast<int>(threads), [&](long it) {
         thread_local std::vector<float> scratch(static_cast<size_t>(detail::kMaxBlock) * kTile);
         for (uint32_t t0 = first_tile; t0 < end; t0 += kTile) {
           detail::TileRows rows = stored;
           rows.k += t0 * rows.stride;
           rows.v += t0 * rows.stride;
-          item(it, t0, std::min(end, t0 + kTile), rows, scratch.data());
+          item(static_cast<int>(it), t0, std::min(end, t0 + kTile), rows, scratch.data());
         }
-      }
+      });
     } else {
       kt.resize(static_cast<size_t>(kTile) * D);
       vt.resize(static_cast<size_t>(kTile) * D);
-#pragma omp parallel
-      {
-        thread_local std::vector<float> scratch(static_cast<size_t>(detail::kMaxBlock) * kTile);
-        const detail::TileRows rows = detail::TileRows::f32(kt.data(), vt.data(), D);
-        for (uint32_t t0 = first_tile; t0 < end; t0 += kTile) {
-          const uint32_t t1 = std::min(end, t0 + kTile);
-          {  // contiguous row chunks per thread, so record state is set up once per chunk
-            const uint32_t r0 = std::max(t0, lo) - t0, nrows = t1 - t0 - r0;
-            const uint32_t nt = static_cast<uint32_t>(omp_get_num_threads()), id = static_cast<uint32_t>(omp_get_thread_num());
-            const uint32_t a = r0 + nrows * id / nt, b = r0 + nrows * (id + 1) / nt;
-            if (a < b)
-              src.decode_rows(h, t0 + a, t0 + b, D, kt.data() + static_cast<size_t>(a) * D,
-                              vt.data() + static_cast<size_t>(a) * D);
-          }
-#pragma omp barrier
-#pragma omp for schedule(dynamic, 1)
-          for (int it = 0; it < items; ++it) item(it, t0, t1, rows, scratch.data());
-        }
+      const detail::TileRows rows = detail::TileRows::f32(kt.data(), vt.data(), D);
+      for (uint32_t t0 = first_tile; t0 < end; t0 += kTile) {
+        const uint32_t t1 = std::min(end, t0 + kTile);
+        // Contiguous row chunks, one per thread, so record state is set up once per chunk;
+        // then the items over the decoded tile. Each to whichever thread is free.
+        const uint32_t r0 = std::max(t0, lo) - t0, nrows = t1 - t0 - r0;
+        parallel_for(threads, static_cast<int>(threads), [&](long c) {
+          const uint32_t id = static_cast<uint32_t>(c);
+          const uint32_t a = r0 + nrows * id / threads, b = r0 + nrows * (id + 1) / threads;
+          if (a < b)
+            src.decode_rows(h, t0 + a, t0 + b, D, kt.data() + static_cast<size_t>(a) * D,
+                            vt.data() + static_cast<size_t>(a) * D);
+        });
+        parallel_for(items, static_cast<int>(threads), [&](long it) {
+          thread_local std::vector<float> scratch(static_cast<size_t>(detail::kMaxBlock) * kTile);
+          item(static_cast<int>(it), t0, t1, rows, scratch.data());
+        });
       }
     }
     for (uint32_t qi = 0; qi < nq; ++qi) {

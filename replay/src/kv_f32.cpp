@@ -1,6 +1,6 @@
 #include "sjkv/replay/kv_f32.h"
 
-#include <omp.h>
+#include "sjkv/parallel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -60,12 +60,12 @@ class F32Layer final : public LayerKv {
     if (pos0 + n > n_pos_) throw std::invalid_argument("f32 cache: attend past the stored positions");
     const uint32_t H = s_.n_head, D = s_.head_dim, group = s_.n_head / s_.n_head_kv;
     const long items = static_cast<long>(n) * H;
-#pragma omp parallel if (items > 1)
-    {
-      std::vector<float> sc;
-      std::vector<double> acc(s_.head_dim);
-#pragma omp for schedule(static)
-      for (long it = 0; it < items; ++it) {
+    // Items to whichever thread is free (sjkv/parallel.h); an item's floats do not depend on it.
+    parallel_for(items, 0, [&](long it) {
+      {
+        thread_local std::vector<float> sc;
+        thread_local std::vector<double> acc;
+        acc.resize(s_.head_dim);
         const uint32_t i = static_cast<uint32_t>(it / H), h = static_cast<uint32_t>(it % H);
         const uint32_t p = pos0 + i;
         const uint32_t lo = (s_.window && p + 1 > s_.window) ? p + 1 - s_.window : 0;
@@ -94,7 +94,7 @@ class F32Layer final : public LayerKv {
         }
         for (uint32_t d = 0; d < D; ++d) o[d] = static_cast<float>(acc[d] / den);
       }
-    }
+    });
   }
 
   LayerBits bits() const override {

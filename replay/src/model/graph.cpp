@@ -13,6 +13,7 @@
 
 #include "sjkv/io/model_geometry.h"
 #include "sjkv/io/paths.h"
+#include "sjkv/parallel.h"
 #include "sjkv/replay/dequant.h"
 
 namespace sjkv {
@@ -267,9 +268,14 @@ float GraphModel::default_attn_scale() const {
 
 // ---- building blocks -------------------------------------------------------------------------
 
+// Elements an item of the elementwise loops at least: a decoded token's rows stay on one
+// thread (waking another costs more than they take), a ubatch's are shared.
+constexpr long kParallelGrain = 16384;
+
 void GraphModel::norm(const float* x, float* y, uint32_t rows, uint32_t dim, const std::vector<float>& w) const {
-#pragma omp parallel for schedule(static) num_threads(threads()) if (rows > 1)
-  for (long r = 0; r < static_cast<long>(rows); ++r) {
+  // Rows to whichever thread is free (sjkv/parallel.h), enough of them an item to be worth it.
+  parallel_for_ranges(rows, std::max<long>(1, kParallelGrain / std::max<uint32_t>(dim, 1)), threads(), [&](long r0, long r1) {
+  for (long r = r0; r < r1; ++r) {
     const float* xr = x + static_cast<size_t>(r) * dim;
     float* yr = y + static_cast<size_t>(r) * dim;
     double s = 0.0;
@@ -278,6 +284,7 @@ void GraphModel::norm(const float* x, float* y, uint32_t rows, uint32_t dim, con
     const float sc = 1.0f / std::sqrt(mean + eps_);
     for (uint32_t i = 0; i < dim; ++i) yr[i] = (xr[i] * sc) * w[i];
   }
+  });
 }
 
 void GraphModel::qkv(const Layer& L, Ubatch& u) const {
@@ -366,23 +373,26 @@ void GraphModel::ffn(const Layer& L, Act act, Ubatch& u) const {
     float* g = u.g.data();
     const float* up = u.u.data();
     if (act == Act::gelu_tanh) {
-#pragma omp parallel for schedule(static) num_threads(nt)
-      for (long i = 0; i < gn; ++i) g[i] = gelu_tanh(g[i]) * up[i];
+      parallel_for_ranges(gn, kParallelGrain, nt, [&](long i0, long i1) {
+        for (long i = i0; i < i1; ++i) g[i] = gelu_tanh(g[i]) * up[i];
+      });
     } else {
-#pragma omp parallel for schedule(static) num_threads(nt)
-      for (long i = 0; i < gn; ++i) g[i] = silu(g[i]) * up[i];
+      parallel_for_ranges(gn, kParallelGrain, nt, [&](long i0, long i1) {
+        for (long i = i0; i < i1; ++i) g[i] = silu(g[i]) * up[i];
+      });
     }
   } else {  // fused [gate | up] per row
     matmul(L.up, u.h.data(), u.m, u.u.data());
     const long rows = static_cast<long>(u.m);
     float* g = u.g.data();
     const float* up = u.u.data();
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (long i = 0; i < rows; ++i)
+    parallel_for_ranges(rows, std::max<long>(1, kParallelGrain / std::max<uint32_t>(F, 1)), nt, [&](long i0, long i1) {
+    for (long i = i0; i < i1; ++i)
       for (uint32_t c = 0; c < F; ++c) {
         const float gv = up[size_t(i) * 2 * F + c], uv = up[size_t(i) * 2 * F + F + c];
         g[size_t(i) * F + c] = (act == Act::gelu_tanh ? gelu_tanh(gv) : silu(gv)) * uv;
       }
+    });
   }
   matmul(L.down, u.g.data(), u.m, u.a.data());
 }
