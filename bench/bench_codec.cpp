@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "sjkv/cache.h"
+#include "sjkv/parallel.h"
 #include "sjkv/cache_view.h"
 #include "sjkv/config.h"
 #include "sjkv/record.h"
@@ -396,4 +397,11 @@ BENCHMARK(BM_AttentionRef)->ArgName("N")->Arg(2048)->Unit(benchmark::kMicrosecon
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  sjkv::settle_parallel_runtime(argv);  // OpenMP's wait, as the tools set it (sjkv/parallel.h)
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -11,6 +11,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "sjkv/parallel.h"
 #include "sjkv/hadamard.h"
 #include "sjkv/io/capture_file.h"
 #include "sjkv/io/encode.h"
@@ -23,6 +24,7 @@ using clk = std::chrono::steady_clock;
 static double secs(clk::time_point a, clk::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 int main(int argc, char** argv) {
+  sjkv::settle_parallel_runtime(argv);  // OpenMP's wait, before anything else (sjkv/parallel.h)
   uint32_t layers = 16, heads = 4, D = 256, tokens = 32768, bk = 4, bv = 4;
   int threads = 2;
   std::string dir = ".";

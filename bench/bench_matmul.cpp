@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "sjkv/parallel.h"
 #include "sjkv/io/gguf.h"
 #include "sjkv/io/paths.h"
 #include "sjkv/replay/dequant.h"
@@ -159,6 +160,7 @@ std::string bench_name(const std::string& model, const char* engine, size_t n, i
 }  // namespace
 
 int main(int argc, char** argv) {
+  sjkv::settle_parallel_runtime(argv);  // OpenMP's wait, before anything else (sjkv/parallel.h)
   std::vector<std::string> models;
   std::vector<char*> rest{argv[0]};
   for (int i = 1; i < argc; ++i) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "sjkv/parallel.h"
 #include "sjkv/cluster.h"
 #include "sjkv/io/sha256.h"
 #include "sjkv/lloyd.h"
@@ -43,6 +44,7 @@ static train::Targets make_slice(size_t first, size_t last, uint32_t bits, uint6
 }
 
 int main(int argc, char** argv) {
+  sjkv::settle_parallel_runtime(argv);  // OpenMP's wait, before anything else (sjkv/parallel.h)
   cluster::Session mpi(&argc, &argv);
   const cluster::Comm& comm = cluster::Comm::world();
   size_t n = size_t{1} << 22;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "sjkv/parallel.h"
 #include "sjkv/seal.h"
 #include "sjkv/testgen.h"
 #include "sjkv/train/train.h"
@@ -32,6 +33,7 @@ static train::Targets make_targets(size_t n, uint32_t bits, uint64_t seed) {
 }
 
 int main(int argc, char** argv) {
+  sjkv::settle_parallel_runtime(argv);  // OpenMP's wait, before anything else (sjkv/parallel.h)
   size_t n = 1000000;
   int threads = 2;
   uint32_t iters = 2;

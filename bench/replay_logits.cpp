@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "sjkv/parallel.h"
 #include "sjkv/replay/kv.h"
 #include "sjkv/replay/kv_f32.h"
 #include "sjkv/replay/model.h"
@@ -112,6 +113,7 @@ static void print_profile(const char* what, double total_s, uint32_t tokens, con
 }
 
 int main(int argc, char** argv) {
+  sjkv::settle_parallel_runtime(argv);  // OpenMP's wait, before anything else (sjkv/parallel.h)
   if (argc < 2) {
     std::fprintf(stderr, "usage: %s MODEL [--ids a,b,c | --ids-file F] [--out F] [--ubatch N] [--threads T] [--decode N] [--arm SPEC] [--info] [--profile] [--lookup w1|w2]\n", argv[0]);
     return 1;

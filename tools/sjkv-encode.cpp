@@ -8,6 +8,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "sjkv/parallel.h"
 #include "cli_common.h"
 #include "sjkv/cache.h"
 #include "sjkv/demo.h"
@@ -518,6 +519,7 @@ void progress_demo(size_t done, size_t total) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sjkv::settle_parallel_runtime(argv);  // OpenMP's wait, before anything else (sjkv/parallel.h)
   cli::hold_standard_output();  // before any file is opened
   CLI::App app{"sjkv-encode: SJ-KVaRN snapshots of captured KV caches (exit codes: 0 ok, 1 usage, 2 bad input, "
                "3 internal error)"};

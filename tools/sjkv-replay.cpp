@@ -15,6 +15,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "sjkv/parallel.h"
 #include "cli_common.h"
 #include "sjkv/device.h"
 #include "sjkv/io/atomic_file.h"
@@ -654,6 +655,7 @@ void add_score_options(CLI::App* c, ScoreArgs& s, bool arms_required) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sjkv::settle_parallel_runtime(argv);  // OpenMP's wait, before anything else (sjkv/parallel.h)
   cli::hold_standard_output();  // before any file is opened
   cluster::Session mpi(&argc, &argv);  // the ranks of mpirun or srun, when it started us
   CLI::App app{"sjkv-replay: what a KV-cache format costs a real model. record a generation with a reference cache, "

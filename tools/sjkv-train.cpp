@@ -11,6 +11,7 @@
 #include <memory>
 #include <sstream>
 
+#include "sjkv/parallel.h"
 #include "cli_common.h"
 #include "sjkv/device.h"
 #include "sjkv/io/load.h"
@@ -307,6 +308,7 @@ int run_inspect(const std::string& path, bool json) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sjkv::settle_parallel_runtime(argv);  // OpenMP's wait, before anything else (sjkv/parallel.h)
   cli::hold_standard_output();  // before any file is opened
   cluster::Session mpi(&argc, &argv);  // the ranks of mpirun or srun, when it started us
   if (argc >= 2 && std::strcmp(argv[1], "inspect") == 0) {

@@ -10,7 +10,16 @@ with the one-line message the tools print, a bad argument ValueError.
     k2, v2 = snap.decode()                              # float16 [layers, tokens, heads, dim]
     snap.write("cache.h5")
 """
-from ._sjkv import (  # noqa: F401
+import os as _os
+
+# The coarse OpenMP loops (sealing batches, encoding, training) wait passively, as the tools
+# set it (sjkv/parallel.h): GNU OpenMP reads this once, when the module's library loads, so it
+# is set here, before; a choice of the user's (OMP_WAIT_POLICY, GOMP_SPINCOUNT) stands. The
+# replay's fine-grained loops run on sjkv's own pool whatever this says.
+if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
+    _os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+from ._sjkv import (  # noqa: E402,F401
     Arm,
     ArmLayer,
     Body,
