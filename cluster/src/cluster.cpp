@@ -1,12 +1,19 @@
 #include "sjkv/cluster.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
+#include <thread>
+
+#include <omp.h>
+#include <unistd.h>
 
 #include "sjkv/io/file_error.h"
+#include "sjkv/parallel.h"
 
 #if defined(SJKV_HAVE_MPI)
 #include <mpi.h>
@@ -100,6 +107,41 @@ void check(int rc, const char* what) {
   if (rc != MPI_SUCCESS) throw std::runtime_error(std::string(what) + " failed");
 }
 
+// Waits for a request without holding a core: polls for OpenMP's spin (kSpinMicros), then sleeps
+// between polls, doubling the sleep up to half a millisecond. MPI's blocking calls poll
+// without end, so a rank waiting for a slower one (the ordered sums, the final gathers) took
+// a core from the ranks still working when there are more ranks than cores.
+void wait_for(MPI_Request& req, const char* what) {
+  int done = 0;
+  const auto spin_end = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<long>(kSpinMicros));
+  while (std::chrono::steady_clock::now() < spin_end) {
+    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
+    if (done) return;
+  }
+  auto nap = std::chrono::microseconds(20);
+  for (;;) {
+    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
+    if (done) return;
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(500));
+  }
+}
+
+// OpenMP threads per rank when neither --threads nor OMP_NUM_THREADS says: the node's cores
+// shared among the ranks on it (at least one), within the cores this rank may run on.
+void share_cores_among_local_ranks() {
+  if (std::getenv("OMP_NUM_THREADS")) return;
+  MPI_Comm local;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) != MPI_SUCCESS) return;
+  int n_local = 1;
+  MPI_Comm_size(local, &n_local);
+  MPI_Comm_free(&local);
+  if (n_local <= 1) return;
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  const int share = static_cast<int>(std::max(1L, (online > 0 ? online : 1) / n_local));
+  omp_set_num_threads(std::max(1, std::min(share, omp_get_num_procs())));
+}
+
 int as_int(size_t n) {
   if (n > static_cast<size_t>(std::numeric_limits<int>::max()))
     throw std::runtime_error("more than 2^31 bytes in one MPI message");
@@ -119,6 +161,7 @@ Session::Session(int* argc, char*** argv) {
   joined_ = true;
   MPI_Comm_rank(MPI_COMM_WORLD, &g_world.rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &g_world.size_);
+  share_cores_among_local_ranks();
 }
 
 Session::~Session() {
@@ -132,18 +175,27 @@ void Comm::ordered(Accumulator& acc, const std::function<void(Accumulator&)>& ad
   }
   const int nd = as_int(acc.d.size()), nu = as_int(acc.u.size());
   if (rank_ > 0) {
-    check(MPI_Recv(acc.d.data(), nd, MPI_DOUBLE, rank_ - 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
-    check(MPI_Recv(acc.u.data(), nu, MPI_UINT64_T, rank_ - 1, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+    MPI_Request r;
+    check(MPI_Irecv(acc.d.data(), nd, MPI_DOUBLE, rank_ - 1, 1, MPI_COMM_WORLD, &r), "MPI_Irecv");
+    wait_for(r, "MPI_Irecv");
+    check(MPI_Irecv(acc.u.data(), nu, MPI_UINT64_T, rank_ - 1, 2, MPI_COMM_WORLD, &r), "MPI_Irecv");
+    wait_for(r, "MPI_Irecv");
   }
   add(acc);
   if (acc.d.size() != static_cast<size_t>(nd) || acc.u.size() != static_cast<size_t>(nu))
     throw std::logic_error("Comm::ordered: add changed the accumulator's sizes");
   if (rank_ + 1 < size_) {
-    check(MPI_Send(acc.d.data(), nd, MPI_DOUBLE, rank_ + 1, 1, MPI_COMM_WORLD), "MPI_Send");
-    check(MPI_Send(acc.u.data(), nu, MPI_UINT64_T, rank_ + 1, 2, MPI_COMM_WORLD), "MPI_Send");
+    MPI_Request r;
+    check(MPI_Isend(acc.d.data(), nd, MPI_DOUBLE, rank_ + 1, 1, MPI_COMM_WORLD, &r), "MPI_Isend");
+    wait_for(r, "MPI_Isend");
+    check(MPI_Isend(acc.u.data(), nu, MPI_UINT64_T, rank_ + 1, 2, MPI_COMM_WORLD, &r), "MPI_Isend");
+    wait_for(r, "MPI_Isend");
   }
-  check(MPI_Bcast(acc.d.data(), nd, MPI_DOUBLE, size_ - 1, MPI_COMM_WORLD), "MPI_Bcast");
-  check(MPI_Bcast(acc.u.data(), nu, MPI_UINT64_T, size_ - 1, MPI_COMM_WORLD), "MPI_Bcast");
+  MPI_Request r;
+  check(MPI_Ibcast(acc.d.data(), nd, MPI_DOUBLE, size_ - 1, MPI_COMM_WORLD, &r), "MPI_Ibcast");
+  wait_for(r, "MPI_Ibcast");
+  check(MPI_Ibcast(acc.u.data(), nu, MPI_UINT64_T, size_ - 1, MPI_COMM_WORLD, &r), "MPI_Ibcast");
+  wait_for(r, "MPI_Ibcast");
 }
 
 namespace {
@@ -151,10 +203,12 @@ namespace {
 std::vector<std::vector<uint8_t>> gather_to(const std::vector<uint8_t>& mine, int size, int rank, bool all) {
   long long n = static_cast<long long>(mine.size());
   std::vector<long long> sizes(static_cast<size_t>(size));
+  MPI_Request r;
   if (all)
-    check(MPI_Allgather(&n, 1, MPI_LONG_LONG, sizes.data(), 1, MPI_LONG_LONG, MPI_COMM_WORLD), "MPI_Allgather");
+    check(MPI_Iallgather(&n, 1, MPI_LONG_LONG, sizes.data(), 1, MPI_LONG_LONG, MPI_COMM_WORLD, &r), "MPI_Iallgather");
   else
-    check(MPI_Gather(&n, 1, MPI_LONG_LONG, sizes.data(), 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD), "MPI_Gather");
+    check(MPI_Igather(&n, 1, MPI_LONG_LONG, sizes.data(), 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD, &r), "MPI_Igather");
+  wait_for(r, "MPI_Igather");
   std::vector<int> counts(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
   size_t total = 0;
   if (all || rank == 0)
@@ -166,11 +220,14 @@ std::vector<std::vector<uint8_t>> gather_to(const std::vector<uint8_t>& mine, in
   std::vector<uint8_t> buf(total);
   const int mn = as_int(mine.size());
   if (all)
-    check(MPI_Allgatherv(mine.data(), mn, MPI_BYTE, buf.data(), counts.data(), displs.data(), MPI_BYTE, MPI_COMM_WORLD),
-          "MPI_Allgatherv");
+    check(MPI_Iallgatherv(mine.data(), mn, MPI_BYTE, buf.data(), counts.data(), displs.data(), MPI_BYTE, MPI_COMM_WORLD,
+                          &r),
+          "MPI_Iallgatherv");
   else
-    check(MPI_Gatherv(mine.data(), mn, MPI_BYTE, buf.data(), counts.data(), displs.data(), MPI_BYTE, 0, MPI_COMM_WORLD),
-          "MPI_Gatherv");
+    check(MPI_Igatherv(mine.data(), mn, MPI_BYTE, buf.data(), counts.data(), displs.data(), MPI_BYTE, 0, MPI_COMM_WORLD,
+                       &r),
+          "MPI_Igatherv");
+  wait_for(r, "MPI_Igatherv");
   std::vector<std::vector<uint8_t>> out;
   if (all || rank == 0)
     for (int r = 0; r < size; ++r) {
@@ -195,9 +252,12 @@ std::vector<std::vector<uint8_t>> Comm::all_gather(const std::vector<uint8_t>& m
 void Comm::broadcast(std::vector<uint8_t>& bytes) const {
   if (size_ == 1) return;
   long long n = static_cast<long long>(bytes.size());
-  check(MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  MPI_Request r;
+  check(MPI_Ibcast(&n, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD, &r), "MPI_Ibcast");
+  wait_for(r, "MPI_Ibcast");
   bytes.resize(static_cast<size_t>(n));
-  check(MPI_Bcast(bytes.data(), as_int(bytes.size()), MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  check(MPI_Ibcast(bytes.data(), as_int(bytes.size()), MPI_BYTE, 0, MPI_COMM_WORLD, &r), "MPI_Ibcast");
+  wait_for(r, "MPI_Ibcast");
 }
 
 void Comm::abort(int code) const {
