@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "sjkv/parallel.h"
+
 namespace sjkv {
 
 namespace {
@@ -290,13 +292,12 @@ Status SequenceCache::store_ubatch(uint32_t pos0, uint32_t n, const float* k, co
   std::vector<Status> errors(jobs);
   const int threads = n_threads_ > 0 ? n_threads_ : omp_get_max_threads();
   // Small ubatches (decode steps) stay on one thread: a parallel region costs more than it saves.
-#pragma omp parallel for schedule(static) num_threads(threads) if (jobs >= 16)
-  for (long long j = 0; j < static_cast<long long>(jobs); ++j) {
+  parallel_for(static_cast<long>(jobs), jobs >= 16 ? threads : 1, [&](long j) {
     const uint32_t i = static_cast<uint32_t>(j / L), l = static_cast<uint32_t>(j % L);
     const size_t off = (static_cast<size_t>(i) * L + l) * per_layer;
     entries_[j].resize(layers_[l].entry_bytes(pos0 + i));
     errors[j] = layers_[l].encode_entry(pos0 + i, k + off, v + off, entries_[j].data());
-  }
+  });
   for (size_t j = 0; j < jobs; ++j)
     if (!errors[j].ok()) {
       Status st = errors[j];

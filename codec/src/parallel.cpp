@@ -51,6 +51,7 @@ constexpr uint64_t kNextMask = (uint64_t{1} << kNextBits) - 1, kCountMask = (uin
 constexpr uint64_t kGenMask = (uint64_t{1} << kGenBits) - 1;
 // Claims per job at most, leaving room for every thread's one claim past the end.
 constexpr long kMaxClaims = (1L << kNextBits) - 4096;
+constexpr long kRunsPerThread = 4;
 
 uint64_t gen_of(uint64_t s) { return s >> (kNextBits + kCountBits); }
 uint64_t count_of(uint64_t s) { return (s >> kNextBits) & kCountMask; }
@@ -66,7 +67,9 @@ class Pool {
     std::unique_lock<std::mutex> issue(issue_, std::try_to_lock);
     if (!issue.owns_lock()) return false;
     resize(threads - 1);
-    const long claims = std::min(n, kMaxClaims);
+    // A few contiguous runs per thread: few atomic claims on the shared word and a stream of
+    // neighbouring items for each thread, while a thread that stalls holds back one run.
+    const long claims = std::min({n, kMaxClaims, static_cast<long>(threads) * kRunsPerThread});
     call_ = call;
     ctx_ = ctx;
     n_ = n;
@@ -158,8 +161,8 @@ class Pool {
   std::mutex issue_;  // held by the caller of the running job
   std::vector<std::thread> workers_;
   uint64_t gen_ = 0;
-  std::atomic<uint64_t> state_{0};
-  std::atomic<uint64_t> done_{0};
+  alignas(64) std::atomic<uint64_t> state_{0};
+  alignas(64) std::atomic<uint64_t> done_{0};
   std::atomic<int> stop_id_{1 << 30};
   void (*call_)(void*, long) = nullptr;
   void* ctx_ = nullptr;

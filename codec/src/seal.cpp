@@ -3,9 +3,11 @@
 #include <omp.h>
 
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "seal_isa.h"
+#include "sjkv/parallel.h"
 
 namespace sjkv {
 
@@ -198,21 +200,19 @@ Status seal_records(const RecordLayout& l, const SealOptions& opt, size_t n, con
   const int threads = n_threads > 0 ? n_threads : omp_get_max_threads();
   size_t first_bad = n;
   Status bad;
-#pragma omp parallel num_threads(threads) if (n > 1)
-  {
-    SealWorkspace ws;
-#pragma omp for schedule(dynamic, 1)
-    for (long long i = 0; i < static_cast<long long>(n); ++i) {
-      Status st = seal_record(l, opt, k_rows[i], v_rows[i], row_stride, out + static_cast<size_t>(i) * l.bytes, ws, path);
-      if (!st.ok()) {
-#pragma omp critical(sjkv_seal_records_error)
-        if (static_cast<size_t>(i) < first_bad) {
-          first_bad = static_cast<size_t>(i);
-          bad = st;
-        }
+  std::mutex bad_mu;
+  // Records to whichever thread is free (sjkv/parallel.h): a record's bytes do not depend on it.
+  parallel_for(static_cast<long>(n), threads, [&](long i) {
+    thread_local SealWorkspace ws;
+    Status st = seal_record(l, opt, k_rows[i], v_rows[i], row_stride, out + static_cast<size_t>(i) * l.bytes, ws, path);
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> g(bad_mu);
+      if (static_cast<size_t>(i) < first_bad) {
+        first_bad = static_cast<size_t>(i);
+        bad = st;
       }
     }
-  }
+  });
   if (first_bad < n) bad.detail = "record " + std::to_string(first_bad) + (bad.detail.empty() ? "" : ": " + bad.detail);
   return first_bad < n ? bad : Status{};
 }

@@ -268,9 +268,11 @@ float GraphModel::default_attn_scale() const {
 
 // ---- building blocks -------------------------------------------------------------------------
 
-// Elements an item of the elementwise loops at least: a decoded token's rows stay on one
-// thread (waking another costs more than they take), a ubatch's are shared.
+// Elements an item of the elementwise loops at least: a decoded token's norms stay on one
+// thread (waking another costs more than they take), a ubatch's are shared; the activations
+// (a tanh or exp each) are worth sharing from a token's 2,048 on.
 constexpr long kParallelGrain = 16384;
+constexpr long kActivationGrain = 1024;
 
 void GraphModel::norm(const float* x, float* y, uint32_t rows, uint32_t dim, const std::vector<float>& w) const {
   // Rows to whichever thread is free (sjkv/parallel.h), enough of them an item to be worth it.
@@ -373,11 +375,11 @@ void GraphModel::ffn(const Layer& L, Act act, Ubatch& u) const {
     float* g = u.g.data();
     const float* up = u.u.data();
     if (act == Act::gelu_tanh) {
-      parallel_for_ranges(gn, kParallelGrain, nt, [&](long i0, long i1) {
+      parallel_for_ranges(gn, kActivationGrain, nt, [&](long i0, long i1) {
         for (long i = i0; i < i1; ++i) g[i] = gelu_tanh(g[i]) * up[i];
       });
     } else {
-      parallel_for_ranges(gn, kParallelGrain, nt, [&](long i0, long i1) {
+      parallel_for_ranges(gn, kActivationGrain, nt, [&](long i0, long i1) {
         for (long i = i0; i < i1; ++i) g[i] = silu(g[i]) * up[i];
       });
     }
@@ -386,7 +388,7 @@ void GraphModel::ffn(const Layer& L, Act act, Ubatch& u) const {
     const long rows = static_cast<long>(u.m);
     float* g = u.g.data();
     const float* up = u.u.data();
-    parallel_for_ranges(rows, std::max<long>(1, kParallelGrain / std::max<uint32_t>(F, 1)), nt, [&](long i0, long i1) {
+    parallel_for_ranges(rows, std::max<long>(1, kActivationGrain / std::max<uint32_t>(F, 1)), nt, [&](long i0, long i1) {
     for (long i = i0; i < i1; ++i)
       for (uint32_t c = 0; c < F; ++c) {
         const float gv = up[size_t(i) * 2 * F + c], uv = up[size_t(i) * 2 * F + F + c];
