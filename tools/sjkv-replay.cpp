@@ -213,29 +213,6 @@ void check_record_args(const RecordArgs& ra) {
   (void)arm_or_usage(ra.reference, "--reference");
 }
 
-// What the capture file's rules (docs/FORMAT.md section 2) refuse in the model's full-attention
-// K/V (a head size that is not a power of two in [32, 1024], too many heads): the writer would
-// refuse it only after the whole generation. Empty when a capture can hold it.
-std::string capture_shape_defect(const ModelInfo& info) {
-  Capture c;
-  for (const LayerShape& L : info.layers) {
-    if (!L.full_attention) continue;
-    if (c.layers.empty()) {
-      c.head_dim = L.head_dim;
-      c.kv_heads = L.n_head_kv;
-    }
-    c.layers.push_back(CaptureLayer{L.layer, {}, {}});
-  }
-  if (c.layers.empty()) return {};
-  try {
-    c.check_consistent();
-  } catch (const std::invalid_argument& e) {
-    const std::string what = e.what();
-    return what.rfind("capture: ", 0) == 0 ? what.substr(9) : what;
-  }
-  return {};
-}
-
 // Records one trajectory and writes it (and the capture when asked).
 // `text` was read and checked by read_prompt; `fits` runs the checks that need the prompt's
 // length (arms against the context) before anything long starts.
@@ -248,9 +225,6 @@ Trajectory do_record(const ModelArgs& ma, const RecordArgs& ra, Loaded& l, const
   if (!ra.capture.empty()) {
     const std::string why = capture_refusal(l.model->info());
     if (!why.empty()) throw cli::UsageError("--capture: the model " + l.path + " " + why);
-    const std::string shape = capture_shape_defect(l.model->info());
-    if (!shape.empty())
-      throw cli::UsageError("--capture: the model " + l.path + " has K/V a capture cannot hold: " + shape);
   }
   const RefEncoding encoding = parse_encoding(ra.encoding);
   const std::unique_ptr<KvArm> ref = arm_or_usage(ra.reference, "--reference", l.device.sealers());
@@ -259,7 +233,9 @@ Trajectory do_record(const ModelArgs& ma, const RecordArgs& ra, Loaded& l, const
   RecordInput in;
   in.prompt = ra.special ? tok->encode_special(text, true) : tok->encode(text, true);
   const std::string prompt_name = ra.prompt_file.empty() || ra.prompt_file == "-" ? "<stdin>" : ra.prompt_file;
-  if (in.prompt.empty()) throw FileError(prompt_name, "the prompt is empty");
+  // Not blank (read_prompt checked), yet no token: the vocabulary has none of its characters.
+  if (in.prompt.empty())
+    throw FileError(prompt_name, "the prompt encodes to no token of " + l.path + "'s vocabulary (and it adds no BOS)");
   const uint64_t n_ctx = in.prompt.size() + static_cast<uint64_t>(ra.generate);
   const uint64_t n_train = l.model->info().n_ctx_train;
   if (n_train > 0 && n_ctx > n_train)

@@ -118,6 +118,19 @@ std::string capture_refusal(const ModelInfo& info) {
              "); a capture holds one shape";
   }
   if (!first) return "has no full-attention layer to capture (every layer has a sliding window)";
+  // The capture file's own rules (docs/FORMAT.md section 2: a head size that is a power of two
+  // in [32, 1024], not too many heads), which its writer would apply only after the generation.
+  Capture c;
+  c.head_dim = first->head_dim;
+  c.kv_heads = first->n_head_kv;
+  for (const LayerShape& L : info.layers)
+    if (L.full_attention) c.layers.push_back(CaptureLayer{L.layer, {}, {}});
+  try {
+    c.check_consistent();
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    return "has K/V a capture cannot hold: " + (what.rfind("capture: ", 0) == 0 ? what.substr(9) : what);
+  }
   return {};
 }
 

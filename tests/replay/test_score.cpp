@@ -211,6 +211,20 @@ TEST(Bootstrap, ZeroBaselineGivesNoRatio) {
 
 // ---- the loops through the tiny model --------------------------------------------------------
 
+// A head size the capture file cannot hold (phi3's 96) is refused by the library before the
+// generation, as the tool refuses it (issue 40, item 11: it failed at the write, after it).
+TEST(Replay, CaptureRefusedForAHeadSizeACaptureCannotHold) {
+  struct Head96 : TinyModel {
+    Head96() : TinyModel(4096), info_(TinyModel::info()) {
+      for (LayerShape& l : info_.layers) l.head_dim = 96;
+    }
+    const ModelInfo& info() const override { return info_; }
+    ModelInfo info_;
+  } m;
+  EXPECT_NE(capture_refusal(m.info()).find("capture cannot hold: head_dim = 96"), std::string::npos)
+      << capture_refusal(m.info());
+}
+
 // A model whose layers all have a sliding window has nothing to capture: refused by reason
 // before the generation (it failed on the capture's head_dim 0 after it).
 TEST(Replay, CaptureRefusedWithoutAFullAttentionLayer) {

@@ -38,8 +38,9 @@ struct RecordInput {
   RefEncoding encoding = RefEncoding::hidden;  // how the reference is kept (FORMAT.md 9.2)
 };
 
-// Why the model's K/V cannot be captured (it has no full-attention layer, or they differ in
-// shape), or empty when they can; a tool asks before any work.
+// Why the model's K/V cannot be captured (it has no full-attention layer, they differ in
+// shape, or the capture file's rules refuse their shape: phi3's head size 96), or empty when
+// they can; a tool asks before any work.
 std::string capture_refusal(const ModelInfo& info);
 
 // Records with `reference`. When `capture` is given, it receives the K/V that the model
