@@ -454,5 +454,19 @@ one_line "frontier, frontier.svg a folder"
 says "frontier, frontier.svg a folder" "fr-dir/frontier.svg: --out: is a folder"
 check "frontier, frontier.svg a folder: nothing scored" test ! -e fr-dir/store
 
+# Under load (issue 40): the tools start OpenMP with the passive wait (GNU OpenMP prints its
+# settings with OMP_DISPLAY_ENV=verbose, at each start: the last is the one that runs), and a
+# user's own setting stands.
+spin_of() { env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_DISPLAY_ENV=verbose "$@" --help 2>&1 >/dev/null |
+  sed -n "s/.*GOMP_SPINCOUNT = '\([0-9]*\)'.*/\1/p" | tail -1; }
+for t in "$ENC" "$TRAIN" "$REPLAY"; do
+  got=$(spin_of "$t")
+  if [ "$got" = 0 ]; then ok "$(basename "$t"): passive OpenMP wait"; else bad "$(basename "$t"): GOMP_SPINCOUNT '$got', expected 0"; fi
+done
+got=$(spin_of env GOMP_SPINCOUNT=777 "$ENC")
+if [ "$got" = 777 ]; then ok "a user's GOMP_SPINCOUNT stands"; else bad "a user's GOMP_SPINCOUNT: got '$got'"; fi
+got=$(spin_of env OMP_WAIT_POLICY=active "$ENC")
+if [ -n "$got" ] && [ "$got" != 0 ]; then ok "a user's OMP_WAIT_POLICY stands"; else bad "a user's OMP_WAIT_POLICY=active: spin '$got'"; fi
+
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]

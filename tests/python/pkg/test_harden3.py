@@ -197,3 +197,23 @@ def test_write_trajectory_wrong_type_names_the_field(tmp_path, field, value):
     with pytest.raises(ValueError, match=name):
         sjkv.write_trajectory(str(tmp_path / "bad.h5"), t)
     assert not (tmp_path / "bad.h5").exists()
+
+
+# --- under load: the module's OpenMP waits passively, as the tools' -----------------------------
+def _spin_count(extra_env):
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env.update(extra_env, OMP_DISPLAY_ENV="verbose")
+    r = subprocess.run([sys.executable, "-c", "import sjkv"], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    spins = [l.split("'")[1] for l in r.stderr.splitlines() if "GOMP_SPINCOUNT = '" in l]
+    assert spins, "GNU OpenMP printed no settings: " + r.stderr[-500:]
+    return spins[-1]
+
+
+def test_import_sets_the_passive_openmp_wait():
+    assert _spin_count({}) == "0"
+
+
+def test_a_users_openmp_wait_stands():
+    assert _spin_count({"GOMP_SPINCOUNT": "777"}) == "777"
+    assert _spin_count({"OMP_WAIT_POLICY": "active"}) != "0"
