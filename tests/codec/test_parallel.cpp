@@ -99,9 +99,9 @@ TEST(ParallelFor, TheFirstExceptionReachesTheCaller) {
 }
 
 TEST(ParallelFor, AWorkerBusyElsewhereHoldsNothingBack) {
-  // One item blocks until every other item has run: with a fixed split between two threads
-  // this could not finish if the blocked item's thread owned half the others; here the free
-  // thread takes them all.
+  // One item blocks until three quarters of the others have run: with a fixed split between
+  // two threads the free one could run only its half; here it takes every run but the
+  // blocked item's own (runs are a few per thread).
   // Each round is a fresh job, the first one on threads the pool has just started.
   for (int round = 0; round < 20; ++round) {
     std::atomic<long> others{0};
@@ -110,8 +110,8 @@ TEST(ParallelFor, AWorkerBusyElsewhereHoldsNothingBack) {
     sjkv::parallel_for(n, 2, [&](long i) {
       if (i == 0) {
         const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        while (others.load() < n - 1 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
-        seen_all.store(others.load() == n - 1);
+        while (others.load() < 3 * n / 4 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+        seen_all.store(others.load() >= 3 * n / 4);
       } else {
         others.fetch_add(1);
       }
