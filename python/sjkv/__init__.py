@@ -12,38 +12,43 @@ with the one-line message the tools print, a bad argument ValueError.
 """
 import os as _os
 
-# The coarse OpenMP loops (sealing batches, encoding, training) wait passively, as the tools
-# set it (sjkv/parallel.h): GNU OpenMP reads this once, when the module's library loads, so it
-# is set here, before; a choice of the user's (OMP_WAIT_POLICY, GOMP_SPINCOUNT) stands. The
-# replay's fine-grained loops run on sjkv's own pool whatever this says.
-if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
+# The coarse OpenMP loops (encoding, training) wait passively, as in the tools (sjkv/parallel.h):
+# GNU OpenMP reads this once, when the module's library loads it, so it is set for that load
+# alone and then taken back (other OpenMP runtimes the process loads later, and child
+# processes, keep their defaults); a choice of the user's (OMP_WAIT_POLICY, GOMP_SPINCOUNT)
+# stands. The replay's fine-grained loops run on sjkv's own pool whatever this says.
+_passive = "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ
+if _passive:
     _os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-
-from ._sjkv import (  # noqa: E402,F401
-    Arm,
-    ArmLayer,
-    Body,
-    Cache,
-    Config,
-    FileError,
-    Snapshot,
-    compare,
-    encode,
-    load_capture,
-    read_capture,
-    read_codebook,
-    read_results,
-    read_snapshot,
-    read_snapshot_any,
-    read_trajectory,
-    table_sets,
-    train,
-    trajectory_from_logits,
-    write_capture,
-    write_codebook,
-    write_state_stream,
-    write_trajectory,
-)
+try:
+    from ._sjkv import (  # noqa: E402,F401
+        Arm,
+        ArmLayer,
+        Body,
+        Cache,
+        Config,
+        FileError,
+        Snapshot,
+        compare,
+        encode,
+        load_capture,
+        read_capture,
+        read_codebook,
+        read_results,
+        read_snapshot,
+        read_snapshot_any,
+        read_trajectory,
+        table_sets,
+        train,
+        trajectory_from_logits,
+        write_capture,
+        write_codebook,
+        write_state_stream,
+        write_trajectory,
+    )
+finally:
+    if _passive:
+        del _os.environ["OMP_WAIT_POLICY"]
 
 __all__ = [
     "Arm",

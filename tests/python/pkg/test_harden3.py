@@ -214,6 +214,14 @@ def test_import_sets_the_passive_openmp_wait():
     assert _spin_count({}) == "0"
 
 
+def test_import_leaves_the_environment_as_it_was():
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    code = "import os, sjkv; print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["None", "None"]
+
+
 def test_a_users_openmp_wait_stands():
     assert _spin_count({"GOMP_SPINCOUNT": "777"}) == "777"
     assert _spin_count({"OMP_WAIT_POLICY": "active"}) != "0"
