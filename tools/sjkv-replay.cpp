@@ -688,7 +688,7 @@ int main(int argc, char** argv) {
   fr->add_option("--tune", fr_a.tune, "Tuning trajectories (record's files); the search runs on them")->required();
   fr->add_option("--heldout", fr_a.heldout, "Held-out trajectories, disjoint from --tune: the report's numbers")->required();
   fr->add_option("--budgets", fr_a.budgets, "Budgets in allocated bits per value at the context (e.g. 4 5 6 8)")->required();
-  fr->add_option("--context", fr_a.context, "Context (tokens) the bits are allocated for (default: the longest held-out trajectory)");
+  fr->add_option("--context", fr_a.context, "Context (tokens) the bits are allocated for (default, or 0: the longest held-out trajectory)");
   fr->add_option("--arms", fr_a.arms, "Candidate arms instead of every family's (see score's list)");
   fr->add_option("--also", fr_a.also, "More candidates beside the list (e.g. SJ-KVaRN arms with trained tables: cb=FILE)");
   fr->add_flag("--quick", fr_a.quick, "A short candidate list (f16, q8_0, q4_0[:rot], kvarn:4/4, sj:4/4 and 3/2t at tail 128)");

@@ -138,6 +138,10 @@ std::string store_arm_name(const std::string& spec) {
     out += ':';
     start = end + 1;
   }
+  // A name past what a folder entry holds (a long cb= path) keeps its first 160 bytes and
+  // gains a hash of the whole spec; every shorter name, every committed store's, is as above.
+  constexpr size_t kMaxName = 200;  // + "-u<ubatch>.csv" stays within NAME_MAX (255)
+  if (out.size() > kMaxName) out = out.substr(0, 160) + "~" + sha256_hex(spec.data(), spec.size()).substr(0, 24);
   return out;
 }
 
