@@ -16,7 +16,9 @@ CodecConfig parse_config_checked(const std::string& text);
 // the tools' bounds of the same option.
 void check_range(const char* name, long long value, long long lo, long long hi);
 // The tools' --threads: 0 (all cores) to 1024.
-inline void check_threads(int threads) { check_range("threads", threads, 0, 1024); }
+// Sizes are taken as Python ints of 64 bits and checked here, so that a negative or huge one is
+// a ValueError naming it (pybind's own unsigned conversion would raise a TypeError naming none).
+inline void check_threads(long long threads) { check_range("threads", threads, 0, 1024); }
 // A capture as a dict: k, v (float16 [layers, tokens, kv_heads, head_dim]), layer_ids, ...
 pybind11::dict capture_dict(const Capture& c);
 // The sequence cache, the other files, training and results (bind_more.cpp).

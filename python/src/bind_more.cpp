@@ -56,15 +56,16 @@ uint64_t physical_memory() {
 // before each, rows read back as attention reads them.
 class PyCache {
  public:
-  PyCache(const std::string& config, uint32_t n_layers, uint32_t kv_heads, uint32_t head_dim, uint32_t n_ctx,
-          uint32_t n_ubatch, const std::string& codebook)
+  PyCache(const std::string& config, long long n_layers, long long kv_heads, long long head_dim, long long n_ctx,
+          long long n_ubatch, const std::string& codebook)
       : cfg_(pybind::parse_config_checked(config)) {
     // sjkv-encode plan's bounds of the same sizes, and the encoder's of the ubatch
     check_range("n_layers", n_layers, 1, 65536);
     check_range("kv_heads", kv_heads, 1, 65536);
     check_range("n_ctx", n_ctx, 1, UINT32_MAX);
     check_range("n_ubatch", n_ubatch, 1, kMaxUbatch);
-    cfg_.head_dim = head_dim;
+    check_range("head_dim", head_dim, 1, 65536);  // can_implement then names what it cannot serve
+    cfg_.head_dim = static_cast<uint32_t>(head_dim);
     const Unsupported bad = can_implement(cfg_);
     if (bad != Unsupported::none) throw std::invalid_argument(cfg_.name() + ": " + describe(bad));
     const TableChoice choice = TableChoice::parse(codebook == "auto" ? "reference" : codebook);
@@ -75,10 +76,10 @@ class PyCache {
     if (set_ && cfg_.resolved_body() == Body::trellis) so.codebooks = set_->tables_for(cfg_.bits_k, cfg_.bits_v);
     else set_ = nullptr;
     CacheShape sh;
-    sh.n_layers = n_layers;
-    sh.n_head_kv = kv_heads;
-    sh.n_ctx = n_ctx;
-    sh.n_ubatch = n_ubatch;
+    sh.n_layers = static_cast<uint32_t>(n_layers);
+    sh.n_head_kv = static_cast<uint32_t>(kv_heads);
+    sh.n_ctx = static_cast<uint32_t>(n_ctx);
+    sh.n_ubatch = static_cast<uint32_t>(n_ubatch);
     // Refused before allocating: zero-filling a cache larger than the machine would hang.
     const uint64_t bytes = cache_allocation_bytes(cfg_, sh), mem = physical_memory();
     if (bytes == UINT64_MAX || (mem && bytes > mem))
@@ -449,6 +450,22 @@ Trajectory trajectory_of(const py::dict& d) {
     opt("threads", t.settings.threads);
     opt("self_kl_target", t.settings.self_kl_target);
   }
+  // What the writer cannot judge but a later score would trip on: the model's SHA-256 and the
+  // reference arm are checked here, and `generated` (derived, as read_trajectory gives it)
+  // must agree with the tokens when it is given.
+  const bool hex64 = t.model_sha256.size() == 64 && t.model_sha256.find_first_not_of("0123456789abcdef") == std::string::npos;
+  if (!hex64) throw std::invalid_argument("trajectory field 'model_sha256' must be 64 lowercase hexadecimal digits");
+  try {
+    (void)replay::make_arm(t.settings.reference);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("trajectory field 'settings.reference': ") + e.what());
+  }
+  if (d.contains("generated")) {
+    const uint64_t g = field_as<uint64_t>(d["generated"], "generated");
+    if (g + t.prompt_tokens != t.tokens.size())
+      throw std::invalid_argument("trajectory field 'generated' is " + std::to_string(g) + ", but tokens and prompt_tokens give " +
+                                  std::to_string(t.tokens.size() - std::min<size_t>(t.tokens.size(), t.prompt_tokens)));
+  }
   const std::vector<double> log_z = vector_of<double>(need("log_z"), "log_z");
   const size_t G = log_z.size();
   if (t.encoding == RefEncoding::sparse) {
@@ -516,7 +533,7 @@ void bind_more(py::module_& m) {
   py::class_<PyCache>(m, "Cache",
                       "One sequence's SJ-KVaRN cache as an engine drives it (sjkv/cache.h): append ubatches (the "
                       "policy step and the seals run before each), read back the rows attention reads, snapshot it.")
-      .def(py::init<const std::string&, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, const std::string&>(),
+      .def(py::init<const std::string&, long long, long long, long long, long long, long long, const std::string&>(),
            py::arg("config"), py::arg("n_layers"), py::arg("kv_heads"), py::arg("head_dim"), py::arg("n_ctx"),
            py::arg("n_ubatch") = 512, py::arg("codebook") = "reference")
       .def("append", &PyCache::append, py::arg("pos0"), py::arg("k"), py::arg("v"), py::arg("rotated") = false,
@@ -652,7 +669,7 @@ void bind_more(py::module_& m) {
   m.def(
       "train",
       [](const std::vector<std::string>& inputs, const std::string& prefix, uint32_t bits, const std::string& init,
-         uint64_t seed, double heldout, double tol, uint32_t max_iters, int threads, uint32_t head_dim,
+         uint64_t seed, double heldout, double tol, long long max_iters, long long threads, uint32_t head_dim,
          uint32_t kv_sections, const std::string& axis, const std::string& staging, uint32_t sink, uint32_t iters,
          bool assume_rotated, bool checkpoint) {
         // sjkv-train's checks of its options, as ValueError naming the argument
@@ -780,11 +797,11 @@ void bind_more(py::module_& m) {
       "same_top, bits) and its summary statistics.");
   m.def(
       "compare",
-      [](const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b, uint32_t replicates,
+      [](const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b, long long replicates,
          uint64_t seed) {
         check_range("replicates", replicates, 100, 1000000);  // sjkv-replay's --bootstrap
         replay::BootstrapOptions o;
-        o.replicates = replicates;
+        o.replicates = static_cast<uint32_t>(replicates);
         o.seed = seed;
         const replay::Comparison c = replay::compare_arms("a", "b", a, b, o);
         py::dict d;

@@ -234,8 +234,8 @@ PYBIND11_MODULE(_sjkv, m) {
 
   m.def(
       "encode",
-      [](const py::array& k, const py::array& v, const std::string& config, uint32_t n_ubatch, const std::string& codebook,
-         const std::vector<uint32_t>& layer_ids, bool rotated, int threads, const std::string& model,
+      [](const py::array& k, const py::array& v, const std::string& config, long long n_ubatch, const std::string& codebook,
+         const std::vector<uint32_t>& layer_ids, bool rotated, long long threads, const std::string& model,
          const std::string& source, const std::vector<int32_t>& token_ids) {
         pybind::check_threads(threads);
         pybind::check_range("n_ubatch", n_ubatch, 1, kMaxUbatch);

@@ -225,3 +225,35 @@ def test_import_leaves_the_environment_as_it_was():
 def test_a_users_openmp_wait_stands():
     assert _spin_count({"GOMP_SPINCOUNT": "777"}) == "777"
     assert _spin_count({"OMP_WAIT_POLICY": "active"}) != "0"
+
+
+# --- sizes out of any unsigned range are ValueErrors naming them, not pybind TypeErrors ---------
+@pytest.mark.parametrize("call,name", [
+    (lambda k: sjkv.encode(k, k, "sj:4/4", threads=2**40), "threads"),
+    (lambda k: sjkv.encode(k, k, "sj:4/4", threads=-1), "threads"),
+    (lambda k: sjkv.encode(k, k, "sj:4/4", n_ubatch=-1), "n_ubatch"),
+    (lambda k: sjkv.Cache("sj:4/4", -1, 2, 128, 256), "n_layers"),
+    (lambda k: sjkv.Cache("sj:4/4", 2, 2, 128, 2**40), "n_ctx"),
+    (lambda k: sjkv.Cache("sj:4/4", 2, 2, -128, 256), "head_dim"),
+    (lambda k: sjkv.compare([[0.1] * 4], [[0.2] * 4], replicates=-1), "replicates"),
+])
+def test_negative_or_huge_sizes_are_value_errors(call, name):
+    k = np.zeros((1, 16, 2, 128), np.float16)
+    with pytest.raises(ValueError, match=name):
+        call(k)
+
+
+# --- write_trajectory refuses what a later score would trip on ---------------------------------
+@pytest.mark.parametrize("field,value", [
+    ("model_sha256", "text"), ("model_sha256", "AB" * 32), ("settings.reference", "sj:4/4::x"),
+    ("settings.reference", "bogus"), ("generated", 99),
+])
+def test_write_trajectory_refuses_values_a_score_would_trip_on(tmp_path, field, value):
+    t = trajectory()
+    if field.startswith("settings."):
+        t["settings"][field.split(".")[1]] = value
+    else:
+        t[field] = value
+    with pytest.raises(ValueError, match=field.split(".")[-1]):
+        sjkv.write_trajectory(str(tmp_path / "bad.h5"), t)
+    assert not (tmp_path / "bad.h5").exists()
