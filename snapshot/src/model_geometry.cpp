@@ -123,7 +123,19 @@ class GeometryReader {
     if (zero_kv) rule += "layers with head_count_kv 0 are recurrent; ";
     const std::optional<uint32_t> interval = opt_u32(key("full_attention_interval"));
     const bool qwen_hybrid = arch_ == "qwen3next" || arch_ == "qwen35" || arch_ == "qwen35moe";
-    if (interval || qwen_hybrid) {
+    const std::string rkey = key("attention.recurrent_layers");
+    if (const GgufValue* rv = f_.find(rkey)) {
+      // llama.cpp takes this per-layer array before any interval (the Qwen 3.5 converter
+      // writes both; docs/design/qwen35.md section 1).
+      if (!rv->is_array() || rv->count() != n)
+        fail("key '" + rkey + "' must be an array of " + std::to_string(n) + " bools (one per layer)");
+      for (uint32_t i = 0; i < n; ++i) {
+        const std::optional<uint64_t> u = rv->to_unsigned(i);
+        if (!u || *u > 1) fail("key '" + rkey + "' entry " + std::to_string(i) + " is not a bool");
+        if (i < n_main && *u == 1) kind[i] = LayerKind::recurrent;
+      }
+      rule += "recurrent layers from " + rkey + " (per layer); ";
+    } else if (interval || qwen_hybrid) {
       const uint32_t p = interval.value_or(4);
       if (p == 0) fail("'" + key("full_attention_interval") + "' is 0");
       for (uint32_t i = 0; i < n_main; ++i)

@@ -985,6 +985,31 @@ TEST(GgufGeometry, HybridQwen) {
   EXPECT_EQ(full_layers(d), (std::vector<uint32_t>{3, 7}));
 }
 
+TEST(GgufGeometry, RecurrentLayersArrayComesBeforeTheInterval) {
+  // The Qwen 3.5 converter writes attention.recurrent_layers (false for the nextn block) and
+  // the interval; llama.cpp takes the array. Here they disagree, so the array must win.
+  Writer w;
+  w.str("general.architecture", "qwen35").u32("qwen35.block_count", 9).u32("qwen35.nextn_predict_layers", 1);
+  w.u32("qwen35.attention.head_count", 8).u32("qwen35.attention.head_count_kv", 2);
+  w.u32("qwen35.attention.key_length", 256).u32("qwen35.attention.value_length", 256);
+  w.u32("qwen35.embedding_length", 1024).u32("qwen35.full_attention_interval", 4);
+  w.arr_bool("qwen35.attention.recurrent_layers", {true, false, true, true, true, true, false, true, false});
+  const sjkv::ModelGeometry g = sjkv::geometry_from_gguf(w.parse());
+  EXPECT_EQ(g.full_attention_layers(), (std::vector<uint32_t>{1, 6}));
+  EXPECT_EQ(g.layers[3].kind, LayerKind::recurrent);
+  EXPECT_EQ(g.layers[8].kind, LayerKind::nextn);
+  Writer bad;
+  bad.str("general.architecture", "qwen35").u32("qwen35.block_count", 2).u32("qwen35.attention.head_count", 8);
+  bad.arr_bool("qwen35.attention.recurrent_layers", {true});
+  std::string defect;
+  try {
+    sjkv::geometry_from_gguf(bad.parse());
+  } catch (const FileError& e) {
+    defect = e.defect();
+  }
+  EXPECT_NE(defect.find("must be an array of 2 bools"), std::string::npos) << defect;
+}
+
 TEST(GgufGeometry, ZeroKvHeadsAreRecurrent) {
   Writer w;
   w.str("general.architecture", "jamba").u32("jamba.block_count", 4).u32("jamba.attention.head_count", 8);
