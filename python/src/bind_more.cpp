@@ -218,6 +218,15 @@ class PyArmLayer {
     // sjkv-replay's bounds: a ubatch as a trajectory's, positions 32-bit
     check_range("n_ubatch", n_ubatch, 1, kMaxTrajectoryUbatch);
     check_range("n_ctx", n_ctx, 1, UINT32_MAX);
+    // A compressed arm allocates its whole context at the first append (zero-filled: a cache
+    // larger than the machine would be killed there, not refused). Refused here at 2 bits a
+    // value, below what any arm stores.
+    const uint64_t at_least = uint64_t{n_ctx} * n_head_kv * head_dim / 2, mem = physical_memory();
+    if (mem && at_least > mem)
+      throw std::invalid_argument("n_ctx " + std::to_string(n_ctx) + " x n_head_kv " + std::to_string(n_head_kv) +
+                                  " x head_dim " + std::to_string(head_dim) + ": the layer would take at least " +
+                                  std::to_string(at_least) + " bytes, more than this machine's memory (" +
+                                  std::to_string(mem) + " bytes)");
     s_.layer = layer;
     s_.full_attention = full_attention;
     s_.window = window;

@@ -257,3 +257,13 @@ def test_write_trajectory_refuses_values_a_score_would_trip_on(tmp_path, field, 
     with pytest.raises(ValueError, match=field.split(".")[-1]):
         sjkv.write_trajectory(str(tmp_path / "bad.h5"), t)
     assert not (tmp_path / "bad.h5").exists()
+
+
+def test_arm_layer_larger_than_the_machine_is_refused_before_allocating():
+    # It was accepted, and the first append zero-filled terabytes (killed, not refused).
+    isolated("""
+        with pytest.raises(ValueError, match="memory"):
+            sjkv.ArmLayer("sj:4/4", 0, 8, 8, 256, 2**32 - 1)
+        a = sjkv.ArmLayer("sj:4/4", 0, 8, 2, 128, 4096)  # an ordinary one still works
+        assert a.n_stored == 0
+    """)
