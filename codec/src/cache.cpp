@@ -1,7 +1,5 @@
 #include "sjkv/cache.h"
 
-#include <omp.h>
-
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -290,9 +288,8 @@ Status SequenceCache::store_ubatch(uint32_t pos0, uint32_t n, const float* k, co
   const size_t jobs = static_cast<size_t>(n) * L;
   entries_.resize(jobs);
   std::vector<Status> errors(jobs);
-  const int threads = n_threads_ > 0 ? n_threads_ : omp_get_max_threads();
   // Small ubatches (decode steps) stay on one thread: a parallel region costs more than it saves.
-  parallel_for(static_cast<long>(jobs), jobs >= 16 ? threads : 1, [&](long j) {
+  parallel_for(static_cast<long>(jobs), jobs >= 16 ? n_threads_ : 1, [&](long j) {
     const uint32_t i = static_cast<uint32_t>(j / L), l = static_cast<uint32_t>(j % L);
     const size_t off = (static_cast<size_t>(i) * L + l) * per_layer;
     entries_[j].resize(layers_[l].entry_bytes(pos0 + i));

@@ -82,7 +82,8 @@ class Pool {
     ctx_ = ctx;
     n_ = n;
     per_claim_ = (n + claims - 1) / claims;
-    const long count = (n + per_claim_ - 1) / per_claim_;
+    count_ = (n + per_claim_ - 1) / per_claim_;
+    const long count = count_;
     error_ = nullptr;
     failed_.store(false);
     done_.store(0);
@@ -148,9 +149,8 @@ class Pool {
       const int r = (self + k) % nr;
       for (long c; (c = claim(r, gen, false)) >= 0; ++ran) run_claim(c);
     }
-    if (ran == 0) return;
-    const uint64_t total = static_cast<uint64_t>((n_ + per_claim_ - 1) / per_claim_);
-    if (done_.fetch_add(ran) + ran == total && caller_sleeping_.load()) {
+    if (ran == 0) return;  // count_ is read only by a thread whose claims keep this job alive
+    if (done_.fetch_add(ran) + ran == static_cast<uint64_t>(count_) && caller_sleeping_.load()) {
       std::lock_guard<std::mutex> g(mu_);
       done_cv_.notify_one();
     }
@@ -203,7 +203,7 @@ class Pool {
   std::atomic<int> stop_id_{1 << 30};
   void (*call_)(void*, long) = nullptr;
   void* ctx_ = nullptr;
-  long n_ = 0, per_claim_ = 1;
+  long n_ = 0, per_claim_ = 1, count_ = 0;  // items, items per claim, claims
   std::atomic<int> n_ranges_{1};
   std::atomic<bool> failed_{false};
   std::mutex error_mu_;

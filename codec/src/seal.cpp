@@ -1,7 +1,5 @@
 #include "sjkv/seal.h"
 
-#include <omp.h>
-
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -197,12 +195,11 @@ void viterbi_fast(const float* y, uint32_t n, uint32_t bits, const float* cbf, v
 
 Status seal_records(const RecordLayout& l, const SealOptions& opt, size_t n, const uint16_t* const* k_rows,
                     const uint16_t* const* v_rows, size_t row_stride, uint8_t* out, SealPath path, int n_threads) {
-  const int threads = n_threads > 0 ? n_threads : omp_get_max_threads();
   size_t first_bad = n;
   Status bad;
   std::mutex bad_mu;
   // Records to whichever thread is free (sjkv/parallel.h): a record's bytes do not depend on it.
-  parallel_for(static_cast<long>(n), threads, [&](long i) {
+  parallel_for(static_cast<long>(n), n_threads, [&](long i) {
     thread_local SealWorkspace ws;
     Status st = seal_record(l, opt, k_rows[i], v_rows[i], row_stride, out + static_cast<size_t>(i) * l.bytes, ws, path);
     if (!st.ok()) {

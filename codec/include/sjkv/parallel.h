@@ -8,11 +8,12 @@
 // for; two threads took 2.7x as long as one. OpenMP's passive wait instead costs a quarter of
 // the decode speed on an idle machine (a sleeping thread takes tens of microseconds to wake).
 //
-// parallel_for hands out items to whichever thread is free, the caller among them, and
-// returns when every item has run: a thread that has no core takes no item and holds nothing
-// back. Idle threads spin for kSpinMicros, so loops that follow each other closely find them
-// awake, then sleep. The hot loops of the replay run on it; the coarse OpenMP loops elsewhere
-// (sealing batches, encoding, training) wait passively (settle_parallel_runtime).
+// parallel_for gives each thread, the caller among them, a contiguous share of the items (a
+// static split); a thread whose share is done steals from the back of the others', and the
+// caller returns when every item has run: a thread that has no core holds back only the item
+// it runs. Idle threads spin for kSpinMicros, so loops that follow each other closely find
+// them awake, then sleep. The replay's hot loops and the sealing of batches run on it; the
+// coarse OpenMP loops left (encoding, training) wait passively (settle_parallel_runtime).
 #pragma once
 
 #include <cstdint>
