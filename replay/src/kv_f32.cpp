@@ -1,12 +1,12 @@
 #include "sjkv/replay/kv_f32.h"
 
-#include "sjkv/parallel.h"
-
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "sjkv/parallel.h"
 
 namespace sjkv {
 namespace replay {
@@ -62,38 +62,36 @@ class F32Layer final : public LayerKv {
     const long items = static_cast<long>(n) * H;
     // Items to whichever thread is free (sjkv/parallel.h); an item's floats do not depend on it.
     parallel_for(items, 0, [&](long it) {
-      {
-        thread_local std::vector<float> sc;
-        thread_local std::vector<double> acc;
-        acc.resize(s_.head_dim);
-        const uint32_t i = static_cast<uint32_t>(it / H), h = static_cast<uint32_t>(it % H);
-        const uint32_t p = pos0 + i;
-        const uint32_t lo = (s_.window && p + 1 > s_.window) ? p + 1 - s_.window : 0;
-        const float* qh = q + (static_cast<size_t>(i) * H + h) * D;
-        const size_t kvo = static_cast<size_t>(h / group) * D;
-        sc.resize(p + 1 - lo);
-        float mx = -INFINITY;
-        for (uint32_t j = lo; j <= p; ++j) {
-          const float* kr = k_.data() + j * row_ + kvo;
-          float s = dot(qh, kr, D) * scale;
-          if (s_.softcap > 0.0f) s = std::tanh(s * (1.0f / s_.softcap)) * s_.softcap;
-          sc[j - lo] = s;
-          mx = std::max(mx, s);
-        }
-        double den = 0.0;
-        for (auto& s : sc) {
-          s = std::exp(s - mx);
-          den += s;
-        }
-        float* o = out + (static_cast<size_t>(i) * H + h) * D;
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (uint32_t j = lo; j <= p; ++j) {
-          const float* vr = v_.data() + j * row_ + kvo;
-          const double w = sc[j - lo];
-          axpy(acc.data(), w, vr, D);
-        }
-        for (uint32_t d = 0; d < D; ++d) o[d] = static_cast<float>(acc[d] / den);
+      thread_local std::vector<float> sc;
+      thread_local std::vector<double> acc;
+      acc.resize(s_.head_dim);
+      const uint32_t i = static_cast<uint32_t>(it / H), h = static_cast<uint32_t>(it % H);
+      const uint32_t p = pos0 + i;
+      const uint32_t lo = (s_.window && p + 1 > s_.window) ? p + 1 - s_.window : 0;
+      const float* qh = q + (static_cast<size_t>(i) * H + h) * D;
+      const size_t kvo = static_cast<size_t>(h / group) * D;
+      sc.resize(p + 1 - lo);
+      float mx = -INFINITY;
+      for (uint32_t j = lo; j <= p; ++j) {
+        const float* kr = k_.data() + j * row_ + kvo;
+        float s = dot(qh, kr, D) * scale;
+        if (s_.softcap > 0.0f) s = std::tanh(s * (1.0f / s_.softcap)) * s_.softcap;
+        sc[j - lo] = s;
+        mx = std::max(mx, s);
       }
+      double den = 0.0;
+      for (auto& s : sc) {
+        s = std::exp(s - mx);
+        den += s;
+      }
+      float* o = out + (static_cast<size_t>(i) * H + h) * D;
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (uint32_t j = lo; j <= p; ++j) {
+        const float* vr = v_.data() + j * row_ + kvo;
+        const double w = sc[j - lo];
+        axpy(acc.data(), w, vr, D);
+      }
+      for (uint32_t d = 0; d < D; ++d) o[d] = static_cast<float>(acc[d] / den);
     });
   }
 

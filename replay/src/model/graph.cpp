@@ -274,18 +274,21 @@ float GraphModel::default_attn_scale() const {
 constexpr long kParallelGrain = 16384;
 constexpr long kActivationGrain = 1024;
 
+// Rows of `width` elements an item at least `grain` elements takes (at least one).
+static long rows_per_item(long grain, uint32_t width) { return std::max<long>(1, grain / std::max<uint32_t>(width, 1)); }
+
 void GraphModel::norm(const float* x, float* y, uint32_t rows, uint32_t dim, const std::vector<float>& w) const {
   // Rows to whichever thread is free (sjkv/parallel.h), enough of them an item to be worth it.
-  parallel_for_ranges(rows, std::max<long>(1, kParallelGrain / std::max<uint32_t>(dim, 1)), threads(), [&](long r0, long r1) {
-  for (long r = r0; r < r1; ++r) {
-    const float* xr = x + static_cast<size_t>(r) * dim;
-    float* yr = y + static_cast<size_t>(r) * dim;
-    double s = 0.0;
-    for (uint32_t i = 0; i < dim; ++i) s += static_cast<double>(xr[i]) * xr[i];
-    const float mean = static_cast<float>(s / dim);
-    const float sc = 1.0f / std::sqrt(mean + eps_);
-    for (uint32_t i = 0; i < dim; ++i) yr[i] = (xr[i] * sc) * w[i];
-  }
+  parallel_for_ranges(rows, rows_per_item(kParallelGrain, dim), threads(), [&](long r0, long r1) {
+    for (long r = r0; r < r1; ++r) {
+      const float* xr = x + static_cast<size_t>(r) * dim;
+      float* yr = y + static_cast<size_t>(r) * dim;
+      double s = 0.0;
+      for (uint32_t i = 0; i < dim; ++i) s += static_cast<double>(xr[i]) * xr[i];
+      const float mean = static_cast<float>(s / dim);
+      const float sc = 1.0f / std::sqrt(mean + eps_);
+      for (uint32_t i = 0; i < dim; ++i) yr[i] = (xr[i] * sc) * w[i];
+    }
   });
 }
 
@@ -388,12 +391,12 @@ void GraphModel::ffn(const Layer& L, Act act, Ubatch& u) const {
     const long rows = static_cast<long>(u.m);
     float* g = u.g.data();
     const float* up = u.u.data();
-    parallel_for_ranges(rows, std::max<long>(1, kActivationGrain / std::max<uint32_t>(F, 1)), nt, [&](long i0, long i1) {
-    for (long i = i0; i < i1; ++i)
-      for (uint32_t c = 0; c < F; ++c) {
-        const float gv = up[size_t(i) * 2 * F + c], uv = up[size_t(i) * 2 * F + F + c];
-        g[size_t(i) * F + c] = (act == Act::gelu_tanh ? gelu_tanh(gv) : silu(gv)) * uv;
-      }
+    parallel_for_ranges(rows, rows_per_item(kActivationGrain, F), nt, [&](long i0, long i1) {
+      for (long i = i0; i < i1; ++i)
+        for (uint32_t c = 0; c < F; ++c) {
+          const float gv = up[size_t(i) * 2 * F + c], uv = up[size_t(i) * 2 * F + F + c];
+          g[size_t(i) * F + c] = (act == Act::gelu_tanh ? gelu_tanh(gv) : silu(gv)) * uv;
+        }
     });
   }
   matmul(L.down, u.g.data(), u.m, u.a.data());
