@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <exception>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -76,30 +77,28 @@ std::string read_all(const std::string& p) {
   return std::string(b.begin(), b.end());
 }
 
-// All writers hold their temporaries at once, write at once and publish at once: with one
-// shared temporary name they wrote into one file and all but the first rename failed.
-TEST(ConcurrentWriters, EachThreadHasItsOwnTemporary) {
-  const std::string dir = scratch("threads");
-  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
-  const std::string p = dir + "/one.bin";
-  constexpr size_t kThreads = 8;
-  Gate gate(kThreads);
-  std::vector<std::string> temps(kThreads), errors(kThreads);
+// n writers of `p` in lockstep: all hold their temporaries at once, write at once (write(i,
+// out)) and publish at once; every thread passes each gate whatever fails. Each writer's
+// error ("" when none) and, with `temps`, its temporary's path.
+std::vector<std::string> in_lockstep(const std::string& p, size_t n,
+                                     const std::function<void(size_t, AtomicOutput&)>& write,
+                                     std::vector<std::string>* temps = nullptr) {
+  Gate gate(n);
+  std::vector<std::string> errors(n);
+  if (temps) temps->assign(n, "");
   std::vector<std::thread> th;
-  for (size_t i = 0; i < kThreads; ++i)
+  for (size_t i = 0; i < n; ++i)
     th.emplace_back([&, i] {
-      // Every thread passes both gates, whatever fails.
       std::unique_ptr<AtomicOutput> out;
       try {
         out = std::make_unique<AtomicOutput>(p);
-        temps[i] = out->temp_path();
+        if (temps) (*temps)[i] = out->temp_path();
       } catch (const std::exception& e) {
         errors[i] = e.what();
       }
       gate.arrive_and_wait();
       try {
-        const std::string text = content_of(i, 200000 + 1000 * i);
-        if (out) write_file_bytes(out->temp_path(), text.data(), text.size(), p);
+        if (out) write(i, *out);
       } catch (const std::exception& e) {
         errors[i] = e.what();
       }
@@ -111,6 +110,24 @@ TEST(ConcurrentWriters, EachThreadHasItsOwnTemporary) {
       }
     });
   for (std::thread& t : th) t.join();
+  return errors;
+}
+
+// All writers hold their temporaries at once, write at once and publish at once: with one
+// shared temporary name they wrote into one file and all but the first rename failed.
+TEST(ConcurrentWriters, EachThreadHasItsOwnTemporary) {
+  const std::string dir = scratch("threads");
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+  const std::string p = dir + "/one.bin";
+  constexpr size_t kThreads = 8;
+  std::vector<std::string> temps;
+  const std::vector<std::string> errors = in_lockstep(
+      p, kThreads,
+      [&](size_t i, AtomicOutput& out) {
+        const std::string text = content_of(i, 200000 + 1000 * i);
+        write_file_bytes(out.temp_path(), text.data(), text.size(), p);
+      },
+      &temps);
   for (size_t i = 0; i < kThreads; ++i) EXPECT_EQ(errors[i], "") << "writer " << i;
   EXPECT_EQ(std::set<std::string>(temps.begin(), temps.end()).size(), kThreads) << "writers shared a temporary";
   const std::string got = read_all(p);
@@ -157,31 +174,8 @@ TEST(ConcurrentWriters, CapturesFromThreads) {
   constexpr size_t kThreads = 6;
   std::vector<Capture> caps;
   for (size_t i = 0; i < kThreads; ++i) caps.push_back(make_capture(64, 2, 40, {1, 3}, false, 60 + static_cast<int>(i)));
-  Gate gate(kThreads);
-  std::vector<std::string> errors(kThreads);
-  std::vector<std::thread> th;
-  for (size_t i = 0; i < kThreads; ++i)
-    th.emplace_back([&, i] {
-      std::unique_ptr<AtomicOutput> out;
-      try {
-        out = std::make_unique<AtomicOutput>(p);
-      } catch (const std::exception& e) {
-        errors[i] = e.what();
-      }
-      gate.arrive_and_wait();
-      try {
-        if (out) write_capture(*out, caps[i]);
-      } catch (const std::exception& e) {
-        errors[i] = e.what();
-      }
-      gate.arrive_and_wait();
-      try {
-        if (out && errors[i].empty()) out->commit();
-      } catch (const std::exception& e) {
-        errors[i] = e.what();
-      }
-    });
-  for (std::thread& t : th) t.join();
+  const std::vector<std::string> errors =
+      in_lockstep(p, kThreads, [&](size_t i, AtomicOutput& out) { write_capture(out, caps[i]); });
   for (size_t i = 0; i < kThreads; ++i) EXPECT_EQ(errors[i], "") << "writer " << i;
   Capture got;
   ASSERT_NO_THROW(got = read_capture(p));
