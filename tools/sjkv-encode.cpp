@@ -381,9 +381,39 @@ struct PlanArgs {
   bool json = false, note_rule = false, note_12gb = false;
 };
 
+// A hybrid model's recurrent state per sequence, as plan reports it beside the KV cache: llama.cpp
+// keeps it in f32, the note counts it at 16 bits (its section 7), and the KV + state columns
+// use the note's width.
+struct StateReport {
+  bool any = false;
+  uint64_t layers = 0, conv_values = 0, delta_values = 0, values = 0, bytes32 = 0, bytes16 = 0;
+  uint32_t conv_rows = 0;  // conv_kernel - 1
+  uint64_t conv_dim = 0;
+  uint32_t state_size = 0, inner_size = 0;
+};
+
+StateReport state_report(const ModelGeometry& mg) {
+  StateReport r;
+  if (!mg.recurrent.known()) return r;
+  r.any = true;
+  r.layers = mg.recurrent_layers().size();
+  r.conv_rows = mg.recurrent.conv_kernel - 1;
+  r.conv_dim = mg.recurrent.conv_dim();
+  r.state_size = mg.recurrent.state_size;
+  r.inner_size = mg.recurrent.inner_size;
+  r.conv_values = mg.recurrent.conv_values();
+  r.delta_values = mg.recurrent.delta_values();
+  r.values = mg.recurrent_state_values();
+  r.bytes32 = mg.recurrent_state_bytes(32);
+  r.bytes16 = mg.recurrent_state_bytes(16);
+  return r;
+}
+
 int run_plan(const PlanArgs& a) {
   CacheGeometry g;
   std::string what;
+  StateReport st;
+  uint32_t n_layers = 0;
   if (!a.model.empty()) {
     const GgufFile f = GgufFile::open(a.model);
     const ModelGeometry mg = supported_geometry(f, ModelUse::geometry);
@@ -391,6 +421,8 @@ int run_plan(const PlanArgs& a) {
     what = a.model + " (" + mg.architecture + ", " + std::to_string(g.layers.size()) + " full-attention layers of " +
            std::to_string(mg.n_layers) + "; " + mg.layer_rule + ")";
     if (g.layers.empty()) throw FileError(a.model, "has no full-attention layer to plan for");
+    st = state_report(mg);
+    n_layers = mg.n_layers;
   } else {
     if (!a.layers || !a.kv_heads || !a.head_dim)
       throw cli::UsageError("plan needs --model FILE.gguf, or --layers, --kv-heads and --head-dim");
@@ -410,18 +442,43 @@ int run_plan(const PlanArgs& a) {
   }
   std::vector<uint64_t> ctx = a.contexts;
   if (ctx.empty() && a.budget.empty()) ctx.push_back(110592);
+  // The same plan with one sequence's recurrent state (16 bits) added: the KV + state columns.
+  PlanSettings ps_state = ps;
+  ps_state.overheads.sequence_state_bytes = st.bytes16;
   std::ostringstream o;
   char line[512];
-  if (a.json) o << "{\n  \"geometry\": " << json_string(what) << ",\n  \"options\": [\n";
-  else o << "geometry: " << what << "\n" << (a.note_12gb ? "overheads: the note's 12 GB setup (7.77 GB fixed + 1 KiB/token)\n" : "")
-         << "GB = GiB = 1024 MiB\n\n";
+  if (a.json) {
+    o << "{\n  \"geometry\": " << json_string(what) << ",\n";
+    if (st.any)
+      o << "  \"recurrent_state\": {\"layers\": " << st.layers << ", \"of_layers\": " << n_layers
+        << ", \"conv_values_per_layer\": " << st.conv_values << ", \"delta_values_per_layer\": " << st.delta_values
+        << ", \"values\": " << st.values << ", \"bytes_32bit\": " << st.bytes32 << ", \"bytes_16bit\": " << st.bytes16
+        << "},\n";
+    o << "  \"options\": [\n";
+  } else {
+    o << "geometry: " << what << "\n";
+    if (st.any) {
+      std::snprintf(line, sizeof line,
+                    "recurrent state per sequence: %" PRIu64 " of %u layers x (conv %u x %" PRIu64 " + delta %u x %u) = "
+                    "%" PRIu64 " values\n  %" PRIu64 " bytes (%.3f MiB) at 32 bits (llama.cpp's f32), %" PRIu64
+                    " bytes (%.3f MiB) at 16 bits (the note's setting)\n",
+                    st.layers, n_layers, st.conv_rows, st.conv_dim, st.state_size, st.inner_size, st.values, st.bytes32,
+                    static_cast<double>(st.bytes32) / kMiB, st.bytes16, static_cast<double>(st.bytes16) / kMiB);
+      o << line;
+    }
+    o << (a.note_12gb ? "overheads: the note's 12 GB setup (7.77 GB fixed + 1 KiB/token)\n" : "") << "GB = GiB = 1024 MiB\n\n";
+  }
   if (!a.json) {
     o << "| format | bytes/token (body) |";
-    for (uint64_t n : ctx) o << " GiB @" << n << " | bpv @" << n << " |";
+    for (uint64_t n : ctx) {
+      o << " GiB @" << n << " | bpv @" << n << " |";
+      if (st.any) o << " GiB KV+state @" << n << " |";
+    }
     if (budget) o << " max context in " << a.budget << " |";
+    if (budget && st.any) o << " with state |";
     o << "\n|---|--:|";
-    for (size_t i = 0; i < ctx.size(); ++i) o << "--:|--:|";
-    if (budget) o << "--:|";
+    for (size_t i = 0; i < ctx.size(); ++i) o << (st.any ? "--:|--:|--:|" : "--:|--:|");
+    if (budget) o << (st.any ? "--:|--:|" : "--:|");
     o << "\n";
   }
   bool first = true;
@@ -438,12 +495,18 @@ int run_plan(const PlanArgs& a) {
       for (size_t i = 0; i < ctx.size(); ++i) {
         const uint64_t b = total_bytes(g, opt, ctx[i], ps);
         o << (i ? ", " : "") << "{\"n_ctx\": " << ctx[i] << ", \"bytes\": " << b << ", \"gib\": " << json_number(to_gib(b))
-          << ", \"bits_per_value\": " << json_number(allocated_bits_per_value(g, opt, ctx[i], ps)) << "}";
+          << ", \"bits_per_value\": " << json_number(allocated_bits_per_value(g, opt, ctx[i], ps));
+        if (st.any) o << ", \"bytes_with_state\": " << total_bytes(g, opt, ctx[i], ps_state);
+        o << "}";
       }
       o << "]";
       if (budget) {
         const Fit f = max_context(g, opt, budget, ps);
         o << ", \"budget_bytes\": " << budget << ", \"max_context\": " << f.n_ctx << ", \"fits\": " << (f.fits ? "true" : "false");
+        if (st.any) {
+          const Fit fs = max_context(g, opt, budget, ps_state);
+          o << ", \"max_context_with_state\": " << fs.n_ctx << ", \"fits_with_state\": " << (fs.fits ? "true" : "false");
+        }
       }
       o << "}";
       first = false;
@@ -455,9 +518,14 @@ int run_plan(const PlanArgs& a) {
       std::snprintf(line, sizeof line, " %.3f | %.3f |", to_gib(total_bytes(g, opt, n, ps)),
                     allocated_bits_per_value(g, opt, n, ps));
       o << line;
+      if (st.any) {
+        std::snprintf(line, sizeof line, " %.3f |", to_gib(total_bytes(g, opt, n, ps_state)));
+        o << line;
+      }
     }
-    if (budget) {
-      const Fit f = max_context(g, opt, budget, ps);
+    for (const PlanSettings* p : {&ps, &ps_state}) {
+      if (!budget || (p == &ps_state && !st.any)) continue;
+      const Fit f = max_context(g, opt, budget, *p);
       std::snprintf(line, sizeof line, " %s |", f.fits ? std::to_string(f.n_ctx).c_str() : "does not fit");
       o << line;
     }
@@ -469,6 +537,9 @@ int run_plan(const PlanArgs& a) {
                                                : "the layout: fp16 sink + staged sink copy + sealable records + ring of "
                                                  "ring_capacity(tail, tail_max, 128, ubatch) rows")
       << ".\n";
+  if (!a.json && st.any)
+    o << "KV+state adds one sequence's recurrent state at 16 bits (llama.cpp keeps it at 32 bits: "
+      << (st.bytes32 - st.bytes16) << " bytes more); the other columns count the KV cache alone.\n";
   std::cout << o.str();
   return cli::kOk;
 }

@@ -337,7 +337,8 @@ uint64_t total_bytes(const CacheGeometry& g, const CacheOption& opt, uint64_t n,
   uint64_t t = 0;
   for (uint64_t part : {c.sink, c.sink_staged, c.body, c.ring, c.fixed, c.plain}) t = sat_add(t, part);
   t = sat_add(t, sat_mul(s.overheads.per_token_bytes, n));
-  return sat_add(t, s.overheads.fixed_bytes);
+  t = sat_add(t, s.overheads.fixed_bytes);
+  return sat_add(t, s.overheads.sequence_state_bytes);
 }
 
 double allocated_bits_per_value(const CacheGeometry& g, const CacheOption& opt, uint64_t n, const PlanSettings& s) {

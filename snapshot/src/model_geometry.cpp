@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
 #include <string>
 
 namespace sjkv {
@@ -23,6 +24,40 @@ std::vector<uint32_t> ModelGeometry::full_attention_layers() const {
   for (uint32_t i = 0; i < layers.size(); ++i)
     if (layers[i].kind == LayerKind::full_attention) v.push_back(i);
   return v;
+}
+
+std::vector<uint32_t> ModelGeometry::recurrent_layers() const {
+  std::vector<uint32_t> v;
+  for (uint32_t i = 0; i < layers.size(); ++i)
+    if (layers[i].kind == LayerKind::recurrent) v.push_back(i);
+  return v;
+}
+
+uint32_t ModelGeometry::main_layers() const {
+  uint32_t n = 0;
+  for (const LayerInfo& l : layers) n += l.kind != LayerKind::nextn;
+  return n;
+}
+
+// The reader bounds every factor (geometry_from_gguf), so none of these overflow: each layer's
+// conv and delta values fit in 32 bits.
+uint64_t RecurrentShape::conv_dim() const {
+  return 2ull * group_count * state_size + inner_size;
+}
+uint64_t RecurrentShape::conv_values() const { return conv_kernel ? (conv_kernel - 1ull) * conv_dim() : 0; }
+uint64_t RecurrentShape::delta_values() const { return static_cast<uint64_t>(state_size) * inner_size; }
+
+uint64_t ModelGeometry::recurrent_state_values() const {
+  if (!recurrent.known()) return 0;
+  // At most 65,536 layers x 2 x 2^32 values: no overflow.
+  return recurrent_layers().size() * (recurrent.conv_values() + recurrent.delta_values());
+}
+
+uint64_t ModelGeometry::recurrent_state_bytes(uint32_t bits_per_value) const {
+  if (bits_per_value == 0 || bits_per_value > 64)
+    throw std::invalid_argument("recurrent state width " + std::to_string(bits_per_value) + " bits is outside 1..64");
+  const uint64_t v = recurrent_state_values();  // < 2^49, so v x 64 fits
+  return (v * bits_per_value + 7) / 8;
 }
 
 CacheGeometry ModelGeometry::cache_geometry() const {
@@ -185,6 +220,9 @@ class GeometryReader {
     }
     for (uint32_t i = 0; i < n_main; ++i)
       if (swa[i] && kind[i] == LayerKind::full_attention) kind[i] = LayerKind::sliding_window;
+    if (qwen_hybrid && std::count(kind.begin(), kind.end(), LayerKind::recurrent) > 0)
+      g.recurrent = recurrent_shape();
+    g.state_cell_ext = arch_ == "qwen35" || arch_ == "qwen35moe";  // iM-RoPE (llama.cpp's rope type)
     if (rule.empty()) rule = "every layer has full attention; ";
     rule.resize(rule.size() - 2);
     g.layer_rule = rule;
@@ -226,6 +264,40 @@ class GeometryReader {
     return g;
   }
 
+  // The Gated DeltaNet state shape (RecurrentShape), every key required as llama.cpp requires it.
+  RecurrentShape recurrent_shape() const {
+    const auto need = [&](const char* suffix) {
+      const std::optional<uint32_t> v = opt_u32(key(suffix));
+      if (!v) fail("missing key '" + key(suffix) + "' (the recurrent layers' state shape)");
+      if (*v == 0) fail("'" + key(suffix) + "' is 0");
+      return *v;
+    };
+    RecurrentShape r;
+    r.conv_kernel = need("ssm.conv_kernel");
+    r.inner_size = need("ssm.inner_size");
+    r.state_size = need("ssm.state_size");
+    r.time_step_rank = need("ssm.time_step_rank");
+    r.group_count = need("ssm.group_count");
+    if (r.conv_kernel < 2)
+      fail("'" + key("ssm.conv_kernel") + "' is 1; the conv state keeps conv_kernel - 1 inputs, so at least 2");
+    if (static_cast<uint64_t>(r.time_step_rank) * r.state_size != r.inner_size)
+      fail("'" + key("ssm.inner_size") + "' is " + std::to_string(r.inner_size) + ", not ssm.time_step_rank " +
+           std::to_string(r.time_step_rank) + " x ssm.state_size " + std::to_string(r.state_size));
+    // llama.cpp sizes each layer's rows in 32 bits (n_embd_r, n_embd_s). Every factor is below
+    // 2^32, so each product below fits in 64 bits before it is compared.
+    constexpr uint64_t kMax = std::numeric_limits<uint32_t>::max();
+    const uint64_t key_values = static_cast<uint64_t>(r.group_count) * r.state_size;
+    const uint64_t conv_dim = key_values > kMax ? kMax + 1 : 2 * key_values + r.inner_size;
+    if (conv_dim > kMax || (r.conv_kernel - 1ull) * conv_dim > kMax)
+      fail("the recurrent conv state ((ssm.conv_kernel - 1) x (2 x ssm.group_count x ssm.state_size + "
+           "ssm.inner_size) = (" + std::to_string(r.conv_kernel) + " - 1) x (2 x " + std::to_string(r.group_count) +
+           " x " + std::to_string(r.state_size) + " + " + std::to_string(r.inner_size) + ")) exceeds 2^32 - 1 values");
+    if (static_cast<uint64_t>(r.state_size) * r.inner_size > kMax)
+      fail("the recurrent delta state (ssm.state_size x ssm.inner_size = " + std::to_string(r.state_size) + " x " +
+           std::to_string(r.inner_size) + ") exceeds 2^32 - 1 values");
+    return r;
+  }
+
  private:
   const GgufFile& f_;
   std::string arch_;
@@ -245,7 +317,7 @@ struct SupportedArch {
 constexpr SupportedArch kSupported[] = {
     {"gemma2", true, false},     {"gemma3", true, false},    {"llama", true, false},
     {"phi3", true, false},       {"qwen2", true, false},     {"qwen3", true, false},
-    {"cohere2", false, false},   {"qwen35", false, true},    {"qwen35moe", false, true},
+    {"cohere2", false, false},   {"qwen35", true, true},     {"qwen35moe", true, true},
     {"qwen3next", false, true},
 };
 

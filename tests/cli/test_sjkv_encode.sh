@@ -305,7 +305,8 @@ one_line_error "llama q8_0 cache" seq-q8.bin "cache type Q8_0 (ggml type 8) is n
 no_output_left "llama q8_0 cache" llq.h5
 # --model's architecture and attention shapes are refused as sjkv-replay record refuses them
 # (plan, encode and inspect --against took any architecture, head_count 0, or a head_count_kv
-# that does not divide head_count). Metadata-only GGUF files: ARCH LAYERS HEADS KV_HEADS HEAD_DIM.
+# that does not divide head_count). Metadata-only GGUF files: ARCH LAYERS HEADS KV_HEADS HEAD_DIM,
+# then any further u32 keys as SUFFIX=VALUE (the key is ARCH.SUFFIX).
 write_gguf() {
   "$PY" -S - "$@" <<'PY'
 import struct, sys
@@ -316,6 +317,7 @@ kvs = [s("general.architecture") + struct.pack("<I", 8) + s(arch), u32(arch + ".
        u32(arch + ".attention.head_count", heads), u32(arch + ".attention.head_count_kv", kv),
        u32(arch + ".attention.key_length", dim), u32(arch + ".attention.value_length", dim),
        u32(arch + ".embedding_length", 256), u32(arch + ".context_length", 4096)]
+kvs += [u32(arch + "." + k, int(v)) for k, v in (a.split("=") for a in sys.argv[7:])]
 open(path, "wb").write(b"GGUF" + struct.pack("<Iqq", 3, 0, len(kvs)) + b"".join(kvs))
 PY
 }
@@ -355,8 +357,50 @@ one_line_error "plan --model in.kvd" in.kvd ""
 
 # plan --model (the files of section 2): the same checks; the hybrid Qwen 3.5 geometry is planned
 expect_rc "plan --model: llama 4/2 heads" 0 plan --model m-ok.gguf
-expect_rc "plan --model: the hybrid Qwen 3.5 geometry" 0 plan --model "$REJECT_DIR/../fuzz/corpus/gguf/valid-qwen35-hybrid-nextn.gguf"
-check "plan --model: qwen35's full-attention layers" grep -q "qwen35, " "$OUT"
+# A dense model's plan has no recurrent state: no line, no KV+state columns.
+if grep -q "recurrent\|KV+state" "$OUT"; then bad "plan --model dense: reports a recurrent state"; else
+  ok "plan --model dense: no recurrent state"; fi
+check "plan --model dense: the table's columns" grep -qxF '| format | bytes/token (body) | GiB @110592 | bpv @110592 |' "$OUT"
+# The hybrid: 8 layers, full attention at 3 and 7 (qwen35's default interval 4), Gated DeltaNet
+# state Kc 4, S 64, 2 key and 4 value heads: per recurrent layer conv 3 x (2*2*64 + 256) and
+# delta 64 x 256 values, 6 layers: 107,520 values, 430,080 bytes in f32, 215,040 in 16 bits.
+GDN="ssm.conv_kernel=4 ssm.inner_size=256 ssm.state_size=64 ssm.time_step_rank=4 ssm.group_count=2"
+# shellcheck disable=SC2086
+write_gguf m-q35.gguf qwen35 8 4 2 64 $GDN || bad "writing m-q35.gguf"
+# shellcheck disable=SC2086
+write_gguf m-q35-nogroups.gguf qwen35 8 4 2 64 ${GDN% *} || bad "writing m-q35-nogroups.gguf"
+expect_rc "plan --model: the hybrid Qwen 3.5 geometry" 0 plan --model m-q35.gguf
+check "plan --model: qwen35's full-attention layers" grep -q "qwen35, 2 full-attention layers of 8" "$OUT"
+check "plan --model hybrid: the state's shape" \
+  grep -qF "recurrent state per sequence: 6 of 8 layers x (conv 3 x 512 + delta 64 x 256) = 107520 values" "$OUT"
+check "plan --model hybrid: the state's bytes" \
+  grep -qF "430080 bytes (0.410 MiB) at 32 bits (llama.cpp's f32), 215040 bytes (0.205 MiB) at 16 bits" "$OUT"
+check "plan --model hybrid: a KV+state column" grep -qF '| GiB @110592 | bpv @110592 | GiB KV+state @110592 |' "$OUT"
+# f16 KV: 2 layers x 2 x 2 heads x 64 x 2 B = 1,024 B/token: 1 MiB holds 1,024 tokens, or
+# (1 MiB - 215,040 B) / 1,024 = 814 beside the state.
+expect_rc "plan --model hybrid in 1MiB" 0 plan --model m-q35.gguf --budget 1MiB
+check "plan --model hybrid: f16 fits 1024, 814 with the state" grep -qE '^\| f16 \| 1024\.0 \| 1024 \| 814 \|$' "$OUT"
+json_of plan-q35.json plan --model m-q35.gguf --context 4096 --budget 1MiB --json
+check "plan --model hybrid --json: state and KV+state bytes" "$PY" -S -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+s = d["recurrent_state"]
+assert (s["layers"], s["of_layers"], s["values"], s["bytes_32bit"], s["bytes_16bit"]) == (6, 8, 107520, 430080, 215040), s
+assert (s["conv_values_per_layer"], s["delta_values_per_layer"]) == (1536, 16384), s
+f16 = [o for o in d["options"] if o["format"] == "f16"][0]
+c = f16["contexts"][0]
+assert c["bytes"] == 4096 * 1024 and c["bytes_with_state"] == c["bytes"] + 215040, c
+assert (f16["max_context"], f16["max_context_with_state"]) == (1024, 814), f16
+' plan-q35.json
+json_of plan-dense.json plan --model m-ok.gguf --context 4096 --budget 1MiB --json
+check "plan --model dense --json: no state keys" "$PY" -S -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert "recurrent_state" not in d and all("max_context_with_state" not in o for o in d["options"]), d
+' plan-dense.json
+expect_rc "plan --model: a hybrid without ssm.group_count" 2 plan --model m-q35-nogroups.gguf
+one_line_error "plan --model m-q35-nogroups.gguf" m-q35-nogroups.gguf \
+  "missing key 'qwen35.ssm.group_count' (the recurrent layers' state shape)"
 for m in "m-arch.gguf|architecture 'mystery' is not supported (gemma2, gemma3, llama, phi3, qwen2, qwen3, cohere2," \
          "m-h0.gguf|layer 0: head_count is 0 (head_count_kv 2)" \
          "m-gqa.gguf|layer 0: head_count 4 is not a multiple of head_count_kv 3" \

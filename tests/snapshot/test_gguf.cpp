@@ -866,6 +866,13 @@ TEST(GgufRejectFixtures, FuzzCorpusHoldsCopies) {
 
 std::vector<uint32_t> full_layers(const Writer& w) { return sjkv::geometry_from_gguf(w.parse()).full_attention_layers(); }
 
+// The Gated DeltaNet state keys a Qwen 3.5 family file with recurrent layers must carry.
+Writer& ssm_keys(Writer& w, const std::string& arch, uint32_t conv_kernel, uint32_t inner, uint32_t state, uint32_t dt_rank,
+                 uint32_t groups) {
+  return w.u32(arch + ".ssm.conv_kernel", conv_kernel).u32(arch + ".ssm.inner_size", inner)
+      .u32(arch + ".ssm.state_size", state).u32(arch + ".ssm.time_step_rank", dt_rank).u32(arch + ".ssm.group_count", groups);
+}
+
 TEST(GgufGeometry, DenseModelDerivesHeadDim) {
   const GgufFile f = valid().parse();
   const sjkv::ModelGeometry g = sjkv::geometry_from_gguf(f);
@@ -969,6 +976,7 @@ TEST(GgufGeometry, HybridQwen) {
   w.u32("qwen35.attention.head_count", 24).u32("qwen35.attention.head_count_kv", 4);
   w.u32("qwen35.attention.key_length", 256).u32("qwen35.attention.value_length", 256);
   w.u32("qwen35.embedding_length", 5120).u32("qwen35.full_attention_interval", 4);
+  ssm_keys(w, "qwen35", 4, 6144, 128, 48, 16);
   const sjkv::ModelGeometry g = sjkv::geometry_from_gguf(w.parse());
   const std::vector<uint32_t> full = g.full_attention_layers();
   ASSERT_EQ(full.size(), 16u);
@@ -982,6 +990,7 @@ TEST(GgufGeometry, HybridQwen) {
   Writer d;
   d.str("general.architecture", "qwen3next").u32("qwen3next.block_count", 8).u32("qwen3next.attention.head_count", 16);
   d.u32("qwen3next.attention.head_count_kv", 2).u32("qwen3next.attention.key_length", 256).u32("qwen3next.attention.value_length", 256);
+  ssm_keys(d, "qwen3next", 4, 4096, 128, 32, 16);
   EXPECT_EQ(full_layers(d), (std::vector<uint32_t>{3, 7}));
 }
 
@@ -994,6 +1003,7 @@ TEST(GgufGeometry, RecurrentLayersArrayComesBeforeTheInterval) {
   w.u32("qwen35.attention.key_length", 256).u32("qwen35.attention.value_length", 256);
   w.u32("qwen35.embedding_length", 1024).u32("qwen35.full_attention_interval", 4);
   w.arr_bool("qwen35.attention.recurrent_layers", {true, false, true, true, true, true, false, true, false});
+  ssm_keys(w, "qwen35", 4, 2048, 128, 16, 16);
   const sjkv::ModelGeometry g = sjkv::geometry_from_gguf(w.parse());
   EXPECT_EQ(g.full_attention_layers(), (std::vector<uint32_t>{1, 6}));
   EXPECT_EQ(g.layers[3].kind, LayerKind::recurrent);
@@ -1008,6 +1018,132 @@ TEST(GgufGeometry, RecurrentLayersArrayComesBeforeTheInterval) {
     defect = e.defect();
   }
   EXPECT_NE(defect.find("must be an array of 2 bools"), std::string::npos) << defect;
+}
+
+// The published Qwen 3.5 0.8B shape (docs/design/qwen35.md section 10), metadata only: 24 main
+// layers (3 linear + 1 full, repeated) and one MTP block; Kc 4, 16 key and 16 value heads of 128.
+Writer qwen35_0_8b() {
+  Writer w;
+  w.str("general.architecture", "qwen35").u32("qwen35.block_count", 25).u32("qwen35.nextn_predict_layers", 1);
+  w.u32("qwen35.embedding_length", 1024).u32("qwen35.context_length", 262144);
+  w.u32("qwen35.attention.head_count", 8).u32("qwen35.attention.head_count_kv", 2);
+  w.u32("qwen35.attention.key_length", 256).u32("qwen35.attention.value_length", 256);
+  w.u32("qwen35.full_attention_interval", 4);
+  std::vector<bool> recurrent;
+  for (int i = 0; i < 24; ++i) recurrent.push_back((i + 1) % 4 != 0);
+  recurrent.push_back(false);  // the converter writes false for the MTP block
+  w.arr_bool("qwen35.attention.recurrent_layers", recurrent);
+  ssm_keys(w, "qwen35", 4, 2048, 128, 16, 16);
+  return w;
+}
+
+TEST(GgufGeometry, RecurrentStateOfQwen35_0_8B) {
+  const sjkv::ModelGeometry g = sjkv::geometry_from_gguf(qwen35_0_8b().parse());
+  EXPECT_EQ(g.full_attention_layers(), (std::vector<uint32_t>{3, 7, 11, 15, 19, 23}));
+  EXPECT_EQ(g.recurrent_layers().size(), 18u);
+  EXPECT_EQ(g.main_layers(), 24u);
+  EXPECT_EQ(g.layers[24].kind, LayerKind::nextn);
+  EXPECT_TRUE(g.state_cell_ext);  // iM-RoPE: llama.cpp's state files carry the cell ext record
+  const sjkv::RecurrentShape& r = g.recurrent;
+  ASSERT_TRUE(r.known());
+  // The note's shape check: conv 18 layers x 3 x 6144 f32, delta 18 x 128 x 2048 f32.
+  EXPECT_EQ(r.conv_dim(), 6144u);
+  EXPECT_EQ(r.conv_values(), 3u * 6144u);
+  EXPECT_EQ(r.delta_values(), 128u * 2048u);
+  EXPECT_EQ(g.recurrent_state_values(), 18u * (3u * 6144u + 128u * 2048u));
+  const uint64_t conv_f32 = 18ull * 3 * 6144 * 4, delta_f32 = 18ull * 128 * 2048 * 4;
+  EXPECT_EQ(conv_f32, 1327104u);        // 1.27 MiB
+  EXPECT_EQ(delta_f32, 18ull * sjkv::kMiB);  // 18 MiB
+  EXPECT_EQ(g.recurrent_state_bytes(32), conv_f32 + delta_f32);
+  EXPECT_EQ(g.recurrent_state_bytes(16), (conv_f32 + delta_f32) / 2);
+  EXPECT_EQ(g.recurrent_state_bytes(1), (g.recurrent_state_values() + 7) / 8);
+  EXPECT_THROW((void)g.recurrent_state_bytes(0), std::invalid_argument);
+  EXPECT_THROW((void)g.recurrent_state_bytes(65), std::invalid_argument);
+  // KV: 6 layers x 2 (K, V) x 2 heads x 256 values per token.
+  EXPECT_EQ(g.cache_geometry().values_per_token(), 6u * 2 * 512);
+}
+
+TEST(GgufGeometry, RecurrentStateOnlyForTheQwenHybrids) {
+  // A dense model and a zero-KV-head hybrid of another family know no state shape.
+  EXPECT_FALSE(sjkv::geometry_from_gguf(valid().parse()).recurrent.known());
+  EXPECT_EQ(sjkv::geometry_from_gguf(valid().parse()).recurrent_state_bytes(16), 0u);
+  EXPECT_FALSE(sjkv::geometry_from_gguf(valid().parse()).state_cell_ext);
+  Writer j;
+  j.str("general.architecture", "jamba").u32("jamba.block_count", 2).u32("jamba.attention.head_count", 8);
+  j.arr_u32("jamba.attention.head_count_kv", {0, 2}).u32("jamba.embedding_length", 1024);
+  EXPECT_FALSE(sjkv::geometry_from_gguf(j.parse()).recurrent.known());
+  // A qwen35 file whose every main layer has full attention needs no ssm keys.
+  Writer a;
+  a.str("general.architecture", "qwen35").u32("qwen35.block_count", 2).u32("qwen35.attention.head_count", 8);
+  a.u32("qwen35.attention.head_count_kv", 2).u32("qwen35.embedding_length", 1024);
+  a.arr_bool("qwen35.attention.recurrent_layers", {false, false});
+  const sjkv::ModelGeometry ga = sjkv::geometry_from_gguf(a.parse());
+  EXPECT_FALSE(ga.recurrent.known());
+  EXPECT_EQ(ga.full_attention_layers().size(), 2u);
+  // qwen3next shares the keys; its rope is NEOX, so its state files have no cell ext record.
+  Writer n;
+  n.str("general.architecture", "qwen3next").u32("qwen3next.block_count", 4).u32("qwen3next.attention.head_count", 16);
+  n.u32("qwen3next.attention.head_count_kv", 2).u32("qwen3next.attention.key_length", 256).u32("qwen3next.attention.value_length", 256);
+  ssm_keys(n, "qwen3next", 4, 4096, 128, 32, 16);
+  const sjkv::ModelGeometry gn = sjkv::geometry_from_gguf(n.parse());
+  EXPECT_EQ(gn.recurrent.conv_dim(), 2u * 16 * 128 + 4096);
+  EXPECT_EQ(gn.recurrent_state_values(), 3u * (3u * 8192 + 128u * 4096));
+  EXPECT_FALSE(gn.state_cell_ext);
+}
+
+// One defect of the state keys per case; each is a FileError naming the key.
+TEST(GgufGeometry, RecurrentStateKeysRejected) {
+  const auto geo_defect = [](const Writer& w) {
+    try {
+      (void)sjkv::geometry_from_gguf(w.parse());
+    } catch (const FileError& e) {
+      EXPECT_EQ(e.path(), "test.gguf");
+      return e.defect();
+    }
+    return std::string();
+  };
+  // Base: 4 layers (layer 3 full), Kc 4, S 64, Hk 2, Hv 4; each case edits the ssm keys.
+  const auto model = [](std::function<void(Writer&)> keys) {
+    Writer w;
+    w.str("general.architecture", "qwen35").u32("qwen35.block_count", 4).u32("qwen35.attention.head_count", 4);
+    w.u32("qwen35.attention.head_count_kv", 2).u32("qwen35.attention.key_length", 256).u32("qwen35.attention.value_length", 256);
+    keys(w);
+    return w;
+  };
+  EXPECT_EQ(geo_defect(model([](Writer& w) { ssm_keys(w, "qwen35", 4, 256, 64, 4, 2); })), "");
+  const std::vector<std::string> names = {"conv_kernel", "inner_size", "state_size", "time_step_rank", "group_count"};
+  const std::vector<uint32_t> values = {4, 256, 64, 4, 2};
+  for (size_t miss = 0; miss < names.size(); ++miss) {
+    const Writer w = model([&](Writer& x) {
+      for (size_t i = 0; i < names.size(); ++i)
+        if (i != miss) x.u32("qwen35.ssm." + names[i], values[i]);
+    });
+    EXPECT_EQ(geo_defect(w), "missing key 'qwen35.ssm." + names[miss] + "' (the recurrent layers' state shape)");
+    const Writer z = model([&](Writer& x) {
+      for (size_t i = 0; i < names.size(); ++i) x.u32("qwen35.ssm." + names[i], i == miss ? 0 : values[i]);
+    });
+    EXPECT_EQ(geo_defect(z), "'qwen35.ssm." + names[miss] + "' is 0");
+  }
+  EXPECT_EQ(geo_defect(model([](Writer& w) { ssm_keys(w, "qwen35", 1, 256, 64, 4, 2); })),
+            "'qwen35.ssm.conv_kernel' is 1; the conv state keeps conv_kernel - 1 inputs, so at least 2");
+  EXPECT_EQ(geo_defect(model([](Writer& w) { ssm_keys(w, "qwen35", 4, 512, 64, 4, 2); })),
+            "'qwen35.ssm.inner_size' is 512, not ssm.time_step_rank 4 x ssm.state_size 64");
+  EXPECT_EQ(geo_defect(model([](Writer& w) {
+              w.i32("qwen35.ssm.conv_kernel", -4).u32("qwen35.ssm.inner_size", 256).u32("qwen35.ssm.state_size", 64);
+              w.u32("qwen35.ssm.time_step_rank", 4).u32("qwen35.ssm.group_count", 2);
+            })),
+            "key 'qwen35.ssm.conv_kernel' must be a non-negative 32-bit integer");
+  // 2 x group_count x state_size alone past 2^32 (and past 2^64 were it not checked first).
+  EXPECT_NE(geo_defect(model([](Writer& w) { ssm_keys(w, "qwen35", 4, 65536, 1, 65536, 0xFFFFFFFFu); }))
+                .find("the recurrent conv state ((ssm.conv_kernel - 1) x (2 x ssm.group_count x ssm.state_size + "
+                      "ssm.inner_size) = (4 - 1) x (2 x 4294967295 x 1 + 65536)) exceeds 2^32 - 1 values"),
+            std::string::npos);
+  // conv_dim fits, (Kc - 1) x conv_dim does not.
+  EXPECT_NE(geo_defect(model([](Writer& w) { ssm_keys(w, "qwen35", 0xFFFFFFFFu, 256, 64, 4, 2); })).find("exceeds 2^32 - 1 values"),
+            std::string::npos);
+  // state_size x inner_size = 2^16 x 2^17 = 2^33.
+  EXPECT_EQ(geo_defect(model([](Writer& w) { ssm_keys(w, "qwen35", 2, 1u << 17, 1u << 16, 2, 1); })),
+            "the recurrent delta state (ssm.state_size x ssm.inner_size = 65536 x 131072) exceeds 2^32 - 1 values");
 }
 
 TEST(GgufGeometry, ZeroKvHeadsAreRecurrent) {

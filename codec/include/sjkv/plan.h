@@ -4,7 +4,8 @@
 // I/O, no allocation beyond the returned tables.
 //
 // What is counted. Only the layers that keep a full-attention cache (CacheGeometry lists them);
-// sliding-window and recurrent layers hold bounded state and are left to the caller. By
+// sliding-window and recurrent layers hold bounded state and are left to the caller, who may
+// pass a hybrid's recurrent state as Overheads::sequence_state_bytes. By
 // default a plan is the bytes of the cache alone. Overheads adds a per-token cost (the note's
 // attention mask, 1 KiB per token of context) and a fixed cost (weights, compute buffers: the
 // note's "everything else", 7.77 GB on the 12 GB setup) only when the caller passes them.
@@ -143,6 +144,9 @@ std::vector<CacheOption> standard_options(SjkvAccounting accounting = SjkvAccoun
 struct Overheads {
   uint64_t per_token_bytes = 0;  // e.g. the note's attention mask: 1 KiB per token
   uint64_t fixed_bytes = 0;      // e.g. the note's "everything else": gib(7.77)
+  // One sequence's recurrent state beside the KV cache, for a hybrid model (Qwen 3.5's Gated
+  // DeltaNet layers: ModelGeometry::recurrent_state_bytes); counted once, like fixed_bytes.
+  uint64_t sequence_state_bytes = 0;
 };
 
 struct PlanSettings {
@@ -179,7 +183,8 @@ std::string check(const CacheGeometry& g, const CacheOption& opt);
 // check()'s reason when the option does not apply. Sums saturate at UINT64_MAX.
 CacheBytes cache_bytes(const CacheGeometry& g, const CacheOption& opt, uint64_t n_ctx,
                        const PlanSettings& s = {});
-// cache_bytes().total() + overheads.per_token_bytes x n_ctx + overheads.fixed_bytes.
+// cache_bytes().total() + overheads.per_token_bytes x n_ctx + overheads.fixed_bytes +
+// overheads.sequence_state_bytes.
 uint64_t total_bytes(const CacheGeometry& g, const CacheOption& opt, uint64_t n_ctx,
                      const PlanSettings& s = {});
 

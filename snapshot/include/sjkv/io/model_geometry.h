@@ -1,5 +1,6 @@
 // The cache geometry of the model a GGUF file holds: which layers keep a KV cache (full
-// attention, sliding window, recurrent, draft heads) and their attention shape.
+// attention, sliding window, recurrent, draft heads), their attention shape, and the state a
+// hybrid model's recurrent layers keep per sequence.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,29 @@ struct LayerInfo {
   uint32_t head_dim_v = 0;
 };
 
+// The state one sequence keeps in each recurrent (Gated DeltaNet) layer of the Qwen 3.5 family
+// and qwen3next, as llama.cpp's recurrent memory holds it (docs/design/qwen35.md sections 3
+// and 8; f32 there):
+//   conv state   (conv_kernel - 1) x conv_dim values, conv_dim = 2 x group_count x state_size
+//                + inner_size: the last conv_kernel - 1 inputs of the causal convolution, time
+//                contiguous per channel ({Kc - 1, conv_dim} in ggml order)
+//   delta state  state_size x inner_size values: one state_size x state_size matrix per value
+//                head ({S, S, time_step_rank} in ggml order)
+// All zero (known() false) for a model without recurrent layers, or whose family's state shape
+// sjkv does not know.
+struct RecurrentShape {
+  uint32_t conv_kernel = 0;     // <arch>.ssm.conv_kernel (Kc, at least 2)
+  uint32_t inner_size = 0;      // <arch>.ssm.inner_size (value_dim = time_step_rank x state_size)
+  uint32_t state_size = 0;      // <arch>.ssm.state_size (S: head size of the linear k and v)
+  uint32_t time_step_rank = 0;  // <arch>.ssm.time_step_rank (value heads)
+  uint32_t group_count = 0;     // <arch>.ssm.group_count (key heads)
+
+  bool known() const { return conv_kernel != 0; }
+  uint64_t conv_dim() const;      // 2 x group_count x state_size + inner_size
+  uint64_t conv_values() const;   // (conv_kernel - 1) x conv_dim: one layer's conv state
+  uint64_t delta_values() const;  // state_size x inner_size: one layer's delta state
+};
+
 struct ModelGeometry {
   std::string architecture;       // general.architecture
   uint32_t n_layers = 0;          // <arch>.block_count
@@ -34,10 +58,24 @@ struct ModelGeometry {
   uint32_t sliding_window = 0;    // <arch>.attention.sliding_window, 0 when absent
   std::string layer_rule;         // how the layer kinds were decided, for reports
   std::vector<LayerInfo> layers;  // n_layers entries
+  RecurrentShape recurrent;       // the recurrent layers' state shape (known() when there are any)
+  // llama.cpp writes a per-cell position record (llama_kv_cell_ext) into the KV cache section of
+  // this model's state files: true for the M-RoPE / iM-RoPE architectures (qwen35, qwen35moe).
+  bool state_cell_ext = false;
 
   std::vector<uint32_t> full_attention_layers() const;
+  std::vector<uint32_t> recurrent_layers() const;
+  // Layers outside the nextn draft blocks (llama.cpp's n_layer(): what a hybrid's recurrent
+  // state section counts).
+  uint32_t main_layers() const;
   // The full-attention layers as the planner's geometry.
   CacheGeometry cache_geometry() const;
+  // One sequence's recurrent state over all recurrent layers: values, and bytes at
+  // `bits_per_value` bits a value (32: llama.cpp's f32; 16: the note's setting), rounded up to
+  // whole bytes. 0 without recurrent layers or a known shape. std::invalid_argument for a width
+  // outside 1..64.
+  uint64_t recurrent_state_values() const;
+  uint64_t recurrent_state_bytes(uint32_t bits_per_value) const;
 };
 
 // Reads the architecture and its per-layer attention shape:
@@ -57,6 +95,12 @@ struct ModelGeometry {
 //                  <arch>.attention.sliding_window > 0: gemma3 6 (layers with (il + 1) % 6 == 0
 //                  are global), gemma2 2, cohere2 4
 //     full         every other layer
+//   recurrent state (qwen35, qwen35moe, qwen3next with recurrent layers; RecurrentShape):
+//                  <arch>.ssm.conv_kernel, ssm.inner_size, ssm.state_size, ssm.time_step_rank,
+//                  ssm.group_count, all required as llama.cpp requires them, non-zero, with
+//                  conv_kernel >= 2, inner_size == time_step_rank x state_size, and each
+//                  layer's conv and delta state under 2^32 values (llama.cpp's row sizes are
+//                  32-bit)
 // Throws FileError for a missing or inconsistent key, and for an attention layer (full or
 // sliding) whose head_count is 0 or not a multiple of its head_count_kv.
 ModelGeometry geometry_from_gguf(const GgufFile& f);
