@@ -587,6 +587,13 @@ uint32_t parse_u32(const std::string& spec, const std::string& key, const std::s
   return static_cast<uint32_t>(std::stoul(v));
 }
 
+// state=: how recurrent layers keep their state (kv.h StateFormat).
+StateFormat parse_state(const std::string& spec, const std::string& v) {
+  for (StateFormat f : {StateFormat::f32, StateFormat::f16, StateFormat::bf16, StateFormat::q8_0})
+    if (v == state_format_name(f)) return f;
+  bad(spec, "state=" + v + ": the recurrent state is f32, f16, bf16 or q8_0");
+}
+
 struct RowFormatName {
   const char* name;
   RowFormat f;
@@ -602,10 +609,14 @@ constexpr RowFormatName kRowFormats[] = {
 
 class RowArm final : public KvArm {
  public:
-  RowArm(const std::string& spec, RowFormat f, bool rot, bool swa_same) : f_(f), rot_(rot), swa_same_(swa_same) {
+  RowArm(const std::string& spec, RowFormat f, bool rot, bool swa_same, StateFormat state)
+      : f_(f), rot_(rot), swa_same_(swa_same) {
     spec_ = spec;
+    state_ = state;
   }
-  std::unique_ptr<LayerKv> make_layer(const LayerShape& s) const override {
+
+ private:
+  std::unique_ptr<LayerKv> make_attention_layer(const LayerShape& s) const override {
     const bool plain = f_ == RowFormat::f32 || f_ == RowFormat::f16 || f_ == RowFormat::bf16;
     if (!s.full_attention && !plain && !swa_same_) return std::make_unique<RowLayer>(s, RowFormat::f16, Rotation{}, Rotation{}, "f16");
     Rotation rk, rv;
@@ -619,12 +630,11 @@ class RowArm final : public KvArm {
     }
     return std::make_unique<RowLayer>(s, f_, rk, rv, spec_);
   }
-  bool plain_f16_sliding() const override {
+  bool plain_f16_sliding_layers() const override {
     const bool plain = f_ == RowFormat::f32 || f_ == RowFormat::f16 || f_ == RowFormat::bf16;
     return plain ? f_ == RowFormat::f16 : !swa_same_;
   }
 
- private:
   RowFormat f_;
   bool rot_;
   bool swa_same_;  // sliding layers in this format too (as llama.cpp's iSWA cache does)
@@ -632,18 +642,11 @@ class RowArm final : public KvArm {
 
 class SjArm final : public KvArm {
  public:
-  SjArm(const std::string& spec, const CodecConfig& cfg, SjOptions opt)
+  SjArm(const std::string& spec, const CodecConfig& cfg, SjOptions opt, StateFormat state)
       : cfg_(cfg), opt_(std::move(opt)), reg_(std::make_shared<EdgeRegistry>()) {
     spec_ = spec;
+    state_ = state;
   }
-  std::unique_ptr<LayerKv> make_layer(const LayerShape& s) const override {
-    if (!s.full_attention) return std::make_unique<RowLayer>(s, RowFormat::f16, Rotation{}, Rotation{}, "f16");
-    reg_->add(s.layer);
-    if (!opt_.layers.empty() && std::find(opt_.layers.begin(), opt_.layers.end(), s.layer) == opt_.layers.end())
-      return std::make_unique<RowLayer>(s, RowFormat::f16, Rotation{}, Rotation{}, "f16");
-    return std::make_unique<SjLayer>(s, cfg_, opt_, reg_);
-  }
-  bool plain_f16_sliding() const override { return true; }
   void check_layers(const std::vector<LayerShape>& layers) const override {
     std::vector<uint32_t> full;
     for (const LayerShape& s : layers)
@@ -664,6 +667,15 @@ class SjArm final : public KvArm {
   void set_named_reference() { named_reference_ = true; }
 
  private:
+  std::unique_ptr<LayerKv> make_attention_layer(const LayerShape& s) const override {
+    if (!s.full_attention) return std::make_unique<RowLayer>(s, RowFormat::f16, Rotation{}, Rotation{}, "f16");
+    reg_->add(s.layer);
+    if (!opt_.layers.empty() && std::find(opt_.layers.begin(), opt_.layers.end(), s.layer) == opt_.layers.end())
+      return std::make_unique<RowLayer>(s, RowFormat::f16, Rotation{}, Rotation{}, "f16");
+    return std::make_unique<SjLayer>(s, cfg_, opt_, reg_);
+  }
+  bool plain_f16_sliding_layers() const override { return true; }
+
   CodecConfig cfg_;
   SjOptions opt_;
   bool named_reference_ = false;
@@ -677,11 +689,16 @@ std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealer
   for (const auto& r : kRowFormats) {
     if (head != r.name) continue;
     const bool plain = r.f == RowFormat::f32 || r.f == RowFormat::f16 || r.f == RowFormat::bf16;
-    bool rot = false, swa = false;
+    bool rot = false, swa = false, seen_state = false;
+    StateFormat state = StateFormat::f32;
     for (size_t i = 1; i < parts.size(); ++i) {
       const std::string& o = parts[i];
       if (o.empty()) bad(spec, kEmptyOption);
-      if (o == "rot") {
+      if (o.rfind("state=", 0) == 0) {
+        if (seen_state) repeated(spec, "state=");
+        seen_state = true;
+        state = parse_state(spec, o.substr(6));
+      } else if (o == "rot") {
         if (!r.ggml_block) bad(spec, std::string(r.name) + " takes no ':rot' (only the ggml block formats do)");
         if (rot) repeated(spec, o);
         rot = true;
@@ -693,7 +710,7 @@ std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealer
         bad(spec, "unknown option '" + o + "'");
       }
     }
-    return std::make_unique<RowArm>(spec, r.f, rot, swa);
+    return std::make_unique<RowArm>(spec, r.f, rot, swa, state);
   }
   if (head == "kvarn" || head == "sj") {
     const bool sj = head == "sj";
@@ -707,6 +724,7 @@ std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealer
     SjOptions opt;
     std::shared_ptr<const ArmCodebooks> cb;
     bool seen_axis = false, named_reference = false;
+    StateFormat state = StateFormat::f32;
     std::vector<std::string> seen;
     for (size_t i = 2; i < parts.size(); ++i) {
       if (parts[i].empty()) bad(spec, kEmptyOption);
@@ -716,8 +734,12 @@ std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealer
       if (val.empty()) bad(spec, "option '" + key + "=' has no value");
       if (std::find(seen.begin(), seen.end(), key) != seen.end()) repeated(spec, key + "=");
       seen.push_back(key);
+      if (key == "state") {
+        state = parse_state(spec, val);
+        continue;
+      }
       if (!sj) {
-        if (key != "tail") bad(spec, "KVarN arms take only tail=N (the exact fp16 tail), not '" + key + "'");
+        if (key != "tail") bad(spec, "KVarN arms take only tail=N (the exact fp16 tail) and state=, not '" + key + "'");
         if (val.find('/') != std::string::npos) bad(spec, key + "=" + val + " is not a non-negative integer");  // fixed tail
       }
       if (key == "axis") seen_axis = true;
@@ -795,7 +817,7 @@ std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealer
     if (why != Unsupported::none) bad(spec, describe(why));
     opt.cb = cb;
     opt.sealers = sealers;
-    auto arm = std::make_unique<SjArm>(spec, c, opt);
+    auto arm = std::make_unique<SjArm>(spec, c, opt, state);
     if (named_reference) arm->set_named_reference();
     return arm;
   }
@@ -839,6 +861,7 @@ std::string arm_identity(const std::string& spec) {
   if (!sj) return spec;
   std::string id = (spec.rfind("kvarn:", 0) == 0 ? "kvarn " : "sj ") + arm_engine_settings(spec) + sj->options().suffix();
   for (uint32_t l : sj->options().layers) id += ":layer" + std::to_string(l);
+  if (arm->state_format() != StateFormat::f32) id += std::string(":state=") + state_format_name(arm->state_format());
   return id;
 }
 

@@ -6,14 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "fixed_dot.h"
 #include "sjkv/parallel.h"
 
 namespace sjkv {
 namespace replay {
-namespace {
 
-// q.k in 8 lanes (k in order within each lane), the lanes summed in a fixed tree: a fixed
-// order the compiler can vectorise without reassociating.
 // Compiled for AVX2 and for the baseline; without contraction or reassociation both clones
 // give the same bits.
 __attribute__((target_clones("avx2", "default"))) float dot(const float* a, const float* b, uint32_t n) {
@@ -25,6 +23,8 @@ __attribute__((target_clones("avx2", "default"))) float dot(const float* a, cons
   for (uint32_t i = n8; i < n; ++i) s = s + a[i] * b[i];
   return s;
 }
+
+namespace {
 
 __attribute__((target_clones("avx2", "default"))) void axpy(double* acc, double w, const float* v, uint32_t n) {
   for (uint32_t d = 0; d < n; ++d) acc[d] += w * v[d];
@@ -111,7 +111,10 @@ class F32Layer final : public LayerKv {
 
 }  // namespace
 
-std::unique_ptr<LayerKv> make_f32_layer(const LayerShape& s) { return std::make_unique<F32Layer>(s); }
+std::unique_ptr<LayerKv> make_f32_layer(const LayerShape& s) {
+  if (s.recurrent) return make_state_layer(s, StateFormat::f32);
+  return std::make_unique<F32Layer>(s);
+}
 
 }  // namespace replay
 }  // namespace sjkv

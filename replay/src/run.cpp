@@ -59,6 +59,12 @@ LayerBits cache_bits(const Model& m, const std::vector<std::unique_ptr<LayerKv>>
   for (const LayerShape& s : layers) any_full = any_full || s.full_attention;
   double occ = 0, alloc = 0, weight = 0;
   for (size_t i = 0; i < layers.size() && i < kv.size(); ++i) {
+    if (layers[i].recurrent) {  // a recurrent state's bits per position, charged to the K/V values
+      const LayerBits b = kv[i]->bits();
+      occ += b.occupied;
+      alloc += b.allocated;
+      continue;
+    }
     if (any_full && !layers[i].full_attention) continue;
     const double w = static_cast<double>(layers[i].n_head_kv) * layers[i].head_dim;
     const LayerBits b = kv[i]->bits();

@@ -72,9 +72,11 @@ class PlainKv : public LayerKv {
 class PlainArm : public KvArm {
  public:
   explicit PlainArm(bool f16) : f16_(f16) { spec_ = f16 ? "f16" : "f32"; }
-  std::unique_ptr<LayerKv> make_layer(const LayerShape& s) const override { return std::make_unique<PlainKv>(s, f16_); }
 
  private:
+  std::unique_ptr<LayerKv> make_attention_layer(const LayerShape& s) const override {
+    return std::make_unique<PlainKv>(s, f16_);
+  }
   bool f16_;
 };
 

@@ -15,6 +15,7 @@
 #include "sjkv/io/paths.h"
 #include "sjkv/parallel.h"
 #include "sjkv/replay/dequant.h"
+#include "../fixed_dot.h"
 
 namespace sjkv {
 namespace replay {
@@ -32,6 +33,9 @@ float gelu_tanh(float x) {
   return static_cast<float>(0.5 * xd * (1.0 + std::tanh(0.7978845608028654 * (xd + 0.044715 * xd * xd * xd))));
 }
 float silu(float x) { return static_cast<float>(static_cast<double>(x) / (1.0 + std::exp(-static_cast<double>(x)))); }
+float sigmoid(float x) { return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(x)))); }
+// ggml's softplus: the identity above 20.
+float softplus(float x) { return x > 20.0f ? x : static_cast<float>(std::log1p(std::exp(static_cast<double>(x)))); }
 
 }  // namespace
 
@@ -88,8 +92,74 @@ uint64_t GraphModel::dim(Dim d) const {
     case Dim::qkv: return uint64_t(info_.n_head + 2 * info_.n_head_kv) * D;
     case Dim::ff: return info_.n_ff;
     case Dim::ff2: return uint64_t(2) * info_.n_ff;
+    case Dim::q2: return uint64_t(2) * info_.n_head * D;
+    case Dim::ssm_conv: return ssm_.conv_dim();
+    case Dim::ssm_inner: return ssm_.inner;
+    case Dim::ssm_heads: return ssm_.v_heads;
+    case Dim::ssm_state: return ssm_.state;
+    case Dim::ssm_kernel: return ssm_.kernel;
+    case Dim::ff_exp: return moe_.ff_exp;
+    case Dim::ff_shexp: return moe_.ff_shexp;
+    case Dim::n_expert: return moe_.n_expert;
+    case Dim::one: return 1;
   }
   return 0;
+}
+
+std::vector<Mat> GraphModel::load_experts(const GgufTensorInfo& t) {
+  // [in, out, n_expert]: checked and counted as one [n_expert * out][in] matrix, then one
+  // view per expert.
+  const Mat all = WeightMatrix::of(t.type, t.dims[1] * t.dims[2], t.dims[0], f_.tensor_data(t));
+  if (all.bytes() != t.n_bytes) fail("tensor '" + t.name + "' has " + std::to_string(t.n_bytes) + " bytes, expected " + std::to_string(all.bytes()));
+  GgufTensorInfo flat = t;
+  flat.dims = {t.dims[0], t.dims[1] * t.dims[2]};
+  (void)load_mat(flat);
+  std::vector<Mat> out;
+  for (uint64_t e = 0; e < t.dims[2]; ++e) {
+    Mat m = all;
+    m.rows = t.dims[1];
+    m.data = all.data + e * t.dims[1] * all.row_bytes;
+    out.push_back(m);
+  }
+  return out;
+}
+
+// The Gated DeltaNet's shape, as llama.cpp reads it for qwen35 / qwen35moe.
+void GraphModel::load_hybrid(const std::string& p, const ModelGeometry& g) {
+  auto key = [&](const char* k, uint64_t hi) {
+    const std::string name = p + k;
+    if (!f_.has(name)) fail("missing key '" + name + "' (a hybrid model's recurrent layers need it)");
+    const uint64_t v = f_.get_uint(name);
+    if (v == 0 || v > hi) fail("key '" + name + "' is " + std::to_string(v) + ", outside [1, " + std::to_string(hi) + "]");
+    return static_cast<uint32_t>(v);
+  };
+  bool any = false;
+  for (const LayerInfo& li : g.layers) any = any || li.kind == LayerKind::recurrent;
+  if (!any) return;
+  ssm_.kernel = key("ssm.conv_kernel", 64);
+  ssm_.state = key("ssm.state_size", 1024);
+  ssm_.k_heads = key("ssm.group_count", 4096);
+  ssm_.v_heads = key("ssm.time_step_rank", 4096);
+  ssm_.inner = key("ssm.inner_size", 1u << 20);
+  if (uint64_t(ssm_.v_heads) * ssm_.state != ssm_.inner)
+    fail(p + "ssm.inner_size " + std::to_string(ssm_.inner) + " is not ssm.time_step_rank x ssm.state_size (" +
+         std::to_string(ssm_.v_heads) + " x " + std::to_string(ssm_.state) + ")");
+  if (ssm_.v_heads % ssm_.k_heads != 0)
+    fail(p + "ssm.time_step_rank " + std::to_string(ssm_.v_heads) + " is not a multiple of ssm.group_count " +
+         std::to_string(ssm_.k_heads));
+}
+
+void GraphModel::load_moe(const std::string& p) {
+  auto key = [&](const std::string& k, uint64_t dflt, uint64_t hi) {
+    const uint64_t v = f_.has(p + k) ? f_.get_uint(p + k) : dflt;
+    if (v == 0 || v > hi) fail("key '" + p + k + "' is " + std::to_string(v) + ", outside [1, " + std::to_string(hi) + "]");
+    return static_cast<uint32_t>(v);
+  };
+  if (!f_.has(p + "expert_count")) fail("missing key '" + p + "expert_count'");
+  moe_.n_expert = key("expert_count", 0, 4096);
+  moe_.n_used = key("expert_used_count", 0, moe_.n_expert);
+  moe_.ff_exp = key("expert_feed_forward_length", info_.n_ff / moe_.n_used, 1u << 20);
+  moe_.ff_shexp = key("expert_shared_feed_forward_length", info_.n_ff, 1u << 20);
 }
 
 // RoPE: rotated dimensions, the global and sliding configurations, the linear scaling, the
@@ -159,25 +229,37 @@ void GraphModel::set_context(uint32_t n_ctx) {
 void GraphModel::load() {
   const std::string arch = table_.name;
   const std::string p = arch + ".";
-  if (f_.has(p + "expert_count") && f_.get_uint(p + "expert_count") > 0)
+  if (!table_.moe && f_.has(p + "expert_count") && f_.get_uint(p + "expert_count") > 0)
     fail("a mixture-of-experts model (" + p + "expert_count " + std::to_string(f_.get_uint(p + "expert_count")) +
          ") is not supported");
   const ModelGeometry g = geometry_from_gguf(f_);
 
   info_.architecture = arch;
   info_.file_name = base_name(f_.path());
-  const uint64_t n_layer = g.n_layers, n_embd = f_.get_uint(p + "embedding_length"),
-                 n_ff = f_.get_uint(p + "feed_forward_length");
+  // Draft (multi-token-prediction) layers close the stack; the forward pass stops before
+  // them, as llama.cpp's does.
+  uint64_t n_layer = g.n_layers;
+  while (table_.hybrid && n_layer > 0 && g.layers[n_layer - 1].kind == LayerKind::nextn) --n_layer;
+  const uint64_t n_embd = f_.get_uint(p + "embedding_length");
+  const bool ff_key = f_.has(p + "feed_forward_length");
+  if (!ff_key && !table_.moe) fail("missing key '" + p + "feed_forward_length'");
+  const uint64_t n_ff = ff_key ? f_.get_uint(p + "feed_forward_length") : 0;
   if (n_embd == 0 || n_embd > 65536) fail("embedding_length " + std::to_string(n_embd) + " out of range");
-  if (n_ff == 0 || n_ff > 1048576) fail("feed_forward_length " + std::to_string(n_ff) + " out of range");
-  const LayerInfo& l0 = g.layers.at(0);
-  for (const LayerInfo& li : g.layers) {
+  if ((ff_key && n_ff == 0) || n_ff > 1048576) fail("feed_forward_length " + std::to_string(n_ff) + " out of range");
+  const LayerInfo* first = nullptr;
+  for (uint64_t il = 0; il < n_layer; ++il) {
+    const LayerInfo& li = g.layers[il];
+    if (li.kind == LayerKind::recurrent && table_.hybrid) continue;
     if (li.kind != LayerKind::full_attention && li.kind != LayerKind::sliding_window)
-      fail(std::string("layer kind '") + layer_kind_name(li.kind) + "' is not supported");
-    if (li.n_head != l0.n_head || li.n_head_kv != l0.n_head_kv || li.head_dim_k != l0.head_dim_k ||
-        li.head_dim_v != l0.head_dim_v)
+      fail("layer " + std::to_string(il) + " is a " + layer_kind_name(li.kind) + " layer, which " + arch +
+           " does not have");
+    if (!first) first = &li;
+    if (li.n_head != first->n_head || li.n_head_kv != first->n_head_kv || li.head_dim_k != first->head_dim_k ||
+        li.head_dim_v != first->head_dim_v)
       fail("layers with differing attention shapes are not supported");
   }
+  if (!first) fail("no attention layer (every layer is recurrent)");
+  const LayerInfo& l0 = *first;
   const uint32_t H = l0.n_head, Hkv = l0.n_head_kv, D = l0.head_dim_k;  // checked by geometry_from_gguf
   if (l0.head_dim_v != D) fail("key_length and value_length differ; not supported");
   if (D == 0 || D % 2 != 0 || D > 1024) fail("head dimension " + std::to_string(D) + " out of range");
@@ -188,6 +270,8 @@ void GraphModel::load() {
   info_.head_dim = D;
   info_.n_ff = static_cast<uint32_t>(n_ff);
   info_.n_ctx_train = g.context_length;
+  if (table_.hybrid) load_hybrid(p, g);
+  if (table_.moe) load_moe(p);
 
   eps_ = f_.get_f32(p + "attention.layer_norm_rms_epsilon");
   if (!(eps_ > 0.0f) || !std::isfinite(eps_)) fail("attention.layer_norm_rms_epsilon must be positive");
@@ -228,19 +312,28 @@ void GraphModel::load() {
     Layer& L = layers_[il];
     const std::string b = "blk." + std::to_string(il) + ".";
     L.sliding = g.layers[il].kind == LayerKind::sliding_window;
+    L.recurrent = g.layers[il].kind == LayerKind::recurrent;
     L.rope = (L.sliding && ropes_.size() > 1) ? 1 : 0;
     for (const TensorSlot& s : table_.tensors) {
+      if ((s.sel == LayerSel::attention && L.recurrent) || (s.sel == LayerSel::recurrent && !L.recurrent)) continue;
       const std::string name = b + s.name;
-      if (s.vec) {
-        const GgufTensorInfo* t = optional(name, {dim(s.in)});
-        if (t) L.*s.vec = load_vec(*t);
-        else if (s.required) fail("missing tensor '" + name + "'");
-      } else {
-        const GgufTensorInfo* t = optional(name, {dim(s.in), dim(s.out)});
-        if (t) L.*s.mat = load_mat(*t);
-        else if (s.required) fail("missing tensor '" + name + "'");
+      std::vector<uint64_t> dims{dim(s.in)};
+      if (s.experts) dims = {dim(s.in), dim(s.out), dim(Dim::n_expert)};
+      else if (s.mat ? s.out != Dim::one : s.out != s.in) dims.push_back(dim(s.out));
+      const GgufTensorInfo* t = optional(name, dims);
+      if (!t) {
+        if (s.required) fail("missing tensor '" + name + "'");
+        continue;
       }
+      if (s.vec) L.*s.vec = load_vec(*t);
+      else if (s.experts) L.*s.experts = load_experts(*t);
+      else if (s.out == Dim::one) {
+        GgufTensorInfo row = *t;
+        row.dims = {t->dims[0], 1};
+        L.*s.mat = load_mat(row);
+      } else L.*s.mat = load_mat(*t);
     }
+    if (L.recurrent) continue;
     if (L.wqkv.rows == 0 && (L.wq.rows == 0 || L.wk.rows == 0 || L.wv.rows == 0))
       fail("missing tensor '" + b + "attn_q.weight', '" + b + "attn_k.weight', '" + b + "attn_v.weight' or '" + b +
            "attn_qkv.weight'");
@@ -250,7 +343,9 @@ void GraphModel::load() {
   for (uint32_t il = 0; il < n_layer; ++il) {
     LayerShape s;
     s.layer = il;
-    s.full_attention = !layers_[il].sliding;
+    s.recurrent = layers_[il].recurrent;
+    if (s.recurrent) s.state = {ssm_.kernel - 1, static_cast<uint32_t>(ssm_.conv_dim()), ssm_.v_heads, ssm_.state};
+    s.full_attention = !layers_[il].sliding && !s.recurrent;
     s.window = layers_[il].sliding ? g.sliding_window : 0;
     s.n_head = H;
     s.n_head_kv = Hkv;
@@ -350,7 +445,7 @@ void GraphModel::scale_q(Ubatch& u, float s) const {
   for (float& e : u.q) e = e * s;
 }
 
-void GraphModel::attention(uint32_t il, const Layer& L, Ubatch& u, Kv& kv, float scale) const {
+void GraphModel::attend(uint32_t il, Ubatch& u, Kv& kv, float scale) const {
   // Finite weights can still overflow binary32 (values near the type's limit): that is the
   // model file's defect, named here before an arm meets the rows and calls it its own.
   const size_t row = dim(Dim::kv);
@@ -362,6 +457,9 @@ void GraphModel::attention(uint32_t il, const Layer& L, Ubatch& u, Kv& kv, float
   kv[il]->begin_ubatch(u.pos, u.m);
   kv[il]->store(u.pos, u.m, u.k.data(), u.v.data());
   kv[il]->attend(u.pos, u.m, u.q.data(), scale, u.att.data());
+}
+
+void GraphModel::attn_output(const Layer& L, Ubatch& u) const {
   matmul(L.wo, u.att.data(), u.m, u.a.data());
   if (!L.bo.empty())
     for (uint32_t i = 0; i < u.m; ++i)
@@ -400,6 +498,189 @@ void GraphModel::ffn(const Layer& L, Act act, Ubatch& u) const {
     });
   }
   matmul(L.down, u.g.data(), u.m, u.a.data());
+}
+
+void GraphModel::gated_attention(uint32_t il, const Layer& L, Ubatch& u, Kv& kv) const {
+  const uint32_t H = info_.n_head, D = info_.head_dim;
+  std::vector<float> qg(size_t(u.m) * 2 * H * D);
+  matmul(L.wq, u.h.data(), u.m, qg.data());
+  matmul(L.wk, u.h.data(), u.m, u.k.data());
+  matmul(L.wv, u.h.data(), u.m, u.v.data());
+  // Per head: the query's D values, then its gate's D values.
+  for (size_t r = 0; r < size_t(u.m) * H; ++r) std::copy_n(qg.data() + r * 2 * D, D, u.q.data() + r * D);
+  head_norms(L, u);
+  rope(L, u);
+  attend(il, u, kv, 1.0f / std::sqrt(static_cast<float>(D)));
+  for (size_t r = 0; r < size_t(u.m) * H; ++r) {
+    const float* g = qg.data() + r * 2 * D + D;
+    float* o = u.att.data() + r * D;
+    for (uint32_t d = 0; d < D; ++d) o[d] = o[d] * sigmoid(g[d]);
+  }
+  attn_output(L, u);
+}
+
+void GraphModel::delta_net(uint32_t il, const Layer& L, Ubatch& u, Kv& kv) const {
+  RecurrentState* st = kv[il]->recurrent();
+  if (!st) throw std::invalid_argument("Model::eval: layer " + std::to_string(il) + " is recurrent but its cache store is not");
+  const uint32_t m = u.m, S = ssm_.state, Hk = ssm_.k_heads, Hv = ssm_.v_heads, K = ssm_.kernel;
+  const size_t C = ssm_.conv_dim(), KD = ssm_.key_dim(), VD = ssm_.inner;
+  const RecurrentShape& rs = st->shape();
+  if (rs.conv_rows != K - 1 || rs.conv_dim != C || rs.heads != Hv || rs.head_dim != S)
+    throw std::invalid_argument("Model::eval: layer " + std::to_string(il) + "'s state store has another shape");
+  kv[il]->begin_ubatch(u.pos, m);
+
+  std::vector<float> mixed(m * C), z(m * VD), b(size_t(m) * Hv), a(size_t(m) * Hv);
+  matmul(L.ssm_in, u.h.data(), m, mixed.data());
+  matmul(L.ssm_z, u.h.data(), m, z.data());
+  matmul(L.ssm_beta, u.h.data(), m, b.data());
+  matmul(L.ssm_alpha, u.h.data(), m, a.data());
+  // beta and the decay factor per token and value head.
+  for (size_t i = 0; i < b.size(); ++i) {
+    const uint32_t h = static_cast<uint32_t>(i % Hv);
+    b[i] = sigmoid(b[i]);
+    a[i] = std::exp(softplus(a[i] + L.ssm_dt[h]) * L.ssm_a[h]);
+  }
+
+  // The causal convolution over each channel: the state's K - 1 earlier inputs, then this
+  // token's (tap K - 1); SiLU after. One token at a time, as the state holds them.
+  std::vector<float> conv(m * C), win(size_t(K - 1) * C);
+  for (uint32_t t = 0; t < m; ++t) {
+    st->read_conv(win.data());
+    const float* cur = mixed.data() + size_t(t) * C;
+    float* out = conv.data() + size_t(t) * C;
+    for (size_t c = 0; c < C; ++c) {
+      const float* w = L.ssm_conv.data() + c * K;
+      float acc = 0.0f;
+      for (uint32_t i = 0; i + 1 < K; ++i) acc = acc + w[i] * win[i * C + c];
+      acc = acc + w[K - 1] * cur[c];
+      out[c] = silu(acc);
+    }
+    st->push_conv(cur);
+  }
+
+  // q and k heads L2-normalised over S (llama.cpp: an RMS norm with eps / S, then 1 / sqrt(S)).
+  const float inv_s = 1.0f / std::sqrt(static_cast<float>(S));
+  for (uint32_t t = 0; t < m; ++t)
+    for (uint32_t h = 0; h < 2 * Hk; ++h) {
+      float* x = conv.data() + size_t(t) * C + size_t(h) * S;
+      double ss = 0.0;
+      for (uint32_t i = 0; i < S; ++i) ss += static_cast<double>(x[i]) * x[i];
+      const float sc = 1.0f / std::sqrt(static_cast<float>(ss / S) + eps_ / static_cast<float>(S));
+      for (uint32_t i = 0; i < S; ++i) x[i] = (x[i] * sc) * inv_s;
+    }
+
+  // The delta rule, token by token, each value head on its own (h reads q/k head h mod Hk):
+  // M = exp(g) M; M += beta (v - M k) k^T; o = (M q) / sqrt(S).
+  std::vector<float> o(m * VD);
+  const bool exact = st->format() == StateFormat::f32;
+  parallel_for(static_cast<long>(Hv), threads(), [&](long hl) {
+    const uint32_t h = static_cast<uint32_t>(hl), hk = h % Hk;
+    std::vector<float> M(size_t(S) * S);
+    st->read_head(h, M.data());
+    for (uint32_t t = 0; t < m; ++t) {
+      const float* row = conv.data() + size_t(t) * C;
+      const float* q = row + size_t(hk) * S;
+      const float* k = row + KD + size_t(hk) * S;
+      const float* v = row + 2 * KD + size_t(h) * S;
+      const float decay = a[size_t(t) * Hv + h], beta = b[size_t(t) * Hv + h];
+      float* out = o.data() + size_t(t) * VD + size_t(h) * S;
+      for (uint32_t j = 0; j < S; ++j) {
+        float* r = M.data() + size_t(j) * S;
+        for (uint32_t i = 0; i < S; ++i) r[i] = r[i] * decay;
+        const float delta = (v[j] - dot(r, k, S)) * beta;
+        for (uint32_t i = 0; i < S; ++i) r[i] = r[i] + delta * k[i];
+        out[j] = dot(r, q, S) * inv_s;
+      }
+      if (!exact) {  // stored in the arm's format between tokens
+        st->write_head(h, M.data());
+        st->read_head(h, M.data());
+      }
+    }
+    if (exact) st->write_head(h, M.data());
+  });
+
+  // The gated RMS norm per value head (weight shared by the heads), then the output projection.
+  for (uint32_t t = 0; t < m; ++t)
+    for (uint32_t h = 0; h < Hv; ++h) {
+      float* x = o.data() + size_t(t) * VD + size_t(h) * S;
+      const float* zz = z.data() + size_t(t) * VD + size_t(h) * S;
+      double ss = 0.0;
+      for (uint32_t i = 0; i < S; ++i) ss += static_cast<double>(x[i]) * x[i];
+      const float sc = 1.0f / std::sqrt(static_cast<float>(ss / S) + eps_);
+      for (uint32_t i = 0; i < S; ++i) x[i] = ((x[i] * sc) * L.ssm_norm[i]) * silu(zz[i]);
+    }
+  matmul(L.ssm_out, o.data(), m, u.a.data());
+}
+
+void GraphModel::moe_ffn(const Layer& L, Ubatch& u) const {
+  const uint32_t m = u.m, E = info_.n_embd, NE = moe_.n_expert, K = moe_.n_used, F = moe_.ff_exp;
+  std::vector<float> logits(size_t(m) * NE);
+  matmul(L.router, u.h.data(), m, logits.data());
+  // Per token: softmax over the experts, the top K (ties to the lower index), weights
+  // renormalised to sum 1 (the sum floored at 2^-14, as llama.cpp clamps it).
+  std::vector<uint32_t> sel(size_t(m) * K);
+  std::vector<float> wsel(size_t(m) * K);
+  std::vector<uint32_t> order(NE);
+  for (uint32_t t = 0; t < m; ++t) {
+    float* p = logits.data() + size_t(t) * NE;
+    float mx = p[0];
+    for (uint32_t e = 1; e < NE; ++e) mx = std::max(mx, p[e]);
+    double sum = 0.0;
+    for (uint32_t e = 0; e < NE; ++e) sum += p[e] = std::exp(p[e] - mx);
+    const float inv = static_cast<float>(1.0 / sum);
+    for (uint32_t e = 0; e < NE; ++e) p[e] = p[e] * inv;
+    for (uint32_t e = 0; e < NE; ++e) order[e] = e;
+    std::stable_sort(order.begin(), order.end(), [p](uint32_t x, uint32_t y) { return p[x] > p[y]; });
+    float ws = 0.0f;
+    for (uint32_t r = 0; r < K; ++r) ws = ws + p[order[r]];
+    ws = std::max(ws, 6.103515625e-5f);
+    for (uint32_t r = 0; r < K; ++r) {
+      sel[size_t(t) * K + r] = order[r];
+      wsel[size_t(t) * K + r] = p[order[r]] / ws;
+    }
+  }
+  // Each expert on the rows routed to it; y[t][rank] its weighted output.
+  std::vector<float> y(size_t(m) * K * E);
+  std::vector<float> xin, g, up, out;
+  std::vector<size_t> slots;
+  for (uint32_t e = 0; e < NE; ++e) {
+    slots.clear();
+    for (size_t s = 0; s < sel.size(); ++s)
+      if (sel[s] == e) slots.push_back(s);
+    if (slots.empty()) continue;
+    const size_t n = slots.size();
+    xin.resize(n * E);
+    for (size_t i = 0; i < n; ++i) std::copy_n(u.h.data() + (slots[i] / K) * E, E, xin.data() + i * E);
+    g.resize(n * F);
+    up.resize(n * F);
+    out.resize(n * E);
+    matmul(L.gate_exps[e], xin.data(), static_cast<uint32_t>(n), g.data());
+    matmul(L.up_exps[e], xin.data(), static_cast<uint32_t>(n), up.data());
+    for (size_t i = 0; i < n * F; ++i) g[i] = silu(g[i]) * up[i];
+    matmul(L.down_exps[e], g.data(), static_cast<uint32_t>(n), out.data());
+    for (size_t i = 0; i < n; ++i) {
+      const float w = wsel[slots[i]];
+      float* dst = y.data() + slots[i] * E;
+      for (uint32_t c = 0; c < E; ++c) dst[c] = out[i * E + c] * w;
+    }
+  }
+  // The shared expert, gated by sigmoid(gate_inp_sh . h).
+  const uint32_t FS = moe_.ff_shexp;
+  std::vector<float> gs(size_t(m) * FS), us(size_t(m) * FS), sh(size_t(m) * E), sg(m);
+  matmul(L.gate_sh, u.h.data(), m, gs.data());
+  matmul(L.up_sh, u.h.data(), m, us.data());
+  for (size_t i = 0; i < gs.size(); ++i) gs[i] = silu(gs[i]) * us[i];
+  matmul(L.down_sh, gs.data(), m, sh.data());
+  matmul(L.gate_inp_sh, u.h.data(), m, sg.data());
+  for (uint32_t t = 0; t < m; ++t) {
+    const float gate = sigmoid(sg[t]);
+    float* dst = u.a.data() + size_t(t) * E;
+    for (uint32_t c = 0; c < E; ++c) {
+      float acc = y[(size_t(t) * K) * E + c];
+      for (uint32_t r = 1; r < K; ++r) acc = acc + y[(size_t(t) * K + r) * E + c];
+      dst[c] = acc + sh[size_t(t) * E + c] * gate;
+    }
+  }
 }
 
 void GraphModel::residual(Ubatch& u) const {
@@ -551,6 +832,34 @@ std::vector<TensorSlot> gated_ffn_slots() {
           mat("ffn_down.weight", Dim::ff, Dim::embd, &Layer::down)};
 }
 
+std::vector<TensorSlot> delta_net_slots() {
+  return only(LayerSel::recurrent,
+              {mat("attn_qkv.weight", Dim::embd, Dim::ssm_conv, &Layer::ssm_in),
+               mat("attn_gate.weight", Dim::embd, Dim::ssm_inner, &Layer::ssm_z),
+               grid("ssm_conv1d.weight", Dim::ssm_kernel, Dim::ssm_conv, &Layer::ssm_conv),
+               vec("ssm_dt.bias", Dim::ssm_heads, &Layer::ssm_dt), vec("ssm_a", Dim::ssm_heads, &Layer::ssm_a),
+               mat("ssm_beta.weight", Dim::embd, Dim::ssm_heads, &Layer::ssm_beta),
+               mat("ssm_alpha.weight", Dim::embd, Dim::ssm_heads, &Layer::ssm_alpha),
+               vec("ssm_norm.weight", Dim::ssm_state, &Layer::ssm_norm),
+               mat("ssm_out.weight", Dim::ssm_inner, Dim::embd, &Layer::ssm_out)});
+}
+
+std::vector<TensorSlot> moe_slots() {
+  return {mat("ffn_gate_inp.weight", Dim::embd, Dim::n_expert, &Layer::router),
+          experts("ffn_gate_exps.weight", Dim::embd, Dim::ff_exp, &Layer::gate_exps),
+          experts("ffn_up_exps.weight", Dim::embd, Dim::ff_exp, &Layer::up_exps),
+          experts("ffn_down_exps.weight", Dim::ff_exp, Dim::embd, &Layer::down_exps),
+          mat("ffn_gate_inp_shexp.weight", Dim::embd, Dim::one, &Layer::gate_inp_sh),
+          mat("ffn_gate_shexp.weight", Dim::embd, Dim::ff_shexp, &Layer::gate_sh),
+          mat("ffn_up_shexp.weight", Dim::embd, Dim::ff_shexp, &Layer::up_sh),
+          mat("ffn_down_shexp.weight", Dim::ff_shexp, Dim::embd, &Layer::down_sh)};
+}
+
+std::vector<TensorSlot> only(LayerSel sel, std::vector<TensorSlot> v) {
+  for (TensorSlot& s : v) s.sel = sel;
+  return v;
+}
+
 std::vector<TensorSlot> join(std::initializer_list<std::vector<TensorSlot>> parts) {
   std::vector<TensorSlot> out;
   for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
@@ -558,7 +867,7 @@ std::vector<TensorSlot> join(std::initializer_list<std::vector<TensorSlot>> part
 }
 
 const std::vector<ArchEntry>& architectures() {
-  static const std::vector<ArchEntry> all{gemma2(), gemma3(), llama(), phi3(), qwen2(), qwen3()};
+  static const std::vector<ArchEntry> all{gemma2(), gemma3(), llama(), phi3(), qwen2(), qwen3(), qwen35(), qwen35moe()};
   return all;
 }
 

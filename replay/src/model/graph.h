@@ -28,7 +28,16 @@ struct Layer {
   std::vector<float> attn_norm, q_norm, k_norm, post_attn_norm, ffn_norm, post_ffw_norm;
   std::vector<float> bq, bk, bv, bo;  // biases, empty when absent
   Mat wq, wk, wv, wqkv, wo, gate, up, down;  // wqkv: fused q|k|v (then wq/wk/wv are empty)
+  // Gated DeltaNet (recurrent layers of hybrids): the q|k|v projection that feeds the
+  // convolution, the output gate z, the beta and decay projections, the output projection;
+  // the convolution kernel [conv_dim][kernel], dt bias, A (negative) and the gated norm.
+  Mat ssm_in, ssm_z, ssm_beta, ssm_alpha, ssm_out;
+  std::vector<float> ssm_conv, ssm_dt, ssm_a, ssm_norm;
+  // Mixture of experts: the router, each expert's gate/up/down, the shared expert and its gate.
+  Mat router, gate_sh, up_sh, down_sh, gate_inp_sh;
+  std::vector<Mat> gate_exps, up_exps, down_exps;
   bool sliding = false;
+  bool recurrent = false;
   uint32_t rope = 0;  // index into the model's RoPE configurations
 };
 
@@ -41,9 +50,20 @@ enum class Dim : uint8_t {
   qkv,   // q + 2 kv (fused projection)
   ff,    // n_ff
   ff2,   // 2 n_ff (fused gate|up)
+  q2,    // 2 n_head * D (a query and its output gate per head)
+  // Gated DeltaNet: conv_dim (the q|k|v channels the convolution runs on), the value width
+  // (inner_size), value heads, head size, convolution taps.
+  ssm_conv, ssm_inner, ssm_heads, ssm_state, ssm_kernel,
+  ff_exp, ff_shexp, n_expert,  // an expert's width, the shared expert's, the expert count
+  one,
 };
 
+// Which layers a slot belongs to: every layer, attention layers or recurrent ones (hybrids).
+enum class LayerSel : uint8_t { all, attention, recurrent };
+
 // A per-layer tensor "blk.N.<name>": a vector or a matrix [in, out] in GGUF's order.
+// A vector slot with out != in is a small [in, out] tensor read whole into f32 (a kernel).
+// An experts slot is [in, out, n_expert], one matrix per expert.
 struct TensorSlot {
   const char* name;
   Dim in;
@@ -51,17 +71,31 @@ struct TensorSlot {
   std::vector<float> Layer::*vec = nullptr;
   Mat Layer::*mat = nullptr;
   bool required = true;
+  std::vector<Mat> Layer::*experts = nullptr;
+  LayerSel sel = LayerSel::all;
 };
 inline TensorSlot vec(const char* name, Dim n, std::vector<float> Layer::*f, bool required = true) {
   return {name, n, n, f, nullptr, required};
 }
+inline TensorSlot grid(const char* name, Dim in, Dim out, std::vector<float> Layer::*f) {
+  return {name, in, out, f, nullptr, true};
+}
 inline TensorSlot mat(const char* name, Dim in, Dim out, Mat Layer::*f, bool required = true) {
   return {name, in, out, nullptr, f, required};
 }
+inline TensorSlot experts(const char* name, Dim in, Dim out, std::vector<Mat> Layer::*f) {
+  return {name, in, out, nullptr, nullptr, true, f};
+}
+// The slots of `v` for the layers `sel` picks.
+std::vector<TensorSlot> only(LayerSel sel, std::vector<TensorSlot> v);
 // The slot groups the tables share. q/k/v: three matrices or the fused one (the loader needs
 // one of the two), with optional biases when `biases`; the output projection; the gated FFN.
 std::vector<TensorSlot> qkv_slots(bool biases);
 std::vector<TensorSlot> gated_ffn_slots();
+// A Gated DeltaNet layer's tensors (the Qwen 3.5 converter's names); the mixture of experts
+// with a gated shared expert.
+std::vector<TensorSlot> delta_net_slots();
+std::vector<TensorSlot> moe_slots();
 std::vector<TensorSlot> join(std::initializer_list<std::vector<TensorSlot>> parts);
 
 // Float hyper-parameters read from "<arch>.<key>", with the architecture's defaults.
@@ -96,6 +130,19 @@ struct ArchTable {
   bool embd_scale;  // embeddings times sqrt(n_embd) (Gemma)
   std::vector<KeySlot> keys;
   std::vector<TensorSlot> tensors;  // per layer
+  bool hybrid = false;  // recurrent layers (ssm.* keys) and trailing draft (nextn) layers allowed
+  bool moe = false;     // expert_count and the experts' widths read
+};
+
+// A hybrid's Gated DeltaNet shape (<arch>.ssm.*): Hk key heads and Hv value heads of S values,
+// a convolution of `kernel` taps over conv_dim = 2 Hk S + Hv S channels.
+struct SsmShape {
+  uint32_t kernel = 0, state = 0, k_heads = 0, v_heads = 0, inner = 0;
+  uint64_t key_dim() const { return uint64_t(k_heads) * state; }
+  uint64_t conv_dim() const { return 2 * key_dim() + inner; }
+};
+struct MoeShape {
+  uint32_t n_expert = 0, n_used = 0, ff_exp = 0, ff_shexp = 0;
 };
 
 class GraphModel : public Model {
@@ -144,7 +191,21 @@ class GraphModel : public Model {
   void scale_q(Ubatch& u, float s) const;
   // Store k, v in the layer's cache and attend q over it (logits scale * q.k, soft-capped by
   // the layer's shape) into u.att; then the output projection (and its bias) into u.a.
-  void attention(uint32_t il, const Layer& L, Ubatch& u, Kv& kv, float scale) const;
+  void attention(uint32_t il, const Layer& L, Ubatch& u, Kv& kv, float scale) const {
+    attend(il, u, kv, scale);
+    attn_output(L, u);
+  }
+  void attend(uint32_t il, Ubatch& u, Kv& kv, float scale) const;
+  void attn_output(const Layer& L, Ubatch& u) const;
+  // Qwen 3.5's gated attention from u.h into u.a: the query projection yields each head's
+  // query and, after it, its output gate; q/k head norms, RoPE, attention, the attention output
+  // times sigmoid(gate), the output projection.
+  void gated_attention(uint32_t il, const Layer& L, Ubatch& u, Kv& kv) const;
+  // The Gated DeltaNet from u.h into u.a (docs/design/qwen35.md section 3), the state in kv[il].
+  void delta_net(uint32_t il, const Layer& L, Ubatch& u, Kv& kv) const;
+  // From u.h into u.a: the routed experts (softmax, top-k, weights renormalised) plus the
+  // shared expert times sigmoid of its gate.
+  void moe_ffn(const Layer& L, Ubatch& u) const;
   enum class Act : uint8_t { silu, gelu_tanh };
   // From u.h into u.a: down(act(gate h) * up h), or with the fused matrix act(first half) * second.
   void ffn(const Layer& L, Act act, Ubatch& u) const;
@@ -159,6 +220,8 @@ class GraphModel : public Model {
   Hparams hp_;
   float eps_ = 1e-6f;
   std::vector<Layer> layers_;
+  SsmShape ssm_;
+  MoeShape moe_;
 
  private:
   struct Span {
@@ -177,6 +240,9 @@ class GraphModel : public Model {
   const GgufTensorInfo& need(const std::string& name, std::vector<uint64_t> dims) const;
   std::vector<float> load_vec(const GgufTensorInfo& t) const;
   Mat load_mat(const GgufTensorInfo& t);
+  std::vector<Mat> load_experts(const GgufTensorInfo& t);
+  void load_hybrid(const std::string& p, const ModelGeometry& g);
+  void load_moe(const std::string& p);
   uint64_t dim(Dim d) const;
   void load_rope(const std::string& p);
   void check_eval(const int32_t* tokens, uint32_t n, uint32_t n_ubatch, const Kv& kv) const;
@@ -209,6 +275,8 @@ ArchEntry llama();
 ArchEntry phi3();
 ArchEntry qwen2();
 ArchEntry qwen3();
+ArchEntry qwen35();
+ArchEntry qwen35moe();
 // An entry's constructor.
 template <class M>
 std::unique_ptr<GraphModel> make(const std::string& path, const LoadOptions& opt, const ArchTable& t) {

@@ -21,9 +21,19 @@
 namespace sjkv {
 namespace replay {
 
+// The fixed-size state of a recurrent (Gated DeltaNet) layer of a hybrid model: the causal
+// convolution's window of its last conv_rows inputs ([conv_rows][conv_dim]) and one
+// [head_dim][head_dim] matrix per value head (row j = value index, key index contiguous).
+struct RecurrentShape {
+  uint32_t conv_rows = 0, conv_dim = 0, heads = 0, head_dim = 0;
+  uint64_t values() const { return uint64_t(conv_rows) * conv_dim + uint64_t(heads) * head_dim * head_dim; }
+};
+
 struct LayerShape {
   uint32_t layer = 0;
-  bool full_attention = true;   // false: sliding-window layer (kept f16 unless the arm says otherwise)
+  bool full_attention = true;   // false: sliding-window layer (kept f16 unless the arm says otherwise), or recurrent
+  bool recurrent = false;       // a recurrent layer: no K/V, a fixed-size state (`state`) instead
+  RecurrentShape state;
   uint32_t window = 0;          // sliding window in positions, 0 = none
   float softcap = 0.0f;         // attention logits soft-capped to cap * tanh(s / cap) (Gemma 2), 0 = none
   uint32_t n_head = 1;
@@ -39,6 +49,8 @@ struct LayerBits {
   double allocated = 0.0;  // bytes reserved up front for n_ctx, over the same values
 };
 
+class RecurrentState;
+
 class LayerKv {
  public:
   virtual ~LayerKv() = default;
@@ -50,23 +62,63 @@ class LayerKv {
   // q [n][n_head][head_dim] -> out [n][n_head][head_dim]; logits are scale * q.k.
   virtual void attend(uint32_t pos0, uint32_t n, const float* q, float scale, float* out) = 0;
   virtual LayerBits bits() const = 0;
+  // The state of a recurrent layer (LayerShape::recurrent), null for an attention layer.
+  virtual RecurrentState* recurrent() { return nullptr; }
 };
+
+// How a recurrent layer's state is kept between tokens: f32 as llama.cpp (the reference and
+// the default of every arm), or rounded to f16, bf16 or q8_0 blocks after every token (an sjkv
+// extension, the arm option state=). Its bytes count in the arm's bits (cache_bits).
+enum class StateFormat : uint8_t { f32, f16, bf16, q8_0 };
+const char* state_format_name(StateFormat f);
+
+// A recurrent layer's store (what make_layer returns for one). The forward pass pushes each
+// token's convolution inputs and, in a format other than f32, writes and reads each head back
+// after every token, so the state is rounded once a token whatever the ubatch. begin_ubatch
+// counts the positions; store and attend are not used.
+class RecurrentState : public LayerKv {
+ public:
+  virtual const RecurrentShape& shape() const = 0;
+  virtual StateFormat format() const = 0;
+  // The convolution window, [conv_rows][conv_dim], oldest row first (zeros at the start);
+  // push_conv drops the oldest row and appends one token's inputs.
+  virtual void read_conv(float* w) const = 0;
+  virtual void push_conv(const float* row) = 0;
+  // Value head h's matrix, [head_dim][head_dim] (zeros at the start).
+  virtual void read_head(uint32_t h, float* m) const = 0;
+  virtual void write_head(uint32_t h, const float* m) = 0;
+  // Bytes the state takes in its format.
+  virtual uint64_t bytes() const = 0;
+  RecurrentState* recurrent() override { return this; }
+};
+// The store of a recurrent layer in format f; std::invalid_argument for a shape f cannot hold
+// (q8_0 needs conv_dim and head_dim multiples of 32).
+std::unique_ptr<LayerKv> make_state_layer(const LayerShape& s, StateFormat f);
 
 class KvArm {
  public:
   virtual ~KvArm() = default;
   const std::string& spec() const { return spec_; }
-  // One store per layer; sliding layers get f16 unless the arm compresses them too.
-  virtual std::unique_ptr<LayerKv> make_layer(const LayerShape& s) const = 0;
+  // How recurrent layers keep their state (state=; f32 unless the spec says otherwise).
+  StateFormat state_format() const { return state_; }
+  // One store per layer; sliding layers get f16 unless the arm compresses them too, recurrent
+  // layers make_state_layer in the arm's state format.
+  std::unique_ptr<LayerKv> make_layer(const LayerShape& s) const {
+    return s.recurrent ? make_state_layer(s, state_) : make_attention_layer(s);
+  }
   // True when every sliding-window layer this arm makes stores plain f16 rows, unrotated (as
-  // make_arm("f16") does): the layers before the first full-attention layer then compute the
-  // same bits for every such arm, and a replay of several arms runs them once.
-  virtual bool plain_f16_sliding() const { return false; }
+  // make_arm("f16") does), and recurrent layers keep an f32 state: the layers before the first
+  // full-attention layer then compute the same bits for every such arm, and a replay of several
+  // arms runs them once.
+  bool plain_f16_sliding() const { return state_ == StateFormat::f32 && plain_f16_sliding_layers(); }
   // Throws std::invalid_argument when the spec names layers the model lacks (layers=, wide=).
   virtual void check_layers(const std::vector<LayerShape>& /*layers*/) const {}
 
  protected:
+  virtual std::unique_ptr<LayerKv> make_attention_layer(const LayerShape& s) const = 0;
+  virtual bool plain_f16_sliding_layers() const { return false; }
   std::string spec_;
+  StateFormat state_ = StateFormat::f32;
 };
 
 // Parses an arm spec (docs/REPLAY.md lists the grammar). std::invalid_argument with a

@@ -33,7 +33,9 @@ inline ModelGeometry geometry_of(const ModelInfo& m) {
   g.layers.resize(m.layers.size());
   for (size_t i = 0; i < m.layers.size(); ++i) {
     const LayerShape& s = m.layers[i];
-    g.layers[i].kind = s.full_attention ? LayerKind::full_attention : LayerKind::sliding_window;
+    g.layers[i].kind = s.recurrent        ? LayerKind::recurrent
+                       : s.full_attention ? LayerKind::full_attention
+                                          : LayerKind::sliding_window;
     g.layers[i].n_head = s.n_head;
     g.layers[i].n_head_kv = s.n_head_kv;
     g.layers[i].head_dim_k = g.layers[i].head_dim_v = s.head_dim;

@@ -23,7 +23,9 @@ using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
 std::vector<std::unique_ptr<LayerKv>> make_cache(const Model& m, const KvArm& arm, uint32_t n_ctx, uint32_t n_ubatch);
 
 // Bits per value over the full-attention (compressed) layers, weighted by each layer's
-// n_head_kv * head_dim; all layers when the model has no full-attention layer.
+// n_head_kv * head_dim; all layers when the model has no full-attention layer. A hybrid's
+// recurrent states are charged to those values too: their bytes over the positions stored
+// (occupied) or the context (allocated).
 LayerBits cache_bits(const Model& m, const std::vector<std::unique_ptr<LayerKv>>& kv);
 
 // Draws the next token from `logits` (greedy: argmax, the lowest id on a tie; sampling:
