@@ -11,8 +11,8 @@ numpy's version nor the CPU changes them. The writer is the PyPI package gguf, p
   python3 scripts/make-test-models.py --out DIR [--only NAME...] \\
       [--check tests/golden/arch/models.sha256] [--write-hashes FILE]
 
-Models: 4 layers, n_ff 512, rms eps 1e-6, every tensor F32 (BPE: byte-level with merges,
-SPM: SentencePiece-style pieces with byte fallback; both learned from TEXT below).
+Models: 4 layers (the hybrids 8), n_ff 512, rms eps 1e-6, every tensor F32 (BPE: byte-level
+with merges, SPM: SentencePiece-style pieces with byte fallback; both learned from TEXT below).
 
   name     arch    n_embd  heads q/kv x size  vocab                 context  rope base
   qwen2    qwen2   256     2/1 x 128          BPE, pre qwen2, 500   32768    1e6
@@ -21,6 +21,8 @@ SPM: SentencePiece-style pieces with byte fallback; both learned from TEXT below
   mistral  llama   256     4/1 x 128          SPM, 480              32768    1e6
   gemma2   gemma2  256     4/2 x 128          SPM, 520              32768    1e4 (key absent)
   phi3     phi3    384     4/2 x 96           SPM, 460              131072   1e4
+  qwen35   qwen35  256     4/2 x 256          BPE, pre qwen35, 500  32768    1e7
+  qwen35moe qwen35moe 256  4/2 x 256          BPE, pre qwen35, 500  32768    1e7
 
   qwen2    q/k/v biases; tied output (no output.weight); no BOS added
   qwen3    attn_q_norm/attn_k_norm [128]; attn_q [256, 512]; untied
@@ -33,9 +35,22 @@ SPM: SentencePiece-style pieces with byte fallback; both learned from TEXT below
            up rows); longrope: rope_factors_long/short [48], original context 4096,
            attn_factor sqrt(1 + ln 32 / ln 4096); sliding_window 2047 declared, which
            llama.cpp disables; Phi-3's added tokens, eos <|endoftext|>; untied
+  qwen35   Gated DeltaNet hybrid: 8 main layers, 3 and 7 gated full attention (attn_q [256, 2048]:
+           query and output gate interleaved per head; attn_q_norm/attn_k_norm [256]; rope on
+           64 dims, imrope sections [11, 11, 10, 0]), the others Gated DeltaNet (ssm conv_kernel 4,
+           state_size 64, group_count 2 k heads, time_step_rank 4 v heads, inner_size 256:
+           attn_qkv, attn_gate, ssm_conv1d, ssm_dt.bias, ssm_a, ssm_beta, ssm_alpha, ssm_norm,
+           ssm_out); post_attention_norm and a dense FFN in every layer; block_count 9 with
+           nextn_predict_layers 1 (blk.8: an MTP block llama.cpp loads and skips);
+           attention.recurrent_layers written (false for blk.8) and full_attention_interval 4;
+           tied
+  qwen35moe the same layers without MTP (block_count 8) and without recurrent_layers (the
+           interval decides); MoE FFN: 8 experts, top 2, expert n_ff 128, a shared expert of
+           n_ff 256 gated by sigmoid(ffn_gate_inp_shexp . x); no feed_forward_length; untied
 
 Weight scales (SCORE_STD and the lines after it) keep the models far from degenerate:
-attention scores with a std of about 2.5 across keys, logits with a std of about 4.
+attention scores with a std of about 2.5 across keys, logits with a std of about 4; in the
+hybrids every gate, decay and router in its working range (the lines after NORM_STD).
 """
 import argparse
 import hashlib
@@ -66,7 +81,22 @@ MODELS = {
                     attn_softcap=50.0, final_softcap=30.0, embd_std=0.02, out_norm_mean=12.0),
     "phi3":    dict(arch="phi3", n_embd=384, n_head=4, n_head_kv=2, head=96, vocab="spm-phi3", n_vocab=460,
                     ctx=131072, rope_base=1e4, fused=True, longrope=True, orig_ctx=4096, swa=2047),
+    # Gated DeltaNet hybrids (build_hybrid): GDN = the linear-attention geometry below
+    "qwen35":  dict(arch="qwen35", n_embd=256, n_head=4, n_head_kv=2, head=256, vocab="bpe-qwen35", n_vocab=500,
+                    ctx=32768, rope_base=1e7, tied=True, n_layer=8, n_mtp=1, recurrent_array=True),
+    "qwen35moe": dict(arch="qwen35moe", n_embd=256, n_head=4, n_head_kv=2, head=256, vocab="bpe-qwen35",
+                      n_vocab=500, ctx=32768, rope_base=1e7, n_layer=8, n_mtp=0, recurrent_array=False,
+                      moe=dict(n_expert=8, n_used=2, n_ff_exp=128, n_ff_shexp=256)),
 }
+
+# The hybrids' shared geometry: full attention every FULL_ATTN_INTERVAL-th layer (3 and 7),
+# the rest Gated DeltaNet layers with GDN_HK key heads and GDN_HV value heads (Hv != Hk, so the
+# tiled v-head -> k-head mapping matters) of GDN_S dims, a causal conv of GDN_CONV taps; rope on
+# the first ROPE_DIMS of each 256-dim head, interleaved M-RoPE sections ROPE_SECTIONS.
+FULL_ATTN_INTERVAL = 4
+GDN_HK, GDN_HV, GDN_S, GDN_CONV = 2, 4, 64, 4
+ROPE_DIMS = 64
+ROPE_SECTIONS = [11, 11, 10, 0]
 
 # Scales of the random weights, chosen by measuring llama.cpp's logits and a float64 forward
 # pass on these files. A std of c/sqrt(n_in) gives outputs of rms about c for inputs of rms 1
@@ -83,6 +113,18 @@ QK_NORM_MEAN = 1.6
 EMBD_STD = 1.0     # untied token embeddings
 BIAS_STD = 0.3     # qwen2's q/k/v biases
 NORM_STD = 0.1     # norm weights: mean (1 unless said) + NORM_STD * n
+# Hybrids (qwen35, qwen35moe). Pre-activations in units of rms, for inputs of rms 1:
+ATTN_GATE_STD = 1.5   # attn_q (query half normed away; gate half: sigmoid(gate) spread over ~0.1-0.9)
+CONV_IN_STD = 1.5     # attn_qkv: conv inputs, so SiLU after the conv is neither linear nor off
+CONV_TAP_STD = 0.5    # ssm_conv1d taps, each as large as the others
+Z_STD = 1.5           # attn_gate: silu(z) of the gated norm
+BETA_STD = 1.0        # ssm_beta: beta = sigmoid(.) over ~0.2-0.8
+ALPHA_STD = 1.0       # ssm_alpha; plus ssm_dt.bias (mean DT_BIAS_MEAN, std DT_BIAS_STD)
+DT_BIAS_MEAN, DT_BIAS_STD = -1.0, 0.5
+SSM_A_RANGE = (0.05, 1.2)  # ssm_a = -(uniform in this range): decays exp(softplus(.) * ssm_a) ~0.3-0.99
+SSM_OUT_STD = 1.5     # ssm_out (its input, the gated norm's output, has rms ~0.5)
+ROUTER_STD = 2.0      # ffn_gate_inp: router logits of std ~2, so the top-2 changes from token to token
+SHEXP_GATE_STD = 1.5  # ffn_gate_inp_shexp: sigmoid(.) of the shared expert
 
 
 # ---- deterministic numbers ------------------------------------------------------------------
@@ -259,6 +301,7 @@ NORMAL, UNKNOWN, CONTROL, BYTE = 1, 2, 3, 6
 
 BPE_SPECIALS = {
     "bpe-qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+    "bpe-qwen35": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
     "bpe-llama3": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
 }
 
@@ -318,12 +361,12 @@ def add_vocab(w, spec):
     if kind.startswith("bpe"):
         v = bpe_vocab(kind, n_vocab)
         w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre("qwen2" if kind == "bpe-qwen2" else "llama-bpe")
+        w.add_tokenizer_pre({"bpe-qwen2": "qwen2", "bpe-qwen35": "qwen35"}.get(kind, "llama-bpe"))
         w.add_token_list(v["tokens"])
         w.add_token_types(v["types"])
         w.add_token_merges(v["merges"])
         first_special = n_vocab - len(BPE_SPECIALS[kind])
-        if kind == "bpe-qwen2":  # Qwen: <|endoftext|> is both, and no BOS is added
+        if kind in ("bpe-qwen2", "bpe-qwen35"):  # Qwen: <|endoftext|> is both, and no BOS is added
             w.add_bos_token_id(first_special)
             w.add_eos_token_id(first_special)
             w.add_add_bos_token(False)
@@ -376,6 +419,8 @@ def longrope_factors(n):
 def build(name, spec, path, seed):
     import gguf
 
+    if "n_layer" in spec:
+        return build_hybrid(name, spec, path, seed)
     w = gguf.GGUFWriter(path, spec["arch"])
     arch = spec["arch"]
     attn_factor = 1.0
@@ -463,6 +508,124 @@ def build(name, spec, path, seed):
         if spec.get("post_norms"):
             norm(b + "post_ffw_norm.weight", E)
     norm("output_norm.weight", E, spec.get("out_norm_mean", 1.0))
+    if not spec.get("tied"):
+        t("output.weight", (n_vocab, E), LOGIT_STD * unit_in)
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def build_hybrid(name, spec, path, seed):
+    """qwen35 / qwen35moe: Gated DeltaNet layers and gated full-attention layers (FULL_ATTN_INTERVAL),
+    a post_attention_norm before each FFN (dense, or routed experts plus a gated shared expert),
+    n_mtp trailing multi-token-prediction blocks that llama.cpp loads and never runs."""
+    import gguf
+
+    arch = spec["arch"]
+    E, H, HKV, D = spec["n_embd"], spec["n_head"], spec["n_head_kv"], spec["head"]
+    n_main, n_mtp = spec["n_layer"], spec["n_mtp"]
+    n_all = n_main + n_mtp
+    key_dim, value_dim = GDN_HK * GDN_S, GDN_HV * GDN_S
+    conv_dim = 2 * key_dim + value_dim
+    recurrent = [il < n_main and (il + 1) % FULL_ATTN_INTERVAL != 0 for il in range(n_all)]
+    moe = spec.get("moe")
+
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(name)
+    w.add_context_length(spec["ctx"])
+    w.add_embedding_length(E)
+    w.add_block_count(n_all)
+    if n_mtp:
+        w.add_nextn_predict_layers(n_mtp)
+    if moe:
+        w.add_expert_count(moe["n_expert"])
+        w.add_expert_used_count(moe["n_used"])
+        w.add_expert_feed_forward_length(moe["n_ff_exp"])
+        w.add_expert_shared_feed_forward_length(moe["n_ff_shexp"])
+    else:
+        w.add_feed_forward_length(N_FF)
+    w.add_head_count(H)
+    w.add_head_count_kv(HKV)
+    w.add_key_length(D)
+    w.add_value_length(D)
+    w.add_layer_norm_rms_eps(RMS_EPS)
+    w.add_rope_freq_base(spec["rope_base"])
+    w.add_rope_dimension_count(ROPE_DIMS)
+    w.add_rope_dimension_sections(ROPE_SECTIONS)
+    w.add_ssm_conv_kernel(GDN_CONV)
+    w.add_ssm_state_size(GDN_S)
+    w.add_ssm_group_count(GDN_HK)
+    w.add_ssm_time_step_rank(GDN_HV)
+    w.add_ssm_inner_size(value_dim)
+    if spec["recurrent_array"]:  # what the converter writes from layer_types (false for MTP layers)
+        w.add_array("%s.attention.recurrent_layers" % arch, recurrent)
+    w.add_full_attention_interval(FULL_ATTN_INTERVAL)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    n_vocab = add_vocab(w, spec)
+
+    unit_in = 1 / math.sqrt(E)
+
+    def t(tname, shape, std, mean=0.0):
+        w.add_tensor(tname, rand_tensor(seed, name + "/" + tname, shape, std, mean))
+
+    def norm(tname, n, mean=1.0):
+        t(tname, (n,), NORM_STD, mean)
+
+    def full_attention(b):
+        # attn_q holds per head [query (D), gate (D)]; the query is rms-normed, so only the gate
+        # half's scale matters. q/k norms of mean QK_NORM_MEAN give scores of std ~SCORE_STD.
+        t(b + "attn_q.weight", (2 * H * D, E), ATTN_GATE_STD * unit_in)
+        t(b + "attn_k.weight", (HKV * D, E), unit_in)
+        t(b + "attn_v.weight", (HKV * D, E), unit_in)
+        norm(b + "attn_q_norm.weight", D, QK_NORM_MEAN)
+        norm(b + "attn_k_norm.weight", D, QK_NORM_MEAN)
+        t(b + "attn_output.weight", (E, H * D), 1 / math.sqrt(H * D))
+
+    def ffn(b):
+        if moe:
+            X, F, FS = moe["n_expert"], moe["n_ff_exp"], moe["n_ff_shexp"]
+            t(b + "ffn_gate_inp.weight", (X, E), ROUTER_STD * unit_in)
+            t(b + "ffn_gate_exps.weight", (X, F, E), unit_in)
+            t(b + "ffn_up_exps.weight", (X, F, E), unit_in)
+            t(b + "ffn_down_exps.weight", (X, E, F), 1 / math.sqrt(F))
+            t(b + "ffn_gate_inp_shexp.weight", (E,), SHEXP_GATE_STD * unit_in)
+            t(b + "ffn_gate_shexp.weight", (FS, E), unit_in)
+            t(b + "ffn_up_shexp.weight", (FS, E), unit_in)
+            t(b + "ffn_down_shexp.weight", (E, FS), 1 / math.sqrt(FS))
+        else:
+            t(b + "ffn_gate.weight", (N_FF, E), unit_in)
+            t(b + "ffn_up.weight", (N_FF, E), unit_in)
+            t(b + "ffn_down.weight", (E, N_FF), 1 / math.sqrt(N_FF))
+
+    # numpy shapes are (rows, columns) = llama.cpp's (ne1, ne0)
+    t("token_embd.weight", (n_vocab, E), LOGIT_STD * unit_in if spec.get("tied") else EMBD_STD)
+    for il in range(n_all):
+        b = "blk.%d." % il
+        norm(b + "attn_norm.weight", E)
+        if recurrent[il]:
+            # rows of attn_qkv: q (key_dim), k (key_dim), v (value_dim); v heads in tiled order
+            t(b + "attn_qkv.weight", (conv_dim, E), CONV_IN_STD * unit_in)
+            t(b + "attn_gate.weight", (value_dim, E), Z_STD * unit_in)
+            t(b + "ssm_conv1d.weight", (conv_dim, GDN_CONV), CONV_TAP_STD)
+            t(b + "ssm_dt.bias", (GDN_HV,), DT_BIAS_STD, DT_BIAS_MEAN)
+            lo, hi = SSM_A_RANGE  # -exp(A_log) as the converter stores it, drawn directly
+            u = uniforms(stream_key(seed, name + "/" + b + "ssm_a"), GDN_HV)
+            w.add_tensor(b + "ssm_a", (-(lo + (hi - lo) * u)).astype(np.float32))
+            t(b + "ssm_beta.weight", (GDN_HV, E), BETA_STD * unit_in)
+            t(b + "ssm_alpha.weight", (GDN_HV, E), ALPHA_STD * unit_in)
+            norm(b + "ssm_norm.weight", GDN_S)
+            t(b + "ssm_out.weight", (E, value_dim), SSM_OUT_STD / math.sqrt(value_dim))
+        else:
+            full_attention(b)
+        norm(b + "post_attention_norm.weight", E)
+        ffn(b)
+        if il >= n_main:  # MTP block: never run by the main pass; the loader requires these
+            t(b + "nextn.eh_proj.weight", (E, 2 * E), 1 / math.sqrt(2 * E))
+            norm(b + "nextn.enorm.weight", E)
+            norm(b + "nextn.hnorm.weight", E)
+    norm("output_norm.weight", E)
     if not spec.get("tied"):
         t("output.weight", (n_vocab, E), LOGIT_STD * unit_in)
 
