@@ -36,6 +36,26 @@
 // (0 F32, 1 F16, 8 Q8_0, 30 BF16, ...). Layer indices are not stored: a section's layers are the
 // cache's layers in model order, minus those the cache does not hold (SWA or shared layers).
 //
+// A hybrid model (src/llama-memory-hybrid.cpp; Qwen 3.5, Qwen3-Next) writes exactly one KV cache
+// section, holding its full-attention layers only (the main layers that are not recurrent, in
+// order), then its recurrent state (src/llama-memory-recurrent.cpp: state_write,
+// state_write_meta, state_write_data), and nothing after it:
+//     u32 cell_count                               cells of the saved sequence(s): llama.cpp keeps
+//                                                  one per sequence, so at most 256 (ggsq: 0 or 1)
+//     per cell: i32 pos                            the last position the cell took (-1: none yet)
+//               u32 n_seq_id; i32 seq_id[n_seq_id] ggsq: 0 ids (the saved sequence is implied);
+//                                                  ggsn: the cell's sequences, 1 or more
+//     u32 s_trans                                  0: llama.cpp writes no other
+//     u32 n_layer                                  the model's main layers (nextn blocks excluded),
+//                                                  recurrent or not
+//     per recurrent layer, in order: i32 type; u64 row_bytes; row_bytes * cell_count bytes
+//                                                  the conv state, (Kc - 1) x conv_dim values
+//     per recurrent layer, in order: i32 type; u64 row_bytes; row_bytes * cell_count bytes
+//                                                  the delta state, S x inner_size values
+// Rows are F32 in llama.cpp (docs/design/qwen35.md section 8). Layers without a state write
+// nothing, so the file alone cannot be walked: the model says which layers are recurrent and
+// how long their rows are (LlamaRecurrentLayout).
+//
 // Versions: the n_stream field and the per-cell ext record were added without a version bump,
 // so a ggsq 2 / ggsn 9 file from before n_stream (llama.cpp before mid-2025) is not this layout;
 // the strict checks below refuse it (with a hint at that cause) rather than misread it. ggsq 3
@@ -49,6 +69,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -108,7 +129,7 @@ class StateReader {
     }
   }
 
-  Capture run();
+  Capture run(LlamaRecurrentState* recurrent);
 
  private:
   std::string where(uint32_t layer, const char* kv, uint32_t cell, const Cell& c,
@@ -127,6 +148,9 @@ class StateReader {
                  uint32_t el, uint32_t layer, const char* kv, std::vector<uint16_t>* dst,
                  uint32_t n_keep);
   void read_stream(uint32_t section, uint32_t layer0, uint32_t* n_layer_section);
+  void read_recurrent(LlamaRecurrentState* out);
+  void read_state_rows(const char* what, uint64_t values, const std::vector<bool>& keep, uint32_t n_keep,
+                       std::vector<std::vector<float>>* out);
 
   std::string path_;
   const LlamaStateOptions& opt_;
@@ -380,6 +404,101 @@ void StateReader::read_stream(uint32_t section, uint32_t layer0, uint32_t* n_lay
   }
 }
 
+// One of the recurrent part's two blocks (conv or delta): per recurrent layer a type, a row size
+// and cell_count rows; the kept cells' rows go to `out` (null: skipped after the size checks).
+void StateReader::read_state_rows(const char* what, uint64_t values, const std::vector<bool>& keep, uint32_t n_keep,
+                                  std::vector<std::vector<float>>* out) {
+  const std::vector<uint32_t>& layers = opt_.recurrent.layers;
+  const uint64_t cell_count = keep.size();
+  if (out) out->assign(layers.size(), {});
+  for (size_t li = 0; li < layers.size(); ++li) {
+    const std::string lname = "layer " + std::to_string(layers[li]) + " recurrent " + what + " state";
+    const int32_t type = in_.i32(lname + " type");
+    const uint64_t row = in_.u64(lname + " row size");
+    const uint32_t el = type == kTypeF32 ? 4 : type == kTypeF16 ? 2 : 0;
+    if (el == 0)
+      in_.fail(lname + " type " + ggml_type_name(type) + " (ggml type " + std::to_string(type) +
+               ") is not read: only F32 (what llama.cpp writes) and F16");
+    if (row != values * el)  // values < 2^32 (checked with the options)
+      in_.fail(lname + ": rows of " + std::to_string(row) + " bytes, the model's " + what + " state is " +
+               std::to_string(values) + " values (" + std::to_string(values * el) + " bytes in " + ggml_type_name(type) +
+               ")");
+    in_.check_count(row, cell_count, lname + " data");
+    if (!out) {
+      in_.skip(row * cell_count, lname + " data");
+      continue;
+    }
+    std::vector<float>& dst = (*out)[li];
+    dst.resize(static_cast<size_t>(n_keep) * values);
+    float* o = dst.data();
+    for (uint64_t c = 0; c < cell_count; ++c) {
+      const uint8_t* p = in_.here();
+      in_.skip(row, lname + " data");
+      if (!keep[c]) continue;
+      for (uint64_t j = 0; j < values; ++j, ++o) {
+        float x;
+        if (el == 4) {
+          x = f32_from_bits(static_cast<uint32_t>(bin::load_le(p + 4 * j, 4)));
+        } else {
+          x = f16_to_f32(static_cast<uint16_t>(bin::load_le(p + 2 * j, 2)));
+        }
+        if (!std::isfinite(x))
+          in_.fail(lname + " cell " + std::to_string(c) + " value " + std::to_string(j) + " is " +
+                   (std::isnan(x) ? "NaN" : "infinite"));
+        *o = x;
+      }
+    }
+  }
+}
+
+void StateReader::read_recurrent(LlamaRecurrentState* out) {
+  const LlamaRecurrentLayout& r = opt_.recurrent;
+  if (in_.remaining() == 0)
+    in_.fail("the file ends after the KV cache: a hybrid model's state has its recurrent part next");
+  const uint32_t cell_count = in_.u32("recurrent cell count");
+  if (cell_count > (seq_file_ ? 1 : kMaxSeq))
+    in_.fail("recurrent cell count " + std::to_string(cell_count) + " exceeds " + (seq_file_ ? "1" : "256") +
+             " (llama.cpp keeps one cell per sequence)");
+  in_.check_count(cell_count, 8, "recurrent cell count");  // pos + n_seq_id
+  std::vector<bool> keep(cell_count);
+  std::vector<int32_t> pos;
+  for (uint32_t i = 0; i < cell_count; ++i) {
+    const std::string cell = "recurrent cell " + std::to_string(i);
+    const int32_t p = in_.i32(cell + " position");
+    const uint32_t n_seq = in_.u32(cell + " sequence count");
+    if (p < -1) in_.fail(cell + ": position " + std::to_string(p) + " (-1 or more)");
+    if (seq_file_ ? n_seq != 0 : (n_seq == 0 || n_seq > kMaxSeq))
+      in_.fail(cell + ": " + std::to_string(n_seq) + " sequence ids (" +
+               (seq_file_ ? "a sequence state writes none there)" : "expected 1..256)"));
+    bool k = seq_file_ || opt_.seq_id < 0;
+    for (uint32_t q = 0; q < n_seq; ++q) {
+      const int32_t id = in_.i32(cell + " sequence id");
+      if (id < 0 || static_cast<uint32_t>(id) >= kMaxSeq)
+        in_.fail(cell + ": sequence id " + std::to_string(id) + " outside [0, 256)");
+      if (id == opt_.seq_id) k = true;
+    }
+    keep[i] = k;
+    if (k) pos.push_back(p);
+  }
+  const uint32_t s_trans = in_.u32("recurrent s_trans flag");
+  if (s_trans != 0)
+    in_.fail("recurrent s_trans flag " + std::to_string(s_trans) +
+             (s_trans == 1 ? ": a transposed state is not read (llama.cpp writes 0)" : " is not 0"));
+  const uint32_t n_layer = in_.u32("recurrent layer count");
+  if (n_layer != r.n_layer)
+    in_.fail("the recurrent state counts " + std::to_string(n_layer) + " layers, the model has " +
+             std::to_string(r.n_layer) + " (not this model's state?)");
+  const uint32_t n_keep = static_cast<uint32_t>(pos.size());
+  read_state_rows("conv", r.conv_values, keep, n_keep, out ? &out->conv : nullptr);
+  read_state_rows("delta", r.delta_values, keep, n_keep, out ? &out->delta : nullptr);
+  if (in_.remaining() != 0)
+    in_.fail(std::to_string(in_.remaining()) + " bytes after the recurrent state, where a hybrid model's file ends");
+  if (out) {
+    out->layers = r.layers;
+    out->cell_pos = std::move(pos);
+  }
+}
+
 void StateReader::read_section(uint32_t section) {
   const uint32_t n_stream = in_.u32("stream count");
   if (n_stream == 0 || n_stream > kMaxSeq)
@@ -396,7 +515,7 @@ void StateReader::read_section(uint32_t section) {
   stream_name_.clear();
 }
 
-Capture StateReader::run() {
+Capture StateReader::run(LlamaRecurrentState* recurrent) {
   if (in_.size() < 4) in_.fail("truncated: magic needs 4 bytes, the file has " + std::to_string(in_.size()));
   const uint32_t magic = in_.u32("magic");
   if (magic != kMagicSeq && magic != kMagicCtx) {
@@ -448,10 +567,12 @@ Capture StateReader::run() {
   if (in_.remaining() == 0) in_.fail("no KV cache state after the header (a model without one?)");
 
   uint32_t sections = 0;
-  while (opt_.kv_sections == 0 ? in_.remaining() > 0 : sections < opt_.kv_sections) {
+  const bool hybrid = !opt_.recurrent.empty();
+  const uint32_t want = hybrid ? 1 : opt_.kv_sections;  // a hybrid writes one KV cache section
+  while (want == 0 ? in_.remaining() > 0 : sections < want) {
     if (in_.remaining() == 0)
-      in_.fail("the file holds " + std::to_string(sections) + " KV cache sections, " +
-               std::to_string(opt_.kv_sections) + " were asked for");
+      in_.fail("the file holds " + std::to_string(sections) + " KV cache sections, " + std::to_string(want) +
+               " were asked for");
     try {
       read_section(sections++);
     } catch (const FileError& e) {
@@ -462,6 +583,8 @@ Capture StateReader::run() {
     }
   }
 
+  if (hybrid) read_recurrent(recurrent);
+
   if (sections == 0) in_.fail("no KV cache section");
   if (n_file_layers_ == 0) in_.fail("no KV cells (every stream is empty)");
   for (size_t i = 0; i < opt_.layers.size(); ++i)
@@ -469,8 +592,11 @@ Capture StateReader::run() {
       in_.fail("layer " + std::to_string(opt_.layers[i]) + " was asked for, the file holds " +
                std::to_string(n_file_layers_) + " layers");
   if (!opt_.layer_ids.empty() && opt_.layer_ids.size() != kept_.size())
-    in_.fail(std::to_string(opt_.layer_ids.size()) + " layer ids were given for the file's " +
-             std::to_string(kept_.size()) + " layers");
+    in_.fail(hybrid && opt_.layers.empty()
+                 ? "the attention cache holds " + std::to_string(kept_.size()) + " layers, the model has " +
+                       std::to_string(opt_.layer_ids.size()) + " full-attention layers (not this model's state?)"
+                 : std::to_string(opt_.layer_ids.size()) + " layer ids were given for the file's " +
+                       std::to_string(kept_.size()) + " layers");
   if (kept_.empty()) in_.fail("no layers");
   if (!kept_[0].seen || kept_[0].pos.empty())
     in_.fail(opt_.seq_id >= 0 && !seq_file_
@@ -544,7 +670,8 @@ Capture StateReader::run() {
 
 }  // namespace
 
-Capture read_llama_state(const std::string& path, const LlamaStateOptions& options) {
+Capture read_llama_state(const std::string& path, const LlamaStateOptions& options,
+                         LlamaRecurrentState* recurrent) {
   const uint32_t hd = options.head_dim;
   if (hd == 0)
     throw std::invalid_argument(
@@ -558,8 +685,25 @@ Capture read_llama_state(const std::string& path, const LlamaStateOptions& optio
   if (!options.layers.empty() && !options.layer_ids.empty() &&
       options.layer_ids.size() != options.layers.size())
     throw std::invalid_argument("layer_ids must have one entry per kept layer");
+  const LlamaRecurrentLayout& rl = options.recurrent;
+  if (!rl.empty()) {
+    if (options.kv_sections > 1)
+      throw std::invalid_argument("a hybrid model's state has one KV cache section, " +
+                                  std::to_string(options.kv_sections) + " were asked for");
+    for (size_t i = 0; i < rl.layers.size(); ++i)
+      if (rl.layers[i] >= rl.n_layer || (i > 0 && rl.layers[i] <= rl.layers[i - 1]))
+        throw std::invalid_argument("the recurrent layers must be ascending and below the layer count " +
+                                    std::to_string(rl.n_layer));
+    constexpr uint64_t kMax = std::numeric_limits<uint32_t>::max();
+    if (!rl.layers.empty() &&
+        (rl.conv_values == 0 || rl.delta_values == 0 || rl.conv_values > kMax || rl.delta_values > kMax))
+      throw std::invalid_argument("the recurrent conv and delta rows must hold 1 to 2^32 - 1 values (" +
+                                  std::to_string(rl.conv_values) + ", " + std::to_string(rl.delta_values) + ")");
+  } else if (!rl.layers.empty()) {
+    throw std::invalid_argument("recurrent layers given with a layer count of 0");
+  }
   StateReader r(path, options);
-  return r.run();
+  return r.run(recurrent);
 }
 
 }  // namespace sjkv

@@ -65,6 +65,8 @@ Capture load_unchecked(const std::string& path, const ImportOptions& opt) {
       lo.layers = opt.layers;
       lo.layer_ids = opt.layer_ids;
       lo.kv_sections = opt.kv_sections;
+      lo.recurrent = opt.recurrent;
+      lo.cell_ext = opt.cell_ext;
       if (opt.head_dim == 0) throw FileError(path, "is a llama.cpp state file: give the head size with --head-dim");
       try {
         return read_llama_state(path, lo);
@@ -89,9 +91,11 @@ ImportOptions import_options_for(const ModelGeometry& g) {
   const std::vector<uint32_t> full = g.full_attention_layers();
   if (full.empty()) throw std::invalid_argument("the model (" + g.architecture + ") has no full-attention layer");
   o.head_dim = g.layers[full[0]].head_dim_k;
+  o.cell_ext = g.state_cell_ext;
   bool split = false;
   for (uint32_t i = 0; i < g.layers.size(); ++i) {
     const LayerInfo& l = g.layers[i];
+    if (l.kind == LayerKind::nextn && g.hybrid_memory) continue;  // no KV, no state (llama.cpp's filters)
     if (l.kind == LayerKind::nextn)
       throw std::invalid_argument("the model (" + g.architecture + ") has draft (nextn) layers; give --head-dim and --layers");
     if (l.kind != LayerKind::full_attention) split = true;
@@ -99,7 +103,13 @@ ImportOptions import_options_for(const ModelGeometry& g) {
       throw std::invalid_argument("the model's full-attention layers have differing head sizes (layer " + std::to_string(i) +
                                   "); give --head-dim and --layers");
   }
-  if (split) {
+  if (g.hybrid_memory) {
+    o.layer_ids = full;
+    o.recurrent.n_layer = g.main_layers();
+    o.recurrent.layers = g.recurrent_layers();
+    o.recurrent.conv_values = g.recurrent.conv_values();
+    o.recurrent.delta_values = g.recurrent.delta_values();
+  } else if (split) {
     o.kv_sections = 1;
     o.layer_ids = full;
   }

@@ -222,6 +222,7 @@ class GeometryReader {
       if (swa[i] && kind[i] == LayerKind::full_attention) kind[i] = LayerKind::sliding_window;
     if (qwen_hybrid && std::count(kind.begin(), kind.end(), LayerKind::recurrent) > 0)
       g.recurrent = recurrent_shape();
+    g.hybrid_memory = qwen_hybrid;
     g.state_cell_ext = arch_ == "qwen35" || arch_ == "qwen35moe";  // iM-RoPE (llama.cpp's rope type)
     if (rule.empty()) rule = "every layer has full attention; ";
     rule.resize(rule.size() - 2);

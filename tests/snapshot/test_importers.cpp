@@ -28,6 +28,7 @@
 #include "sjkv/io/codebook.h"
 #include "sjkv/io/gguf.h"
 #include "sjkv/io/load.h"
+#include "sjkv/io/model_geometry.h"
 #include "sjkv/io/sha256.h"
 #include "sjkv/io/snapshot_file.h"
 #include "sjkv/io/state_stream.h"
@@ -340,6 +341,23 @@ struct LStream {
   uint32_t n_layer_override = 0;
 };
 
+// A hybrid model's recurrent part (the layout at the top of snapshot/src/llama_state.cpp).
+struct LRLayer {
+  uint32_t id = 0;   // the model's layer index, for the value pattern
+  int32_t type = 0;  // F32
+  uint64_t row = 0;  // 0: values x element size
+};
+
+struct LRecurrent {
+  bool present = false;
+  std::vector<LCell> cells;  // seqs: empty in a sequence file, as llama.cpp writes it
+  uint32_t s_trans = 0, n_layer = 0;
+  uint64_t conv_values = 0, delta_values = 0;
+  std::vector<LRLayer> conv, delta;
+  // value j of (conv 0 / delta 1, layer, cell position); default: state_value
+  std::function<float(int which, uint32_t layer, int32_t pos, uint64_t j)> value;
+};
+
 struct LState {
   uint32_t magic = kGgsq, version = 3;
   std::vector<int32_t> tokens;
@@ -349,7 +367,14 @@ struct LState {
   uint32_t n_outputs = 3;
   uint64_t n_logits = 5, n_embd_out = 2;
   std::vector<std::vector<LStream>> sections;  // section -> streams
+  LRecurrent recurrent;                        // written after the sections when present
 };
+
+// Deterministic recurrent state value: exact in f32 and f16, different per layer, block, cell
+// position and index.
+float state_value(int which, uint32_t layer, int32_t pos, uint64_t j) {
+  return cache_value(layer + 1000u * static_cast<uint32_t>(which + 1), pos, static_cast<uint32_t>(j), 0);
+}
 
 constexpr uint64_t kMaxWrite = 1u << 22;
 
@@ -427,6 +452,29 @@ Bytes llama_bytes(const LState& s) {
           for (uint32_t ch = 0; ch < n; ++ch)
             for (const LCell& c : st.cells) put_value(b, l.v_type, val(l, 1, c.pos, ch));
         }
+      }
+    }
+  }
+  const LRecurrent& r = s.recurrent;
+  if (r.present) {
+    put_u32(b, static_cast<uint32_t>(r.cells.size()));
+    for (const LCell& c : r.cells) {
+      put_i32(b, c.pos);
+      put_u32(b, static_cast<uint32_t>(c.seqs.size()));
+      for (int32_t q : c.seqs) put_i32(b, q);
+    }
+    put_u32(b, r.s_trans);
+    put_u32(b, r.n_layer);
+    for (int which = 0; which < 2; ++which) {
+      const uint64_t values = which ? r.delta_values : r.conv_values;
+      for (const LRLayer& l : which ? r.delta : r.conv) {
+        put_i32(b, l.type);
+        const uint64_t row = l.row ? l.row : values * el_size(l.type);
+        put_u64(b, row);
+        if (row > kMaxWrite) continue;  // a hostile size: no data behind it
+        for (const LCell& c : r.cells)
+          for (uint64_t j = 0; j < row / el_size(l.type); ++j)
+            put_value(b, l.type, r.value ? r.value(which, l.id, c.pos, j) : state_value(which, l.id, c.pos, j));
       }
     }
   }
@@ -945,6 +993,302 @@ TEST(LlamaState, RejectsEachDefect) {
     opt.head_dim = 32;
     expect_reject([&] { read_llama_state(path, opt); }, path, c.defect);
   }
+}
+
+// ---- Hybrid models (Qwen 3.5): the attention cache, then the recurrent state -----------------
+//
+// 8 main layers, full attention at 3 and 7 (2 KV heads of 32), Gated DeltaNet state at the
+// other six: Kc 4, S 8, one key head and two value heads, so conv rows of 3 x (2 x 8 + 16) values
+// and delta rows of 8 x 16; 12 tokens; the cells carry the 12-byte ext record of an iM-RoPE
+// model (ggsq 3 / ggsn 10).
+constexpr uint64_t kConv = 96, kDelta = 128;
+const std::vector<uint32_t> kRecurrentLayers = {0, 1, 2, 4, 5, 6};
+
+LRecurrent hybrid_recurrent(std::vector<LCell> cells) {
+  LRecurrent r;
+  r.present = true;
+  r.cells = std::move(cells);
+  r.n_layer = 8;
+  r.conv_values = kConv;
+  r.delta_values = kDelta;
+  for (uint32_t id : kRecurrentLayers) {
+    r.conv.push_back({id, 0, 0});
+    r.delta.push_back({id, 0, 0});
+  }
+  return r;
+}
+
+LState hybrid_seq_state() {
+  LState s;
+  s.tokens = iota_pos(12, 500);
+  s.ext_bytes = 12;
+  s.sections = {{make_stream(shuffled_cells(12, 31), 2, 0, 2 * 32, 1, 1, 0)}};
+  s.recurrent = hybrid_recurrent({{11, {}}});  // one cell, the last position, no sequence ids
+  return s;
+}
+
+LlamaStateOptions hybrid_options() {
+  LlamaStateOptions o;
+  o.head_dim = 32;
+  o.cell_ext = true;
+  o.layer_ids = {3, 7};
+  o.recurrent.n_layer = 8;
+  o.recurrent.layers = kRecurrentLayers;
+  o.recurrent.conv_values = kConv;
+  o.recurrent.delta_values = kDelta;
+  return o;
+}
+
+void expect_state(const LlamaRecurrentState& st, const std::vector<int32_t>& cell_pos) {
+  EXPECT_EQ(st.layers, kRecurrentLayers);
+  ASSERT_EQ(st.cell_pos, cell_pos);
+  ASSERT_EQ(st.conv.size(), kRecurrentLayers.size());
+  ASSERT_EQ(st.delta.size(), kRecurrentLayers.size());
+  double norm = 0;
+  for (size_t l = 0; l < kRecurrentLayers.size(); ++l)
+    for (int which = 0; which < 2; ++which) {
+      const std::vector<float>& v = which ? st.delta[l] : st.conv[l];
+      const uint64_t n = which ? kDelta : kConv;
+      ASSERT_EQ(v.size(), cell_pos.size() * n);
+      for (size_t c = 0; c < cell_pos.size(); ++c)
+        for (uint64_t j = 0; j < n; ++j) {
+          ASSERT_EQ(v[c * n + j], state_value(which, kRecurrentLayers[l], cell_pos[c], j))
+              << (which ? "delta" : "conv") << " layer " << kRecurrentLayers[l] << " cell " << c << " value " << j;
+          norm += std::fabs(v[c * n + j]);
+        }
+    }
+  EXPECT_GT(norm, 0.0);
+}
+
+TEST(LlamaStateHybrid, SeqStateReadsKvAndRecurrentState) {
+  TempDir tmp;
+  const std::string path = tmp.write("hybrid.bin", llama_bytes(hybrid_seq_state()));
+  const LlamaStateOptions opt = hybrid_options();
+  LlamaRecurrentState st;
+  const Capture cap = read_llama_state(path, opt, &st);
+  expect_cache(cap, {0, 1}, iota_pos(12), 2, 32);
+  EXPECT_EQ(cap.layers[0].layer_id, 3u);
+  EXPECT_EQ(cap.layers[1].layer_id, 7u);
+  EXPECT_EQ(cap.token_ids, iota_pos(12, 500));
+  expect_state(st, {11});
+  // Without an output the state is skipped, its sizes still checked.
+  expect_cache(read_llama_state(path, opt), {0, 1}, iota_pos(12), 2, 32);
+  // F16 state rows (llama.cpp writes F32; F16 is read too).
+  LState h = hybrid_seq_state();
+  for (LRLayer& l : h.recurrent.conv) l.type = 1;
+  const std::string f16 = tmp.write("hybrid-f16.bin", llama_bytes(h));
+  LlamaRecurrentState st16;
+  (void)read_llama_state(f16, opt, &st16);
+  expect_state(st16, {11});
+  // The older way (one section, the rest ignored) still reads the KV cache...
+  LlamaStateOptions legacy = opt;
+  legacy.recurrent = {};
+  legacy.kv_sections = 1;
+  expect_cache(read_llama_state(path, legacy), {0, 1}, iota_pos(12), 2, 32);
+  // ...but without either the recurrent part is never taken for a second KV cache section.
+  legacy.kv_sections = 0;
+  EXPECT_THROW((void)read_llama_state(path, legacy), FileError);
+}
+
+TEST(LlamaStateHybrid, FullStateSelectsSequence) {
+  TempDir tmp;
+  LState s;
+  s.magic = kGgsn;
+  s.version = 10;
+  s.arch = "qwen35";
+  s.ext_bytes = 12;
+  // sequence 0 at positions 0..11, sequence 1 at 0..5 (own cells); one recurrent cell each
+  std::vector<LCell> cells;
+  for (int32_t p = 0; p < 12; ++p) cells.push_back({p, {0}});
+  for (int32_t p = 0; p < 6; ++p) cells.push_back({p, {1}});
+  std::mt19937 rng(8);
+  std::shuffle(cells.begin(), cells.end(), rng);
+  s.sections = {{make_stream(cells, 2, 0, 2 * 32, 0, 0, 1)}};
+  s.recurrent = hybrid_recurrent({{5, {1}}, {11, {0}}});
+  const std::string path = tmp.write("hybrid.ggsn", llama_bytes(s));
+  LlamaStateOptions opt = hybrid_options();
+  LlamaRecurrentState st;
+  for (int32_t seq : {0, 1}) {
+    opt.seq_id = seq;
+    const Capture cap = read_llama_state(path, opt, &st);
+    EXPECT_EQ(cap.model, "qwen35");
+    expect_cache(cap, {0, 1}, iota_pos(seq ? 6 : 12), 2, 32);
+    expect_state(st, {seq ? 5 : 11});
+  }
+  opt.seq_id = 2;
+  expect_reject([&] { read_llama_state(path, opt, &st); }, path, "no KV cells of sequence 2");
+}
+
+// What the model's geometry gives (sjkv-encode encode --model): the same options, and a draft
+// (nextn) block is no obstacle in a hybrid, where it has neither KV nor state.
+TEST(LlamaStateHybrid, OptionsFromTheModelsGeometry) {
+  ModelGeometry g;
+  g.architecture = "qwen35";
+  g.n_layers = 9;
+  g.layers.resize(9);
+  for (uint32_t i = 0; i < 9; ++i) {
+    LayerInfo& l = g.layers[i];
+    l.kind = i == 8 ? LayerKind::nextn : (i + 1) % 4 == 0 ? LayerKind::full_attention : LayerKind::recurrent;
+    l.n_head = 4;
+    l.n_head_kv = 2;
+    l.head_dim_k = l.head_dim_v = 32;
+  }
+  g.recurrent = {4, 16, 8, 2, 1};  // Kc, inner_size, S, Hv, Hk: the test file's shape
+  g.hybrid_memory = true;
+  g.state_cell_ext = true;
+  const ImportOptions io = import_options_for(g);
+  EXPECT_EQ(io.head_dim, 32u);
+  EXPECT_EQ(io.kv_sections, 0u);
+  EXPECT_TRUE(io.cell_ext);
+  EXPECT_EQ(io.layer_ids, (std::vector<uint32_t>{3, 7}));
+  EXPECT_TRUE(io.layers.empty());
+  EXPECT_EQ(io.recurrent.n_layer, 8u);
+  EXPECT_EQ(io.recurrent.layers, kRecurrentLayers);
+  EXPECT_EQ(io.recurrent.conv_values, kConv);
+  EXPECT_EQ(io.recurrent.delta_values, kDelta);
+  TempDir tmp;
+  const std::string path = tmp.write("hybrid.bin", llama_bytes(hybrid_seq_state()));
+  expect_cache(load_capture_any(path, io), {0, 1}, iota_pos(12), 2, 32);
+  // Another model's rows disagree with the file's: one line naming both.
+  g.recurrent.group_count = 2;  // conv 3 x (2 x 2 x 8 + 16) = 144 values
+  expect_reject([&] { (void)load_capture_any(path, import_options_for(g)); }, path,
+                "layer 0 recurrent conv state: rows of 384 bytes, the model's conv state is 144 values (576 bytes in F32)");
+  // A dense model with a draft block is still refused (its KV cache may hold the block).
+  g.hybrid_memory = false;
+  g.recurrent = {};
+  EXPECT_THROW((void)import_options_for(g), std::invalid_argument);
+}
+
+TEST(LlamaStateHybrid, RejectsEachDefect) {
+  TempDir tmp;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const LDefect cases[] = {
+      {"no_recurrent_part", [](LState& s) { s.recurrent.present = false; },
+       "the file ends after the KV cache: a hybrid model's state has its recurrent part next"},
+      {"truncated_delta", [](LState&) {}, "runs past the end", [](Bytes& b) { b.resize(b.size() - 100); }},
+      {"truncated_in_header", [](LState&) {}, "truncated: layer 0 recurrent delta state row size at offset",
+       [](Bytes& b) { b.resize(b.size() - 6 * (kDelta * 4 + 12) + 6); }},
+      {"conv_row_size", [](LState& s) { s.recurrent.conv[2].row = 388; },
+       "layer 2 recurrent conv state: rows of 388 bytes, the model's conv state is 96 values (384 bytes in F32)"},
+      {"delta_row_size", [](LState& s) { s.recurrent.delta[5].row = 256; },
+       "layer 6 recurrent delta state: rows of 256 bytes, the model's delta state is 128 values (512 bytes in F32)"},
+      {"conv_row_huge", [](LState& s) { s.recurrent.conv[0].row = 1ull << 62; },
+       "layer 0 recurrent conv state: rows of 4611686018427387904 bytes"},
+      {"conv_type", [](LState& s) { s.recurrent.conv[1].type = 8; },
+       "layer 1 recurrent conv state type Q8_0 (ggml type 8) is not read: only F32 (what llama.cpp writes) and F16"},
+      {"fewer_layers_in_file", [](LState& s) { s.recurrent.conv.pop_back(); },
+       "layer 6 recurrent conv state: rows of 512 bytes, the model's conv state is 96 values"},
+      {"layer_count", [](LState& s) { s.recurrent.n_layer = 9; },
+       "the recurrent state counts 9 layers, the model has 8 (not this model's state?)"},
+      {"two_cells_in_seq_file", [](LState& s) { s.recurrent.cells.push_back({10, {}}); },
+       "recurrent cell count 2 exceeds 1 (llama.cpp keeps one cell per sequence)"},
+      {"cell_count_huge", [](LState&) {}, "recurrent cell count 4000000000 exceeds 1",
+       [](Bytes& b) {
+         const size_t at = b.size() - 6 * 2 * 12 - 6 * (kConv + kDelta) * 4 - 8 - 8 - 4;
+         set_u32(b, at, 4000000000u);
+       }},
+      {"seq_id_in_seq_file", [](LState& s) { s.recurrent.cells[0].seqs = {0}; },
+       "recurrent cell 0: 1 sequence ids (a sequence state writes none there)"},
+      {"position", [](LState& s) { s.recurrent.cells[0].pos = -2; }, "recurrent cell 0: position -2 (-1 or more)"},
+      {"s_trans", [](LState& s) { s.recurrent.s_trans = 1; },
+       "recurrent s_trans flag 1: a transposed state is not read (llama.cpp writes 0)"},
+      {"s_trans_junk", [](LState& s) { s.recurrent.s_trans = 7; }, "recurrent s_trans flag 7 is not 0"},
+      {"trailing_bytes", [](LState&) {}, "4 bytes after the recurrent state, where a hybrid model's file ends",
+       [](Bytes& b) { put_u32(b, 0); }},
+      {"kv_layers_vs_model",
+       [](LState& s) { s.sections = {{make_stream(shuffled_cells(12, 31), 3, 0, 2 * 32, 1, 1, 0)}}; },
+       "the attention cache holds 3 layers, the model has 2 full-attention layers (not this model's state?)"},
+      {"nan_conv",
+       [=](LState& s) {
+         s.recurrent.value = [=](int which, uint32_t layer, int32_t, uint64_t j) {
+           return which == 0 && layer == 2 && j == 7 ? nan : 0.5f;
+         };
+       },
+       "layer 2 recurrent conv state cell 0 value 7 is NaN"},
+  };
+  for (const auto& c : cases) {
+    LState s = hybrid_seq_state();
+    c.edit(s);
+    Bytes b = llama_bytes(s);
+    if (c.patch) c.patch(b);
+    const std::string path = tmp.write(std::string(c.name) + ".bin", b);
+    SCOPED_TRACE(c.name);
+    LlamaRecurrentState st;
+    expect_reject([&] { read_llama_state(path, hybrid_options(), &st); }, path, c.defect);
+  }
+  // Full state files: ids are required, each in range; up to 256 cells.
+  LState s = hybrid_seq_state();
+  s.magic = kGgsn;
+  s.version = 10;
+  for (const auto& [cells, defect] : std::vector<std::pair<std::vector<LCell>, std::string>>{
+           {{{11, {}}}, "recurrent cell 0: 0 sequence ids (expected 1..256)"},
+           {{{11, {300}}}, "recurrent cell 0: sequence id 300 outside [0, 256)"},
+           {std::vector<LCell>(257, LCell{11, {0}}), "recurrent cell count 257 exceeds 256"}}) {
+    s.recurrent.cells = cells;
+    const std::string path = tmp.write("ctx-defect.bin", llama_bytes(s));
+    expect_reject([&] { read_llama_state(path, hybrid_options()); }, path, defect);
+  }
+}
+
+// A NaN is only found where the values are read: skipping checks sizes alone.
+TEST(LlamaStateHybrid, SkippedStateIsNotValueChecked) {
+  TempDir tmp;
+  LState s = hybrid_seq_state();
+  s.recurrent.value = [](int, uint32_t, int32_t, uint64_t) { return std::numeric_limits<float>::quiet_NaN(); };
+  const std::string path = tmp.write("nan.bin", llama_bytes(s));
+  EXPECT_NO_THROW((void)read_llama_state(path, hybrid_options()));
+  LlamaRecurrentState st;
+  expect_reject([&] { read_llama_state(path, hybrid_options(), &st); }, path, "is NaN");
+}
+
+TEST(LlamaStateHybrid, RejectsEveryTruncation) {
+  TempDir tmp;
+  LState s = hybrid_seq_state();
+  s.recurrent.conv_values = 6;
+  s.recurrent.delta_values = 4;
+  s.tokens.resize(3);
+  s.sections = {{make_stream(shuffled_cells(3, 9), 2, 0, 32, 1, 0, 0)}};
+  s.recurrent.cells = {{2, {}}};
+  const Bytes whole = llama_bytes(s);
+  LlamaStateOptions opt = hybrid_options();
+  opt.recurrent.conv_values = 6;
+  opt.recurrent.delta_values = 4;
+  LlamaRecurrentState st;
+  ASSERT_NO_THROW(read_llama_state(tmp.write("whole.bin", whole), opt, &st));
+  for (size_t n = 0; n < whole.size(); ++n) {
+    const std::string path = tmp.write("cut.bin", Bytes(whole.begin(), whole.begin() + static_cast<ptrdiff_t>(n)));
+    SCOPED_TRACE(n);
+    try {
+      read_llama_state(path, opt, &st);
+      ADD_FAILURE() << "accepted a file cut at " << n;
+    } catch (const FileError& e) {
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos);
+    }
+  }
+}
+
+TEST(LlamaStateHybrid, OptionErrors) {
+  TempDir tmp;
+  const std::string path = tmp.write("hybrid.bin", llama_bytes(hybrid_seq_state()));
+  LlamaStateOptions opt = hybrid_options();
+  opt.kv_sections = 2;
+  EXPECT_THROW(read_llama_state(path, opt), std::invalid_argument);
+  opt = hybrid_options();
+  opt.recurrent.layers = {0, 2, 1};
+  EXPECT_THROW(read_llama_state(path, opt), std::invalid_argument);
+  opt.recurrent.layers = {0, 8};
+  EXPECT_THROW(read_llama_state(path, opt), std::invalid_argument);
+  opt = hybrid_options();
+  opt.recurrent.conv_values = 0;
+  EXPECT_THROW(read_llama_state(path, opt), std::invalid_argument);
+  opt.recurrent.conv_values = 1ull << 32;
+  EXPECT_THROW(read_llama_state(path, opt), std::invalid_argument);
+  opt = hybrid_options();
+  opt.recurrent.n_layer = 0;
+  EXPECT_THROW(read_llama_state(path, opt), std::invalid_argument);
+  opt = hybrid_options();
+  opt.kv_sections = 1;  // 0 and 1 both mean the one section
+  EXPECT_NO_THROW(read_llama_state(path, opt));
 }
 
 TEST(LlamaState, PreStreamLayoutGetsAHint) {

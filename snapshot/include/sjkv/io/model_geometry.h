@@ -59,6 +59,9 @@ struct ModelGeometry {
   std::string layer_rule;         // how the layer kinds were decided, for reports
   std::vector<LayerInfo> layers;  // n_layers entries
   RecurrentShape recurrent;       // the recurrent layers' state shape (known() when there are any)
+  // llama.cpp gives the model a hybrid memory (qwen35, qwen35moe, qwen3next): its state files
+  // hold one attention cache section (the full-attention layers) and then a recurrent state.
+  bool hybrid_memory = false;
   // llama.cpp writes a per-cell position record (llama_kv_cell_ext) into the KV cache section of
   // this model's state files: true for the M-RoPE / iM-RoPE architectures (qwen35, qwen35moe).
   bool state_cell_ext = false;
