@@ -22,7 +22,7 @@ bool pre_tokenizer_from_name(std::string_view pre, PreTokenizer* out, bool* igno
       {"llama3", PreTokenizer::llama3, true},    {"llama-v3", PreTokenizer::llama3, true},
       {"llama-bpe", PreTokenizer::llama3, true}, {"falcon3", PreTokenizer::llama3, true},
       {"qwen2", PreTokenizer::qwen2, false},     {"stablelm2", PreTokenizer::qwen2, false},
-      {"deepseek-r1-qwen", PreTokenizer::qwen2, false},
+      {"deepseek-r1-qwen", PreTokenizer::qwen2, false}, {"qwen35", PreTokenizer::qwen35, false},
   };
   for (const auto& e : kNames) {
     if (pre == e.name) {
@@ -46,7 +46,7 @@ struct Segment {
   bool letter(size_t p) const { return in(p) && cls[p] == CharClass::letter; }
   bool number(size_t p) const { return in(p) && cls[p] == CharClass::number; }
   bool space(size_t p) const { return in(p) && unicode::is_white_space(cps[p]); }
-  // [^\s\p{L}\p{N}]
+  // [^\s\p{L}\p{N}] ([^\s\p{L}\p{M}\p{N}] for Qwen 3.5, whose marks are letters in `cls`)
   bool other(size_t p) const { return in(p) && cls[p] == CharClass::other && !unicode::is_white_space(cps[p]); }
   uint32_t at(size_t p) const { return in(p) ? cps[p] : 0xFFFFFFFFu; }
   bool newline(size_t p) const { return at(p) == '\r' || at(p) == '\n'; }
@@ -151,8 +151,16 @@ void split_llama3(const Segment& s, size_t max_digits, std::vector<size_t>& lens
 
 std::vector<std::string> pre_tokenize(PreTokenizer kind, std::string_view text) {
   const std::vector<uint32_t> cps = unicode::decode_utf8(text);
+  // Qwen 3.5 reads a combining mark as a letter; in every class test of its expression
+  // (the letter run, the punctuation run's complement) \p{M} stands beside \p{L}, and a mark
+  // taken by [^\r\n\p{L}\p{N}]? before a run makes the same cut as the run starting at it.
+  // The other expressions name no marks, so for them a mark is punctuation-like (other).
+  const CharClass mark_as = kind == PreTokenizer::qwen35 ? CharClass::letter : CharClass::other;
   std::vector<CharClass> cls(cps.size());
-  for (size_t i = 0; i < cps.size(); ++i) cls[i] = unicode::char_class(cps[i]);
+  for (size_t i = 0; i < cps.size(); ++i) {
+    cls[i] = unicode::char_class(cps[i]);
+    if (cls[i] == CharClass::mark) cls[i] = mark_as;
+  }
 
   // SmolLM first isolates every number code point; the other expressions see the whole text.
   std::vector<size_t> segments;
@@ -177,7 +185,8 @@ std::vector<std::string> pre_tokenize(PreTokenizer kind, std::string_view text) 
       case PreTokenizer::gpt2:
       case PreTokenizer::smollm: split_gpt2(s, lens); break;
       case PreTokenizer::llama3: split_llama3(s, 3, lens); break;
-      case PreTokenizer::qwen2: split_llama3(s, 1, lens); break;
+      case PreTokenizer::qwen2:
+      case PreTokenizer::qwen35: split_llama3(s, 1, lens); break;
     }
     b += n;
   }

@@ -22,6 +22,10 @@ enum class PreTokenizer {
   llama3,
   // Qwen 2: the Llama 3 expression with \p{N} (one digit) in place of \p{N}{1,3}.
   qwen2,
+  // Qwen 3.5: the Qwen 2 expression with combining marks counted with letters:
+  //   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|
+  //    ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  qwen35,
 };
 
 // The pre-tokenizer llama.cpp uses for a tokenizer.ggml.pre value; false when unsupported.

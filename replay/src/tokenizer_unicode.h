@@ -1,5 +1,5 @@
 // Unicode helpers for the tokenizers: lenient UTF-8 decoding as llama.cpp does it, the
-// letter/number/white-space classes the byte-level BPE pre-tokenizers test, and GPT-2's
+// letter/number/mark/white-space classes the byte-level BPE pre-tokenizers test, and GPT-2's
 // byte-to-character mapping.
 #pragma once
 
@@ -22,8 +22,10 @@ size_t utf8_len(uint8_t lead);
 std::vector<uint32_t> decode_utf8(std::string_view text);
 void append_utf8(std::string& out, uint32_t cp);
 
-enum class CharClass : uint8_t { other = 0, letter = 1, number = 2 };
-// General category L* -> letter, N* -> number, anything else (and beyond U+10FFFF) other.
+// The values are the two class bits of tokenizer_unicode_data.h's table.
+enum class CharClass : uint8_t { other = 0, letter = 1, number = 2, mark = 3 };
+// General category L* -> letter, N* -> number, M* (Mn Mc Me, combining marks) -> mark,
+// anything else (and beyond U+10FFFF) other.
 CharClass char_class(uint32_t cp);
 // The Unicode White_Space property (\s in the pre-tokenizer patterns).
 bool is_white_space(uint32_t cp);

@@ -2,6 +2,8 @@
 //  - Small vocabularies built in memory, whose ids are worked out by hand: the SentencePiece
 //    merge order by score, byte fallback, the space prefix, user-defined tokens; byte-level
 //    BPE merge order by rank and the pre-tokenizer's cuts.
+//  - The qwen2 and qwen35 pre-tokenizers on text with combining marks: their words against
+//    the patterns' (PyPI regex), and a vocabulary whose merges join marks against llama.cpp's ids.
 //  - One reject per vocabulary defect, each a FileError naming the file.
 //  - The real models when present (Gemma 3 270M, SmolLM2 135M): ids equal to llama.cpp's for
 //    the strings in tests/golden/tokenizer/*.txt (produced by llama.cpp, see the README there),
@@ -24,7 +26,8 @@
 #include "../model_dir.h"
 #include "sjkv/io/model_geometry.h"
 #include "sjkv/replay/tokenizer.h"
-// The library's private Unicode helpers (linked into sjkv_replay).
+// The library's private Unicode helpers and pre-tokenizers (linked into sjkv_replay).
+#include "../../replay/src/tokenizer_pretok.h"
 #include "../../replay/src/tokenizer_unicode.h"
 
 namespace {
@@ -93,6 +96,12 @@ class Gguf {
 
 const std::string kU2581 = "\xE2\x96\x81";  // SentencePiece's visible space
 
+std::string unhex(const std::string& h) {
+  std::string s;
+  for (size_t i = 0; i + 1 < h.size(); i += 2) s += char(std::stoi(h.substr(i, 2), nullptr, 16));
+  return s;
+}
+
 // ---- Unicode facts the pre-tokenizers rely on ------------------------------------------------
 
 TEST(TokenizerUnicode, ClassesWhiteSpaceAndByteMap) {
@@ -101,15 +110,25 @@ TEST(TokenizerUnicode, ClassesWhiteSpaceAndByteMap) {
   const std::pair<uint32_t, C> cases[] = {
       {'a', C::letter},     {'Z', C::letter},     {'0', C::number},      {'_', C::other},
       {0xAA, C::letter},    {0xB2, C::number},    {0xBD, C::number},     {0xD7, C::other},   // ª ² ½ ×
-      {0x0301, C::other},   {0x0416, C::letter},  {0x0663, C::number},   {0x2167, C::number},  // Nl
+      {0x0301, C::mark},    {0x0416, C::letter},  {0x0663, C::number},   {0x2167, C::number},  // Nl
+      {0x0903, C::mark},    {0x20DD, C::mark},    {0xE0100, C::mark},    {0x0964, C::other},  // Mc Me Mn Po
+      {0x1DFF, C::mark},    {0x11F00, C::mark},   {0x1E4EC, C::mark},    // the last two new in 15.0
+      {0x1ACF, C::other},   {0x10EFC, C::other},  // marks since Unicode 16.0, unassigned in 15.1
       {0x3007, C::number},  {0x4E2D, C::letter},  {0xAC00, C::letter},   {0x3000, C::other},
       {0x1F999, C::other},  {0x1D400, C::letter}, {0x2EBF0, C::letter},  // CJK Ext. I (Unicode 15.1)
       {0x0378, C::other},   {0x10FFFF, C::other}, {0x110000, C::other},  {0x1FFFFF, C::other},
   };
   for (const auto& c : cases) EXPECT_EQ(u::char_class(c.first), c.second) << std::hex << c.first;
-  int spaces = 0;
-  for (uint32_t cp = 0; cp < 0x110000; ++cp) spaces += u::is_white_space(cp);
+  int spaces = 0, per_class[4] = {};
+  for (uint32_t cp = 0; cp < 0x110000; ++cp) {
+    spaces += u::is_white_space(cp);
+    ++per_class[int(u::char_class(cp))];
+  }
   EXPECT_EQ(spaces, 25);  // PropList.txt White_Space
+  // Code points of general category L, N and M in Unicode 15.1 (UnicodeData.txt).
+  EXPECT_EQ(per_class[int(C::letter)], 136726);
+  EXPECT_EQ(per_class[int(C::number)], 1831);
+  EXPECT_EQ(per_class[int(C::mark)], 2450);
   EXPECT_TRUE(u::is_white_space(0x85));
   EXPECT_FALSE(u::is_white_space(0x200B));  // zero width space is not White_Space
   // GPT-2's table: ' ' -> U+0120 'Ġ', '\n' -> U+010A 'Ċ', 0xAD -> U+0143; printable bytes map to themselves.
@@ -123,6 +142,74 @@ TEST(TokenizerUnicode, ClassesWhiteSpaceAndByteMap) {
   // Malformed UTF-8 gives U+FFFD per bad byte and resumes at the next byte.
   EXPECT_EQ(u::decode_utf8("a\xC3(\xE2\x82\xAC\xFF"), (std::vector<uint32_t>{'a', 0xFFFD, '(', 0x20AC, 0xFFFD}));
   EXPECT_EQ(u::decode_utf8("\xF0\x9F\xA6\x99"), (std::vector<uint32_t>{0x1F999}));
+}
+
+// ---- Pre-tokenizer words ---------------------------------------------------------------------
+
+// The words of the qwen2 and qwen35 expressions as PyPI's regex module cuts them, for strings
+// with combining marks in every position (tests/golden/tokenizer/pretok-splits.txt, written by
+// `scripts/compare-tokenizer.py splits`, which lists the strings). Where llama.cpp's
+// hand-written splitter cuts otherwise the file holds llama.cpp's words, marked 'llama.cpp'.
+TEST(TokenizerPreTokenize, MatchesThePatternsOnMarks) {
+  using sjkv::replay::PreTokenizer;
+  std::ifstream in(std::string(SJKV_GOLDEN_DIR) + "/tokenizer/pretok-splits.txt");
+  ASSERT_TRUE(in) << "missing golden file pretok-splits.txt";
+  auto unhex_words = [](const std::string& col) {
+    std::vector<std::string> words;
+    std::stringstream ss(col);
+    std::string h;
+    while (ss >> h) words.push_back(unhex(h));
+    return words;
+  };
+  size_t cases = 0, by_llama_cpp = 0, qwen35_differs = 0;
+  std::string line;
+  std::vector<std::pair<std::string, std::vector<std::string>>> qwen2_words;  // (text, words)
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<std::string> col;
+    std::stringstream ss(line);
+    std::string c;
+    while (std::getline(ss, c, '\t')) col.push_back(c);
+    ASSERT_GE(col.size(), 4u) << line;
+    PreTokenizer kind{};
+    bool ignore_merges = false;
+    ASSERT_TRUE(sjkv::replay::pre_tokenizer_from_name(col[0], &kind, &ignore_merges)) << col[0];
+    const std::string text = unhex(col[1]);
+    const std::vector<std::string> want = unhex_words(col[2]);
+    EXPECT_EQ(sjkv::replay::pre_tokenize(kind, text), want) << col[0] << " text: '" << text << "'";
+    ++cases;
+    by_llama_cpp += col[3] == "llama.cpp";
+    // The same strings come first for qwen2, then for qwen35.
+    if (col[0] == "qwen2") qwen2_words.emplace_back(text, want);
+    if (col[0] == "qwen35") {
+      for (const auto& q2 : qwen2_words) qwen35_differs += q2.first == text && q2.second != want;
+    }
+  }
+  EXPECT_GE(cases, 100u);
+  EXPECT_GE(by_llama_cpp, 2u);
+  EXPECT_GE(qwen35_differs, 20u);  // the samples do tell the two expressions apart
+}
+
+TEST(TokenizerPreTokenize, Qwen35CountsMarksWithLetters) {
+  using sjkv::replay::PreTokenizer;
+  using sjkv::replay::pre_tokenize;
+  using W = std::vector<std::string>;
+  PreTokenizer kind{};
+  bool ignore_merges = true;
+  ASSERT_TRUE(sjkv::replay::pre_tokenizer_from_name("qwen35", &kind, &ignore_merges));
+  EXPECT_EQ(kind, PreTokenizer::qwen35);
+  EXPECT_FALSE(ignore_merges);  // as llama.cpp's LLAMA_VOCAB_PRE_TYPE_QWEN35
+  // e + U+0301: one word for qwen35; qwen2 leaves the mark to the punctuation run.
+  const std::string acute = "\xCC\x81";
+  EXPECT_EQ(pre_tokenize(PreTokenizer::qwen35, "cafe" + acute + "!"), (W{"cafe" + acute, "!"}));
+  EXPECT_EQ(pre_tokenize(PreTokenizer::qwen2, "cafe" + acute + "!"), (W{"cafe", acute + "!"}));
+  // A mark opens a word after a space, a digit or punctuation; the punctuation run stops at it.
+  EXPECT_EQ(pre_tokenize(PreTokenizer::qwen35, " " + acute + "x"), (W{" " + acute + "x"}));
+  EXPECT_EQ(pre_tokenize(PreTokenizer::qwen35, "1" + acute), (W{"1", acute}));
+  EXPECT_EQ(pre_tokenize(PreTokenizer::qwen35, "!!" + acute), (W{"!!", acute}));
+  EXPECT_EQ(pre_tokenize(PreTokenizer::qwen35, "(" + acute + "x"), (W{"(" + acute + "x"}));
+  // Not after a newline: [^\r\n...]? cannot take it, so the newline is its own word.
+  EXPECT_EQ(pre_tokenize(PreTokenizer::qwen35, "\n" + acute), (W{"\n", acute}));
 }
 
 // ---- SentencePiece-style vocabulary ----------------------------------------------------------
@@ -297,6 +384,68 @@ TEST(TokenizerBpe, BosOnlyWhenTheModelAsksForIt) {
   EXPECT_TRUE(plain->is_eog(0));
 }
 
+// A vocabulary whose merges join combining marks to their neighbours, and llama.cpp's ids for
+// strings with marks under qwen2 and qwen35 (tests/golden/tokenizer/marks-vocab.txt, written
+// by `scripts/compare-tokenizer.py marks`). The test models' merges are ASCII-only, so a mark's
+// bytes never merge there and their ids cannot tell the two pre-tokenizers apart; these can.
+TEST(TokenizerBpe, MarksVocabularyMatchesLlamaCpp) {
+  std::ifstream in(std::string(SJKV_GOLDEN_DIR) + "/tokenizer/marks-vocab.txt");
+  ASSERT_TRUE(in) << "missing golden file marks-vocab.txt";
+  std::vector<std::string> tokens, merges;
+  struct Case {
+    std::string pre, text;
+    Ids ids;
+  };
+  std::vector<Case> cases;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<std::string> col;
+    std::stringstream ss(line);
+    std::string c;
+    while (std::getline(ss, c, '\t')) col.push_back(c);
+    if (col[0] == "token" && col.size() >= 2) {
+      tokens.push_back(unhex(col[1]));
+    } else if (col[0] == "merge" && col.size() >= 2) {
+      merges.push_back(unhex(col[1]));
+    } else if (col[0] == "case" && col.size() >= 4) {
+      Case k{col[1], unhex(col[2]), {}};
+      std::stringstream ids(col[3]);
+      int32_t id;
+      while (ids >> id) k.ids.push_back(id);
+      cases.push_back(std::move(k));
+    } else {
+      FAIL() << "bad line: " << line;
+    }
+  }
+  ASSERT_GE(tokens.size(), 257u);
+  std::vector<int32_t> types(tokens.size(), 1);
+  types.back() = 3;
+  size_t differ = 0;
+  for (const char* pre : {"qwen2", "qwen35"}) {
+    Gguf g;
+    g.str("tokenizer.ggml.model", "gpt2").str("tokenizer.ggml.pre", pre);
+    g.strings("tokenizer.ggml.tokens", tokens).i32s("tokenizer.ggml.token_type", types);
+    g.strings("tokenizer.ggml.merges", merges);
+    const int32_t end = int32_t(tokens.size()) - 1;
+    g.u32("tokenizer.ggml.bos_token_id", uint32_t(end)).u32("tokenizer.ggml.eos_token_id", uint32_t(end));
+    const auto tok = Tokenizer::from_gguf(g.parse());
+    size_t n = 0;
+    for (const Case& k : cases) {
+      if (k.pre != pre) continue;
+      EXPECT_EQ(tok->encode(k.text, false), k.ids) << pre << " text: '" << k.text << "'";
+      EXPECT_EQ(tok->decode(k.ids), k.text);
+      ++n;
+      // qwen2's cases come first; count the texts whose ids qwen35 changes.
+      if (std::string(pre) == "qwen35") {
+        for (const Case& q2 : cases) differ += q2.pre == "qwen2" && q2.text == k.text && q2.ids != k.ids;
+      }
+    }
+    EXPECT_GE(n, 10u) << pre;
+  }
+  EXPECT_GE(differ, 8u);
+}
+
 // ---- Rejected vocabularies -------------------------------------------------------------------
 
 std::string defect(const Gguf& g) {
@@ -439,12 +588,6 @@ struct Golden {
   std::vector<GoldenCase> cases;
 };
 
-std::string unhex(const std::string& h) {
-  std::string s;
-  for (size_t i = 0; i + 1 < h.size(); i += 2) s += char(std::stoi(h.substr(i, 2), nullptr, 16));
-  return s;
-}
-
 // Format (README.md beside the files): '#' comments, "n_vocab N", then one case per line:
 // hex(text) TAB add_special(0/1) TAB ids (space separated) [TAB readable text].
 Golden read_golden(const std::string& name) {
@@ -540,7 +683,9 @@ TEST(TokenizerRealModel, Gemma3MatchesLlamaCpp) {
 }
 
 // The random-weight test models' small vocabularies (scripts/make-test-models.py): BPE with
-// the qwen2 and llama-bpe pre-tokenizers, SentencePiece as Mistral, Gemma 2 and Phi-3 declare it.
+// the qwen2, qwen35 and llama-bpe pre-tokenizers, SentencePiece as Mistral, Gemma 2 and Phi-3
+// declare it. (qwen35's merges are ASCII-only like qwen2's, so its golden ids equal qwen2's even
+// on text with marks; MarksVocabularyMatchesLlamaCpp is the test that tells them apart.)
 class TokenizerTestModel : public ::testing::TestWithParam<const char*> {};
 TEST_P(TokenizerTestModel, MatchesLlamaCpp) {
   const std::string name = GetParam();
@@ -549,7 +694,8 @@ TEST_P(TokenizerTestModel, MatchesLlamaCpp) {
   check_real_model(path, "arch-" + name + ".txt");
 }
 INSTANTIATE_TEST_SUITE_P(Arch, TokenizerTestModel,
-                         ::testing::Values("qwen2", "qwen3", "llama3", "mistral", "gemma2", "phi3"));
+                         ::testing::Values("qwen2", "qwen3", "qwen35", "llama3", "mistral", "gemma2",
+                                           "phi3"));
 
 TEST(TokenizerRealModel, SmolLM2MatchesLlamaCpp) {
   const std::string path = model_path("SJKV_SMOLLM2_GGUF", "smollm2.gguf");
