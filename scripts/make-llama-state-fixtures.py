@@ -7,7 +7,9 @@ llama_state_seq_save_file) or a full context state ('ggsn', llama_state_save_fil
 or f32 cache, flash attention on or off, for both models scripts/setup installs. The test
 (tests/replay/test_llama_state_fixtures.cpp) imports each with sjkv's llama.cpp state reader and
 checks that its K/V equal what sjkv's own forward pass computes for the file's tokens, so a
-change of llama.cpp's state layout is caught.
+change of llama.cpp's state layout is caught. A hybrid model's files (qwen35: Gated DeltaNet
+layers beside full attention) also hold its recurrent state after the KV cache; the test reads
+both and checks them against each other and against the model's weights.
 
 llama.cpp runs on an F32 copy of each model (every tensor dequantized by llama.cpp's own
 quantize tool, ftype ALL_F32), so that its matrix products use exactly the weights sjkv
@@ -19,15 +21,17 @@ llama-cpp-python is a measuring instrument here, never a dependency of the build
 
     CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \\
       pip install llama-cpp-python==0.3.36
-    scripts/make-llama-state-fixtures.py tests/golden/llama_state
+    scripts/make-llama-state-fixtures.py tests/golden/llama_state [--only FILE...]
 
 It writes the files and their README (what each is, the command, the SHA-256 of each file,
-of each model and of the text).
+of each model and of the text). --only rewrites the named files alone and keeps the README's
+rows of the others.
 """
 import argparse
 import ctypes
 import hashlib
 import os
+import re
 import sys
 import tempfile
 
@@ -39,7 +43,8 @@ TEXT_SHA256 = "3972dc9744f6499f0f9b2dbf76696f2ae7ad8af9b23dde66d6af86c9dfb36986"
 # A model named "test:NAME" is the random-weight test model NAME of scripts/make-test-models.py
 # (already F32; --test-models says where it was written): the architectures whose real weights
 # cannot be fetched, so that the importer is checked on their layouts too (Gemma 2's sliding
-# and full sections, Qwen 3's head size 128 from key_length, Phi-3's 96).
+# and full sections, Qwen 3's head size 128 from key_length, Phi-3's 96, Qwen 3.5's hybrid
+# memory: the full-attention layers' cache with iM-RoPE cell records, then the recurrent state).
 FIXTURES = [
     ("gemma3-f16-fa.ggsq", "default.gguf", "f16", True, "seq", 128),
     ("gemma3-f32-nofa.ggsn", "default.gguf", "f32", False, "full", 64),
@@ -48,6 +53,8 @@ FIXTURES = [
     ("gemma2-f16-nofa.ggsq", "test:gemma2", "f16", False, "seq", 64),
     ("qwen3-f32-fa.ggsn", "test:qwen3", "f32", True, "full", 64),
     ("phi3-f16-fa.ggsq", "test:phi3", "f16", True, "seq", 64),
+    ("qwen35-f16-fa.ggsq", "test:qwen35", "f16", True, "seq", 64),
+    ("qwen35-f32-nofa.ggsn", "test:qwen35", "f32", False, "full", 64),
 ]
 
 
@@ -69,7 +76,13 @@ def main():
     ap.add_argument("out", help="folder to write (tests/golden/llama_state)")
     ap.add_argument("--test-models", default="build/test-models",
                     help="where scripts/make-test-models.py wrote the test models (default build/test-models)")
+    ap.add_argument("--only", nargs="+", metavar="FILE", help="write only these fixtures (%s)"
+                    % ", ".join(f[0] for f in FIXTURES))
     args = ap.parse_args()
+    known = [f[0] for f in FIXTURES]
+    for name in args.only or []:
+        if name not in known:
+            sys.exit("--only: no fixture named %s (%s)" % (name, ", ".join(known)))
     try:
         import llama_cpp
     except ImportError:
@@ -83,6 +96,8 @@ def main():
     tmp = tempfile.TemporaryDirectory(prefix="sjkv-f32-models-")
     f32_copy = {}
     for name, model, cache, fa, kind, n_tokens in FIXTURES:
+        if args.only and name not in args.only:
+            continue
         test_model = model.startswith("test:")
         src = (os.path.join(args.test_models, model[5:] + ".gguf") if test_model
                else os.path.join(models_dir(), model))
@@ -114,10 +129,25 @@ def main():
         else:
             if not llama_cpp.llama_state_save_file(llm.ctx, dest.encode(), arr, len(tokens)):
                 sys.exit("llama_state_save_file failed for " + dest)
-        rows.append((name, model, cache, "on" if fa else "off", kind, len(tokens), os.path.getsize(dest), sha256(dest)))
+        rows.append(("`%s`" % name, model, cache, "on" if fa else "off", kind, str(len(tokens)), str(os.path.getsize(dest)),
+                     "`%s`" % sha256(dest)))
         print("wrote %s (%d bytes)" % (dest, os.path.getsize(dest)))
         del llm
-    with open(os.path.join(args.out, "README.md"), "w") as f:
+    readme = os.path.join(args.out, "README.md")
+    if args.only:
+        # keep the rows and model hashes of the fixtures not rewritten, in FIXTURES order
+        old_rows, old_sha = {}, {}
+        for line in open(readme).read().splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if line.startswith("| `") and len(cells) == 8:
+                old_rows[cells[0].strip("`")] = tuple(cells)
+            if line.startswith("Models before the F32 copy"):
+                old_sha.update(re.findall(r"`([^`]+)` `([0-9a-f]{64})`", line))
+        new_rows = {r[0].strip("`"): r for r in rows}
+        rows = [new_rows.get(n) or old_rows[n] for n in known if n in new_rows or n in old_rows]
+        old_sha.update(model_sha)
+        model_sha = old_sha
+    with open(readme, "w") as f:
         f.write("# llama.cpp state files\n\n"
                 "KV caches saved by llama.cpp itself (llama-cpp-python %s) after a prefill of the first 64 or 128 tokens\n"
                 "of `%s` (SHA-256 `%s`), with F32 copies (llama.cpp's quantize tool, ftype ALL_F32)\n"
@@ -125,12 +155,14 @@ def main():
                 "the random-weight test models `test:NAME` of scripts/make-test-models.py (F32 already;\n"
                 "tests/golden/arch/models.sha256).\n"
                 "`tests/replay/test_llama_state_fixtures.cpp` imports each with sjkv's reader and checks its K/V\n"
-                "against sjkv's own forward pass over the file's tokens. Made with\n\n"
-                "    scripts/make-llama-state-fixtures.py tests/golden/llama_state\n\n"
+                "against sjkv's own forward pass over the file's tokens. The hybrid model's files (`qwen35-*`) also\n"
+                "hold its recurrent state after the KV cache: the test reads both, compares the sequence and full\n"
+                "files with each other and the first layer's conv state with the model's weights. Made with\n\n"
+                "    scripts/make-llama-state-fixtures.py tests/golden/llama_state [--only FILE...]\n\n"
                 "| file | model | cache | flash attention | state | tokens | bytes | SHA-256 |\n"
                 "|---|---|---|---|---|--:|--:|---|\n" % (llama_cpp.__version__, TEXT, TEXT_SHA256))
         for r in rows:
-            f.write("| `%s` | %s | %s | %s | %s | %d | %d | `%s` |\n" % r)
+            f.write("| %s |\n" % " | ".join(r))
         f.write("\nModels before the F32 copy (SHA-256): %s.\n" % ", ".join("`%s` `%s`" % kv for kv in sorted(model_sha.items())))
 
 

@@ -398,6 +398,26 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 assert "recurrent_state" not in d and all("max_context_with_state" not in o for o in d["options"]), d
 ' plan-dense.json
+# encode --model on a hybrid's llama.cpp state file (tests/golden/llama_state, the qwen35 test
+# model's): the attention cache is read as layers 3 and 7, the recurrent part walked and checked
+# against the model's state shape; another shape is refused by name, with nothing left behind.
+Q35_STATE="$HERE/../golden/llama_state/qwen35-f16-fa.ggsq"
+# shellcheck disable=SC2086
+write_gguf m-q35-256.gguf qwen35 8 4 2 256 $GDN || bad "writing m-q35-256.gguf"
+write_gguf m-q35-other.gguf qwen35 8 4 2 256 ssm.conv_kernel=4 ssm.inner_size=256 ssm.state_size=64 \
+  ssm.time_step_rank=4 ssm.group_count=1 || bad "writing m-q35-other.gguf"
+expect_rc "encode a hybrid's state --model" 0 encode "$Q35_STATE" --model m-q35-256.gguf -o q35.h5 \
+  --sink 64 --tail 64 --tail-max 128 --group 64 -q
+expect_rc "inspect the hybrid's snapshot" 0 inspect q35.h5
+check "the hybrid's snapshot: 2 layers x 2 kv heads x 256" grep -qF "geometry    2 layers x 2 kv heads x head_dim 256" "$OUT"
+expect_rc "dump the hybrid's layer 7" 0 dump q35.h5 --layer 7 --region sink -o q35.7.bin
+expect_rc "dump the hybrid's layer 0 (recurrent: none)" 2 dump q35.h5 --layer 0 --region sink -o q35.0.bin
+one_line_error "dump the hybrid's layer 0" q35.h5 "(layers: 3, 7)"
+expect_rc "encode a hybrid's state with another model's state shape" 2 encode "$Q35_STATE" --model m-q35-other.gguf \
+  -o q35bad.h5 --sink 64 --tail 64 --tail-max 128 --group 64 -q
+one_line_error "hybrid state, other model" "$Q35_STATE" \
+  "layer 0 recurrent conv state: rows of 6144 bytes, the model's conv state is 1152 values (4608 bytes in F32)"
+no_output_left "hybrid state, other model" q35bad.h5
 expect_rc "plan --model: a hybrid without ssm.group_count" 2 plan --model m-q35-nogroups.gguf
 one_line_error "plan --model m-q35-nogroups.gguf" m-q35-nogroups.gguf \
   "missing key 'qwen35.ssm.group_count' (the recurrent layers' state shape)"

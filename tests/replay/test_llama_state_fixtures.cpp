@@ -8,8 +8,17 @@
 // another section order) fails here. The forward pass needs the models scripts/setup
 // installs (without them the comparison is skipped, the files are still read) or the test
 // models of scripts/make-test-models.py (Gemma 2, Qwen 3, Phi-3: made by arch_test_models).
+//
+// The hybrid Qwen 3.5 test model's files (qwen35-*) hold its full-attention layers' cache (3
+// and 7, with iM-RoPE cell records) and then its Gated DeltaNet layers' recurrent state. They
+// are read with the model's layout; the sequence file (f16 cache, flash attention) and the full
+// one (f32, no flash attention) of the same prompt must agree on both, and the first recurrent
+// layer's conv state must be the last three inputs of its convolution, computed here from the
+// model's weights (no forward pass needed: layer 0 sees only the token embeddings). Their K/V
+// are also checked against sjkv's forward pass once it runs qwen35.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -36,7 +45,21 @@ struct Fixture {
   std::vector<uint32_t> layer_ids;
   uint32_t layers;
   uint32_t tokens;
+  bool cell_ext = false;              // iM-RoPE cell records (Qwen 3.5)
+  LlamaRecurrentLayout recurrent{};   // a hybrid's recurrent part
 };
+
+// The qwen35 test model (scripts/make-test-models.py): 8 main layers and an MTP block; layers 3
+// and 7 full attention, the others Gated DeltaNet with Kc 4, S 64, 2 key and 4 value heads:
+// conv rows of 3 x (2 x 2 x 64 + 256) values, delta rows of 64 x 256.
+LlamaRecurrentLayout qwen35_layout() {
+  LlamaRecurrentLayout r;
+  r.n_layer = 8;
+  r.layers = {0, 1, 2, 4, 5, 6};
+  r.conv_values = 3 * 512;
+  r.delta_values = 64 * 256;
+  return r;
+}
 
 const std::vector<Fixture>& fixtures() {
   static const std::vector<Fixture> f = {
@@ -46,6 +69,8 @@ const std::vector<Fixture>& fixtures() {
       {"smollm2-f16-fa.ggsn", "smollm2.gguf", 64, 0, {}, 30, 64},
       {"gemma2-f16-nofa.ggsq", "test:gemma2", 128, 1, {1, 3}, 2, 64},
       {"qwen3-f32-fa.ggsn", "test:qwen3", 128, 0, {}, 4, 64},
+      {"qwen35-f16-fa.ggsq", "test:qwen35", 256, 0, {3, 7}, 2, 64, true, qwen35_layout()},
+      {"qwen35-f32-nofa.ggsn", "test:qwen35", 256, 0, {3, 7}, 2, 64, true, qwen35_layout()},
   };
   return f;
 }
@@ -64,12 +89,32 @@ std::string model_path(const std::string& name) {
   return "";
 }
 
-Capture import(const Fixture& f) {
+Capture import(const Fixture& f, LlamaRecurrentState* state = nullptr) {
   LlamaStateOptions o;
   o.head_dim = f.head_dim;
   o.kv_sections = f.kv_sections;
   o.layer_ids = f.layer_ids;
-  return read_llama_state(fixture_path(f), o);
+  o.cell_ext = f.cell_ext;
+  o.recurrent = f.recurrent;
+  return read_llama_state(fixture_path(f), o, state);
+}
+
+const Fixture& fixture_named(const std::string& file) {
+  for (const Fixture& f : fixtures())
+    if (file == f.file) return f;
+  throw std::invalid_argument("no fixture " + file);
+}
+
+// Relative RMS difference of a[0, n - shift) against b[shift, n), over floats.
+template <class A, class B>
+double rel_rms(const A& a, const B& b, size_t n, size_t shift) {
+  double err = 0, ref = 0;
+  for (size_t i = 0; i + shift < n; ++i) {
+    const double x = a(i), y = b(i + shift);
+    err += (x - y) * (x - y);
+    ref += x * x;
+  }
+  return std::sqrt(err / ref);
 }
 
 class LlamaStateFixture : public ::testing::TestWithParam<size_t> {};
@@ -78,12 +123,31 @@ class LlamaStateFixture : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(LlamaStateFixture, ReadsWithTheModelsGeometry) {
   const Fixture& f = fixtures()[GetParam()];
-  const Capture c = import(f);
+  LlamaRecurrentState st;
+  const Capture c = import(f, &st);
   EXPECT_EQ(c.head_dim, f.head_dim);
   EXPECT_EQ(c.layers.size(), f.layers);
   EXPECT_EQ(c.tokens, f.tokens);
   EXPECT_EQ(c.token_ids.size(), f.tokens);
+  for (size_t l = 0; l < f.layer_ids.size() && l < c.layers.size(); ++l) EXPECT_EQ(c.layers[l].layer_id, f.layer_ids[l]);
   c.check_consistent();
+  if (f.recurrent.empty()) return;
+  // One recurrent cell, which took the last position; every state row non-zero.
+  EXPECT_EQ(st.layers, f.recurrent.layers);
+  EXPECT_EQ(st.cell_pos, std::vector<int32_t>{static_cast<int32_t>(f.tokens) - 1});
+  ASSERT_EQ(st.conv.size(), f.recurrent.layers.size());
+  for (size_t l = 0; l < st.conv.size(); ++l)
+    for (const std::vector<float>* v : {&st.conv[l], &st.delta[l]}) {
+      ASSERT_EQ(v->size(), v == &st.conv[l] ? f.recurrent.conv_values : f.recurrent.delta_values);
+      float largest = 0;
+      for (float x : *v) largest = std::max(largest, std::fabs(x));
+      EXPECT_GT(largest, 0.0f) << "layer " << st.layers[l];
+    }
+  // Without the layout the recurrent part would be read as a second KV cache section: refused.
+  LlamaStateOptions o;
+  o.head_dim = f.head_dim;
+  o.cell_ext = true;
+  EXPECT_THROW((void)read_llama_state(fixture_path(f), o), FileError);
 }
 
 TEST_P(LlamaStateFixture, KvEqualSjkvsForwardPass) {
@@ -91,6 +155,12 @@ TEST_P(LlamaStateFixture, KvEqualSjkvsForwardPass) {
   const std::string mp = model_path(f.model);
   if (mp.empty()) GTEST_SKIP() << f.model << " not installed (scripts/setup)";
   const Capture c = import(f);
+  {
+    const GgufFile g = GgufFile::open(mp);
+    const std::vector<std::string> archs = sjkv::supported_architectures(ModelUse::forward);
+    if (std::find(archs.begin(), archs.end(), g.get_string("general.architecture")) == archs.end())
+      GTEST_SKIP() << g.get_string("general.architecture") << ": sjkv's forward pass does not run it yet";
+  }
   auto m = Model::load(mp);
   // The options the model's own geometry gives (sjkv-encode --model) are the ones given here.
   const ImportOptions from_model = import_options_for(geometry_from_gguf(m->gguf()));
@@ -98,6 +168,11 @@ TEST_P(LlamaStateFixture, KvEqualSjkvsForwardPass) {
   EXPECT_EQ(from_model.kv_sections, f.kv_sections);
   EXPECT_EQ(from_model.layer_ids, f.layer_ids);
   EXPECT_TRUE(from_model.layers.empty());
+  EXPECT_EQ(from_model.cell_ext, f.cell_ext);
+  EXPECT_EQ(from_model.recurrent.n_layer, f.recurrent.n_layer);
+  EXPECT_EQ(from_model.recurrent.layers, f.recurrent.layers);
+  EXPECT_EQ(from_model.recurrent.conv_values, f.recurrent.conv_values);
+  EXPECT_EQ(from_model.recurrent.delta_values, f.recurrent.delta_values);
   RecordInput in;
   in.prompt = c.token_ids;
   in.settings.generate = 1;
@@ -154,5 +229,117 @@ TEST(LlamaStateFixtureRefusal, Phi3HeadSize96) {
     FAIL() << "read a head size of 96";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("head_dim 96 is not a power of two"), std::string::npos) << e.what();
+  }
+}
+
+// The test model's own geometry gives the options used above (sjkv-encode encode --model).
+TEST(LlamaStateHybridFixture, OptionsFromTheModel) {
+  const std::string mp = model_path("test:qwen35");
+  if (FILE* fp = std::fopen(mp.c_str(), "rb")) std::fclose(fp);
+  else GTEST_SKIP() << mp << " not made (scripts/make-test-models.py)";
+  const Fixture& f = fixture_named("qwen35-f16-fa.ggsq");
+  const ImportOptions io = import_options_for(geometry_from_gguf(GgufFile::open(mp)));
+  EXPECT_EQ(io.head_dim, f.head_dim);
+  EXPECT_EQ(io.kv_sections, 0u);
+  EXPECT_EQ(io.layer_ids, f.layer_ids);
+  EXPECT_TRUE(io.cell_ext);
+  EXPECT_EQ(io.recurrent.n_layer, f.recurrent.n_layer);
+  EXPECT_EQ(io.recurrent.layers, f.recurrent.layers);
+  EXPECT_EQ(io.recurrent.conv_values, f.recurrent.conv_values);
+  EXPECT_EQ(io.recurrent.delta_values, f.recurrent.delta_values);
+  const Capture c = load_capture_any(fixture_path(f), io);
+  EXPECT_EQ(c.layers.size(), 2u);
+  EXPECT_EQ(c.tokens, 64u);
+}
+
+// The sequence file (f16 cache, flash attention) and the full state (f32, none) of the same
+// prompt hold the same K/V and recurrent state up to the f16 rounding of the cache and the
+// attention's rounding order (layer 3's K/V, computed before any attention, only the f16
+// rounding). A row or a state block read one place off is far from the other file's.
+TEST(LlamaStateHybridFixture, SequenceAndFullStateAgree) {
+  const Fixture& fs = fixture_named("qwen35-f16-fa.ggsq");
+  const Fixture& ff = fixture_named("qwen35-f32-nofa.ggsn");
+  LlamaRecurrentState ss, sf;
+  const Capture cs = import(fs, &ss), cf = import(ff, &sf);
+  ASSERT_EQ(cs.token_ids, cf.token_ids);
+  ASSERT_EQ(cs.layers.size(), cf.layers.size());
+  const size_t row = static_cast<size_t>(cs.kv_heads) * cs.head_dim, n = row * cs.tokens;
+  for (size_t l = 0; l < cs.layers.size(); ++l)
+    for (int side = 0; side < 2; ++side) {
+      const std::vector<uint16_t>& a = side ? cs.layers[l].v : cs.layers[l].k;
+      const std::vector<uint16_t>& b = side ? cf.layers[l].v : cf.layers[l].k;
+      const auto fa = [&](size_t i) { return f16_to_f32(a[i]); };
+      const auto fb = [&](size_t i) { return f16_to_f32(b[i]); };
+      const double rel = rel_rms(fa, fb, n, 0), off = rel_rms(fa, fb, n, row);
+      std::printf("qwen35 layer %u %s: sequence vs full state %.3g (one position off: %.3g)\n", cs.layers[l].layer_id,
+                  side ? "V" : "K", rel, off);
+      EXPECT_LT(rel, 5e-3);
+      EXPECT_GT(off, 0.3);
+    }
+  ASSERT_EQ(ss.conv.size(), sf.conv.size());
+  for (size_t l = 0; l < ss.conv.size(); ++l)
+    for (int which = 0; which < 2; ++which) {
+      const std::vector<float>& a = which ? ss.delta[l] : ss.conv[l];
+      const std::vector<float>& b = which ? sf.delta[l] : sf.conv[l];
+      ASSERT_EQ(a.size(), b.size());
+      const auto fa = [&](size_t i) { return a[i]; };
+      const auto fb = [&](size_t i) { return b[i]; };
+      const double rel = rel_rms(fa, fb, a.size(), 0), off = rel_rms(fa, fb, a.size(), 1);
+      std::printf("qwen35 layer %u %s state: sequence vs full state %.3g (one value off: %.3g)\n", ss.layers[l],
+                  which ? "delta" : "conv", rel, off);
+      EXPECT_LT(rel, 5e-3);
+      EXPECT_GT(off, 0.3);
+    }
+}
+
+// Layer 0's conv state is the last Kc - 1 = 3 inputs of its causal convolution: the attn_qkv
+// projection of the RMS-normed embeddings of the last three tokens, stored {3, conv_dim} (the
+// three times of a channel together, oldest first). Computed here in double from the model's
+// weights; llama.cpp's f32 products differ by rounding only.
+TEST(LlamaStateHybridFixture, FirstConvStateIsTheLastInputs) {
+  const std::string mp = model_path("test:qwen35");
+  if (FILE* fp = std::fopen(mp.c_str(), "rb")) std::fclose(fp);
+  else GTEST_SKIP() << mp << " not made (scripts/make-test-models.py)";
+  const GgufFile g = GgufFile::open(mp);
+  const auto tensor = [&](const char* name, std::vector<uint64_t> dims) {
+    const GgufTensorInfo* t = g.find_tensor(name);
+    EXPECT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->type, 0u) << name;
+    EXPECT_EQ(t->dims, dims) << name;
+    return reinterpret_cast<const float*>(g.tensor_data(*t));
+  };
+  const uint32_t E = 256, C = 512, K = 3;
+  const float* embd = tensor("token_embd.weight", {E, 500});
+  const float* norm = tensor("blk.0.attn_norm.weight", {E});
+  const float* qkv = tensor("blk.0.attn_qkv.weight", {E, C});
+  const double eps = g.get_f32("qwen35.attention.layer_norm_rms_epsilon");
+  for (const char* file : {"qwen35-f16-fa.ggsq", "qwen35-f32-nofa.ggsn"}) {
+    LlamaRecurrentState st;
+    const Capture c = import(fixture_named(file), &st);
+    ASSERT_EQ(st.layers.front(), 0u);
+    const std::vector<float>& conv = st.conv.front();
+    double err = 0, ref = 0, err_swapped = 0;
+    for (uint32_t k = 0; k < K; ++k) {
+      const int32_t tok = c.token_ids[c.tokens - K + k];
+      ASSERT_GE(tok, 0);
+      ASSERT_LT(tok, 500);
+      const float* x = embd + static_cast<size_t>(tok) * E;
+      double ss = 0;
+      for (uint32_t i = 0; i < E; ++i) ss += static_cast<double>(x[i]) * x[i];
+      const double scale = 1.0 / std::sqrt(ss / E + eps);
+      for (uint32_t ch = 0; ch < C; ++ch) {
+        double y = 0;
+        for (uint32_t i = 0; i < E; ++i) y += static_cast<double>(qkv[static_cast<size_t>(ch) * E + i]) * x[i] * scale * norm[i];
+        const double got = conv[static_cast<size_t>(ch) * K + k], swapped = conv[static_cast<size_t>(k) * C + ch];
+        err += (got - y) * (got - y);
+        err_swapped += (swapped - y) * (swapped - y);
+        ref += y * y;
+      }
+    }
+    const double rel = std::sqrt(err / ref), rel_swapped = std::sqrt(err_swapped / ref);
+    std::printf("%s layer 0 conv state against the model's last three inputs: %.3g (as [time][channel]: %.3g)\n", file,
+                rel, rel_swapped);
+    EXPECT_LT(rel, 1e-5) << file;
+    EXPECT_GT(rel_swapped, 0.3) << file;
   }
 }
