@@ -196,6 +196,7 @@ double allocated_bits(const Model& m, const KvArm& arm, uint32_t n_ctx, uint32_t
   const ModelInfo& info = m.info();
   for (size_t i = 0; i < kv.size(); ++i) {
     const LayerShape& s = info.layers[i];
+    if (s.recurrent) continue;  // a fixed size, no rows
     std::vector<float> row(size_t(s.n_head_kv) * s.head_dim);
     for (size_t j = 0; j < row.size(); ++j) row[j] = static_cast<float>(std::sin(0.7 * static_cast<double>(j) + 0.3));
     kv[i]->begin_ubatch(0, 1);

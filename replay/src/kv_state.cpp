@@ -27,7 +27,7 @@ RowFormat row_format(StateFormat f) {
 
 class StateLayer final : public RecurrentState {
  public:
-  StateLayer(const LayerShape& s, StateFormat f) : shape_(s.state), fmt_(f), rf_(row_format(f)), n_ctx_(s.n_ctx) {
+  StateLayer(const LayerShape& s, StateFormat f) : shape_(s.state), fmt_(f), rf_(row_format(f)) {
     const RecurrentShape& r = shape_;
     if (r.conv_dim == 0 || r.heads == 0 || r.head_dim == 0 || r.conv_dim > (1u << 24) || r.head_dim > 4096 ||
         r.heads > 65536 || r.conv_rows > 64)
@@ -63,12 +63,10 @@ class StateLayer final : public RecurrentState {
     throw std::logic_error("recurrent state: a recurrent layer has no attention");
   }
   // A fixed size, charged per position over K and V (cache_bits adds it to the attention
-  // layers' bits): bits / (2 positions), occupied over the positions run, allocated over n_ctx.
+  // layers' bits).
   LayerBits bits() const override {
-    const double b = 8.0 * static_cast<double>(bytes());
     LayerBits out;
-    out.occupied = n_pos_ ? b / (2.0 * n_pos_) : 0.0;
-    out.allocated = n_ctx_ ? b / (2.0 * n_ctx_) : out.occupied;
+    out.fixed = 8.0 * static_cast<double>(bytes());
     return out;
   }
 
@@ -103,7 +101,6 @@ class StateLayer final : public RecurrentState {
   RecurrentShape shape_;
   StateFormat fmt_;
   RowFormat rf_;
-  uint32_t n_ctx_;
   uint32_t n_pos_ = 0;
   size_t conv_row_ = 0, head_row_ = 0;
   std::vector<uint8_t> conv_, heads_;

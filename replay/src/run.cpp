@@ -57,12 +57,20 @@ LayerBits cache_bits(const Model& m, const std::vector<std::unique_ptr<LayerKv>>
   const auto& layers = m.info().layers;
   bool any_full = false;
   for (const LayerShape& s : layers) any_full = any_full || s.full_attention;
+  // Positions held: the attention layers', as recurrent layers the arms share with the
+  // reference (score_arms) never run in the arm's own cache.
+  uint32_t positions = 0;
+  for (size_t i = 0; i < layers.size() && i < kv.size(); ++i)
+    if (const auto* ik = dynamic_cast<const InspectableKv*>(kv[i].get()))
+      positions = std::max(positions, ik->n_stored());
   double occ = 0, alloc = 0, weight = 0;
   for (size_t i = 0; i < layers.size() && i < kv.size(); ++i) {
     if (layers[i].recurrent) {  // a recurrent state's bits per position, charged to the K/V values
       const LayerBits b = kv[i]->bits();
-      occ += b.occupied;
-      alloc += b.allocated;
+      if (positions) {
+        occ += b.fixed / (2.0 * positions);
+        alloc += b.fixed / (2.0 * positions);
+      }
       continue;
     }
     if (any_full && !layers[i].full_attention) continue;

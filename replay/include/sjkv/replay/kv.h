@@ -47,6 +47,10 @@ struct LayerShape {
 struct LayerBits {
   double occupied = 0.0;   // bytes holding the stored positions, over 2*D values per position and head
   double allocated = 0.0;  // bytes reserved up front for n_ctx, over the same values
+  // A recurrent state's size in bits, which does not grow with the positions (its occupied and
+  // allocated stay 0: cache_bits divides this by the values of the positions the attention
+  // layers hold).
+  double fixed = 0.0;
 };
 
 class RecurrentState;

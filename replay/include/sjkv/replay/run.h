@@ -24,8 +24,8 @@ std::vector<std::unique_ptr<LayerKv>> make_cache(const Model& m, const KvArm& ar
 
 // Bits per value over the full-attention (compressed) layers, weighted by each layer's
 // n_head_kv * head_dim; all layers when the model has no full-attention layer. A hybrid's
-// recurrent states are charged to those values too: their bytes over the positions stored
-// (occupied) or the context (allocated).
+// recurrent states are charged to those values too: their bytes over the values of the
+// positions stored, in both figures (a state takes its size from the first token on).
 LayerBits cache_bits(const Model& m, const std::vector<std::unique_ptr<LayerKv>>& kv);
 
 // Draws the next token from `logits` (greedy: argmax, the lowest id on a tie; sampling:
