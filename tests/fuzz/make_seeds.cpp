@@ -422,6 +422,8 @@ void gguf_seeds() {
   qwen.arr_u32("qwen35.attention.head_count_kv", {4, 4, 4, 4, 4, 4, 4, 4}).u32("qwen35.attention.key_length", 256);
   qwen.u32("qwen35.attention.value_length", 256).u32("qwen35.full_attention_interval", 4);
   qwen.u32("qwen35.embedding_length", 2048).u32("qwen35.nextn_predict_layers", 1);
+  qwen.u32("qwen35.ssm.conv_kernel", 4).u32("qwen35.ssm.inner_size", 256).u32("qwen35.ssm.state_size", 64);
+  qwen.u32("qwen35.ssm.time_step_rank", 4).u32("qwen35.ssm.group_count", 2);
   write_bytes("gguf", "valid-qwen35-hybrid-nextn.gguf", qwen.bytes());
 
   Gguf pattern;

@@ -423,12 +423,15 @@ TEST_P(SynthModel, PrefixThenSuffixIsTheWholePass) {
 INSTANTIATE_TEST_SUITE_P(Arch, SynthModel, ::testing::Values("llama", "gemma3"));
 
 TEST(Model, UnsupportedArchitectureIsAFileError) {
-  const std::string path = std::string(SJKV_SOURCE_DIR) + "/tests/fuzz/corpus/gguf/valid-qwen35-hybrid-nextn.gguf";
+  Synth s;
+  s.arch = "cohere2";  // a geometry sjkv-encode plans, no forward pass
+  const std::string path = write_synth(s, "cohere2.gguf");
   try {
     Model::load(path);
     FAIL();
   } catch (const FileError& e) {
-    EXPECT_NE(e.defect().find("architecture 'qwen35' is not supported (gemma2, gemma3, llama, phi3, qwen2, qwen3)"),
+    EXPECT_NE(e.defect().find("architecture 'cohere2' is not supported (gemma2, gemma3, llama, phi3, qwen2, qwen3, "
+                              "qwen35, qwen35moe)"),
               std::string::npos)
         << e.what();
   }
@@ -441,10 +444,16 @@ TEST(Model, SupportedArchitecturesAreTheGeometrysForwardList) {
   const std::vector<std::string> g = sjkv::supported_architectures(ModelUse::geometry);
   EXPECT_NE(std::find(g.begin(), g.end(), "qwen35"), g.end());
   for (const std::string& a : supported_architectures()) EXPECT_NE(std::find(g.begin(), g.end(), a), g.end()) << a;
-  // The hybrid Qwen 3.5 file is a geometry to plan, not a model to run.
+  // The hybrid Qwen 3.5 file runs (its geometry is one the forward pass takes); a Cohere 2 file
+  // is a geometry to plan, not a model to run.
   const GgufFile f = GgufFile::open(std::string(SJKV_SOURCE_DIR) + "/tests/fuzz/corpus/gguf/valid-qwen35-hybrid-nextn.gguf");
   EXPECT_NO_THROW((void)supported_geometry(f, ModelUse::geometry));
-  EXPECT_THROW((void)supported_geometry(f, ModelUse::forward), FileError);
+  EXPECT_NO_THROW((void)supported_geometry(f, ModelUse::forward));
+  Synth s;
+  s.arch = "cohere2";
+  const GgufFile c = GgufFile::open(write_synth(s, "cohere2-geometry.gguf"));
+  EXPECT_NO_THROW((void)supported_geometry(c, ModelUse::geometry));
+  EXPECT_THROW((void)supported_geometry(c, ModelUse::forward), FileError);
 }
 
 // Attention shapes llama.cpp cannot run are the file's defect wherever the geometry is read
