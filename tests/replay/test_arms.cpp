@@ -255,6 +255,10 @@ TEST(Arms, InvalidSpecsAreRejectedWithAReason) {
       {"sj:4/4:layers=", "option 'layers=' has no value"},
       {"sj:4/4:tail=", "option 'tail=' has no value"},
       {"sj:4/4:sink=", "option 'sink=' has no value"},
+      {"f16:state=q4_0", "state=q4_0: the recurrent state is f32, f16, bf16 or q8_0"},
+      {"sj:4/4:state=f16:state=bf16", "option 'state=' is given twice"},
+      {"q8_0:rot:state=f16:state=f16", "option 'state=' is given twice"},
+      {"kvarn:4/4:state=", "option 'state=' has no value"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.first);
@@ -271,6 +275,94 @@ TEST(Arms, InvalidSpecsAreRejectedWithAReason) {
   // A configuration the codec cannot serve at this model's head_dim fails at make_layer.
   EXPECT_THROW(make_arm("sj:3/3t")->make_layer(shape(64, 4, 2, 1024)), std::invalid_argument);
   EXPECT_THROW(make_arm("turbo4")->make_layer(shape(64, 4, 2, 1024)), std::invalid_argument);
+}
+
+// ---------------------------------------------------------------- recurrent states
+
+LayerShape recurrent_shape(uint32_t head_dim) {
+  LayerShape s;
+  s.layer = 0;
+  s.full_attention = false;
+  s.recurrent = true;
+  s.state = {3, 2 * 2 * head_dim + 4 * head_dim, 4, head_dim};  // Hk 2, Hv 4
+  s.n_ctx = 1024;
+  return s;
+}
+
+// Every arm makes a recurrent layer's state store in its state= format (f32 by default): its
+// bytes, the format's rounding of what it holds, the convolution window's shift, and no K/V.
+TEST(ArmState, EveryArmKeepsTheStateInItsFormat) {
+  const LayerShape rs = recurrent_shape(64);
+  const uint64_t values = rs.state.values();
+  ASSERT_EQ(values, 3u * 512 + 4u * 64 * 64);
+  const struct {
+    const char* spec;
+    StateFormat f;
+    uint64_t bytes;
+  } cases[] = {{"f16", StateFormat::f32, values * 4},         {"q4_0:rot:state=f16", StateFormat::f16, values * 2},
+               {"kvarn:4/4:tail=0:state=bf16", StateFormat::bf16, values * 2},
+               {"sj:4/4:state=q8_0", StateFormat::q8_0, values / 32 * 34}, {"sj:3/2t:state=f32", StateFormat::f32, values * 4}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.spec);
+    const auto arm = make_arm(c.spec);
+    EXPECT_EQ(arm->state_format(), c.f);
+    auto layer = arm->make_layer(rs);
+    RecurrentState* st = layer->recurrent();
+    ASSERT_NE(st, nullptr);
+    EXPECT_EQ(st->format(), c.f);
+    EXPECT_EQ(st->bytes(), c.bytes);
+    EXPECT_EQ(layer->bits().fixed, 8.0 * c.bytes);
+    EXPECT_EQ(layer->bits().occupied, 0.0);
+    // Zeros at the start.
+    std::vector<float> m(64 * 64, 1.0f), w(3 * 512, 1.0f);
+    st->read_head(2, m.data());
+    st->read_conv(w.data());
+    for (float x : m) ASSERT_EQ(x, 0.0f);
+    for (float x : w) ASSERT_EQ(x, 0.0f);
+    // A head written and read back: exact in f32, the format's rounding otherwise.
+    std::vector<float> in(64 * 64), back(64 * 64);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * (1 + i % 7));
+    st->write_head(3, in.data());
+    st->read_head(3, back.data());
+    st->read_head(2, m.data());
+    for (float x : m) ASSERT_EQ(x, 0.0f);  // another head untouched
+    double worst = 0.0;
+    for (size_t i = 0; i < in.size(); ++i) worst = std::max(worst, std::fabs(double(in[i]) - back[i]) / 7.0);
+    // q8_0: half a step of the block's scale, which is itself rounded to fp16 (up to 127 x 2^-11
+    // of a step more).
+    const double tol = c.f == StateFormat::f32    ? 0.0
+                       : c.f == StateFormat::q8_0 ? 1.0 / 254 * 1.125
+                       : c.f == StateFormat::bf16 ? 1.0 / 256
+                                                  : 1.0 / 2048;
+    EXPECT_LE(worst, tol);
+    if (c.f != StateFormat::f32) {
+      EXPECT_GT(worst, 0.0);
+    }
+    // The window keeps the last three rows pushed, oldest first.
+    for (int r = 1; r <= 4; ++r) {
+      std::vector<float> row(512, static_cast<float>(r));
+      st->push_conv(row.data());
+    }
+    st->read_conv(w.data());
+    for (int r = 0; r < 3; ++r)
+      for (int c2 = 0; c2 < 512; ++c2) ASSERT_NEAR(w[size_t(r) * 512 + c2], r + 2, (r + 2) * 1e-3);
+    EXPECT_THROW(layer->store(0, 1, in.data(), in.data()), std::logic_error);
+    EXPECT_THROW(layer->attend(0, 1, in.data(), 1.0f, back.data()), std::logic_error);
+  }
+  // q8_0 blocks need widths that are multiples of 32.
+  try {
+    (void)make_arm("f16:state=q8_0")->make_layer(recurrent_shape(48));
+    ADD_FAILURE() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("multiples of 32"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW((void)make_arm("f16:state=f16")->make_layer(recurrent_shape(48)));
+  // The state format is part of what an arm is, and of whether it shares the reference's prefix.
+  EXPECT_NE(arm_identity("sj:4/4:state=f16"), arm_identity("sj:4/4"));
+  EXPECT_EQ(arm_identity("sj:4/4:state=f32"), arm_identity("sj:4/4"));
+  EXPECT_TRUE(make_arm("sj:4/4")->plain_f16_sliding());
+  EXPECT_FALSE(make_arm("sj:4/4:state=bf16")->plain_f16_sliding());
+  EXPECT_FALSE(make_arm("f16:state=q8_0")->plain_f16_sliding());
 }
 
 // The codec part of an SJ spec is the codec's configuration grammar (config.h parse_config):
