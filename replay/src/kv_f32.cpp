@@ -6,12 +6,14 @@
 #include <string>
 #include <vector>
 
-#include "fixed_dot.h"
 #include "sjkv/parallel.h"
 
 namespace sjkv {
 namespace replay {
+namespace {
 
+// q.k in 8 lanes (k in order within each lane), the lanes summed in a fixed tree: a fixed
+// order the compiler can vectorise without reassociating.
 // Compiled for AVX2 and for the baseline; without contraction or reassociation both clones
 // give the same bits.
 __attribute__((target_clones("avx2", "default"))) float dot(const float* a, const float* b, uint32_t n) {
@@ -23,8 +25,6 @@ __attribute__((target_clones("avx2", "default"))) float dot(const float* a, cons
   for (uint32_t i = n8; i < n; ++i) s = s + a[i] * b[i];
   return s;
 }
-
-namespace {
 
 __attribute__((target_clones("avx2", "default"))) void axpy(double* acc, double w, const float* v, uint32_t n) {
   for (uint32_t d = 0; d < n; ++d) acc[d] += w * v[d];

@@ -15,7 +15,6 @@
 #include "sjkv/io/paths.h"
 #include "sjkv/parallel.h"
 #include "sjkv/replay/dequant.h"
-#include "../fixed_dot.h"
 
 namespace sjkv {
 namespace replay {
@@ -34,6 +33,40 @@ float gelu_tanh(float x) {
 }
 float silu(float x) { return static_cast<float>(static_cast<double>(x) / (1.0 + std::exp(-static_cast<double>(x)))); }
 float sigmoid(float x) { return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(x)))); }
+// One row r of a value head's state, one token of the delta rule: r = decay r; then
+// r += ((v - r.k) beta) k; returns r.q. Each dot in one fixed order (eight lanes, lane j the
+// products of i = j, j + 8, ..., the lanes summed in a fixed tree, the rest in order), fused
+// with the pass that writes r; without contraction or reassociation both clones give the same
+// bits.
+__attribute__((target_clones("avx2", "default"))) float delta_row(float* r, const float* k, const float* q, float decay,
+                                                                   float v, float beta, uint32_t n) {
+  const uint32_t n8 = n / 8 * 8;
+  float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (uint32_t i = 0; i < n8; i += 8)
+    for (uint32_t j = 0; j < 8; ++j) {
+      r[i + j] = r[i + j] * decay;
+      l[j] = l[j] + r[i + j] * k[i + j];
+    }
+  float s = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+  for (uint32_t i = n8; i < n; ++i) {
+    r[i] = r[i] * decay;
+    s = s + r[i] * k[i];
+  }
+  const float delta = (v - s) * beta;
+  float m[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (uint32_t i = 0; i < n8; i += 8)
+    for (uint32_t j = 0; j < 8; ++j) {
+      r[i + j] = r[i + j] + delta * k[i + j];
+      m[j] = m[j] + r[i + j] * q[i + j];
+    }
+  float o = ((m[0] + m[4]) + (m[2] + m[6])) + ((m[1] + m[5]) + (m[3] + m[7]));
+  for (uint32_t i = n8; i < n; ++i) {
+    r[i] = r[i] + delta * k[i];
+    o = o + r[i] * q[i];
+  }
+  return o;
+}
+
 // ggml's softplus: the identity above 20.
 float softplus(float x) { return x > 20.0f ? x : static_cast<float>(std::log1p(std::exp(static_cast<double>(x)))); }
 
@@ -584,13 +617,7 @@ void GraphModel::delta_net(uint32_t il, const Layer& L, Ubatch& u, Kv& kv) const
       const float* v = row + 2 * KD + size_t(h) * S;
       const float decay = a[size_t(t) * Hv + h], beta = b[size_t(t) * Hv + h];
       float* out = o.data() + size_t(t) * VD + size_t(h) * S;
-      for (uint32_t j = 0; j < S; ++j) {
-        float* r = M.data() + size_t(j) * S;
-        for (uint32_t i = 0; i < S; ++i) r[i] = r[i] * decay;
-        const float delta = (v[j] - dot(r, k, S)) * beta;
-        for (uint32_t i = 0; i < S; ++i) r[i] = r[i] + delta * k[i];
-        out[j] = dot(r, q, S) * inv_s;
-      }
+      for (uint32_t j = 0; j < S; ++j) out[j] = delta_row(M.data() + size_t(j) * S, k, q, decay, v[j], beta, S) * inv_s;
       if (!exact) {  // stored in the arm's format between tokens
         st->write_head(h, M.data());
         st->read_head(h, M.data());
