@@ -88,16 +88,31 @@ static std::vector<std::unique_ptr<LayerKv>> make_cache(const ModelInfo& info, c
     s.n_ctx = n_ctx;
     s.n_ubatch = n_ubatch;
     std::unique_ptr<LayerKv> l = arm ? arm->make_layer(s) : make_f32_layer(s);
-    if (full) l = std::make_unique<TimedKv>(std::move(l), s, s.full_attention ? full : sliding);
+    // A recurrent layer's store is not timed (its work is the layer's own, in "rest").
+    if (full && !s.recurrent) l = std::make_unique<TimedKv>(std::move(l), s, s.full_attention ? full : sliding);
     kv.push_back(std::move(l));
   }
   return kv;
 }
 
-// Multiply-adds of the layer matrices per token (q, k, v, o, gate, up, down).
+// Multiply-adds of the layer matrices per token (q, k, v, o, gate, up, down; a recurrent
+// layer's q|k|v, gate, beta, alpha and output projections instead of the attention's). A
+// hybrid's query projection also yields the output gate (twice q).
 static double matrix_macs_per_token(const ModelInfo& i) {
   const double E = i.n_embd, q = double(i.n_head) * i.head_dim, kv = double(i.n_head_kv) * i.head_dim;
-  return i.n_layer * (E * q + 2 * E * kv + q * E + 3 * E * i.n_ff);
+  bool hybrid = false;
+  for (const LayerShape& s : i.layers) hybrid = hybrid || s.recurrent;
+  double macs = 0;
+  for (const LayerShape& s : i.layers) {
+    macs += 3 * E * i.n_ff;
+    if (s.recurrent) {
+      const double vd = double(s.state.heads) * s.state.head_dim;
+      macs += E * (s.state.conv_dim + vd + 2.0 * s.state.heads) + vd * E;
+    } else {
+      macs += E * q * (hybrid ? 2 : 1) + 2 * E * kv + q * E;
+    }
+  }
+  return macs;
 }
 
 static void print_profile(const char* what, double total_s, uint32_t tokens, const ModelInfo& info, const Phase& full,

@@ -575,32 +575,48 @@ void GraphModel::delta_net(uint32_t il, const Layer& L, Ubatch& u, Kv& kv) const
   }
 
   // The causal convolution over each channel: the state's K - 1 earlier inputs, then this
-  // token's (tap K - 1); SiLU after. One token at a time, as the state holds them.
-  std::vector<float> conv(m * C), win(size_t(K - 1) * C);
-  for (uint32_t t = 0; t < m; ++t) {
-    st->read_conv(win.data());
-    const float* cur = mixed.data() + size_t(t) * C;
-    float* out = conv.data() + size_t(t) * C;
-    for (size_t c = 0; c < C; ++c) {
-      const float* w = L.ssm_conv.data() + c * K;
-      float acc = 0.0f;
-      for (uint32_t i = 0; i + 1 < K; ++i) acc = acc + w[i] * win[i * C + c];
-      acc = acc + w[K - 1] * cur[c];
-      out[c] = silu(acc);
+  // token's (tap K - 1); SiLU after. hist holds the window's rows as the state gives them back
+  // (the state's, then each token's once stored: rounded by its format), so a token reads
+  // the inputs before it as one-token ubatches would.
+  std::vector<float> hist(size_t(K - 1 + m) * C), conv(m * C);
+  st->read_conv(hist.data());
+  if (st->format() == StateFormat::f32) {
+    std::copy(mixed.begin(), mixed.end(), hist.begin() + static_cast<std::ptrdiff_t>(size_t(K - 1) * C));
+    for (uint32_t t = m > K - 1 ? m - (K - 1) : 0; t < m; ++t) st->push_conv(mixed.data() + size_t(t) * C);
+  } else {
+    std::vector<float> win(size_t(K - 1) * C);
+    for (uint32_t t = 0; t < m; ++t) {
+      st->push_conv(mixed.data() + size_t(t) * C);
+      st->read_conv(win.data());
+      std::copy_n(win.data() + size_t(K - 2) * C, C, hist.data() + size_t(K - 1 + t) * C);
     }
-    st->push_conv(cur);
   }
+  parallel_for_ranges(static_cast<long>(C), kActivationGrain / K, threads(), [&](long c0, long c1) {
+    for (uint32_t t = 0; t < m; ++t) {
+      const float* cur = mixed.data() + size_t(t) * C;
+      const float* win = hist.data() + size_t(t) * C;
+      float* out = conv.data() + size_t(t) * C;
+      for (long c = c0; c < c1; ++c) {
+        const float* w = L.ssm_conv.data() + size_t(c) * K;
+        float acc = 0.0f;
+        for (uint32_t i = 0; i + 1 < K; ++i) acc = acc + w[i] * win[i * C + size_t(c)];
+        acc = acc + w[K - 1] * cur[c];
+        out[c] = silu(acc);
+      }
+    }
+  });
 
   // q and k heads L2-normalised over S (llama.cpp: an RMS norm with eps / S, then 1 / sqrt(S)).
   const float inv_s = 1.0f / std::sqrt(static_cast<float>(S));
-  for (uint32_t t = 0; t < m; ++t)
-    for (uint32_t h = 0; h < 2 * Hk; ++h) {
-      float* x = conv.data() + size_t(t) * C + size_t(h) * S;
+  parallel_for_ranges(static_cast<long>(m) * 2 * Hk, rows_per_item(kParallelGrain, S), threads(), [&](long r0, long r1) {
+    for (long r = r0; r < r1; ++r) {
+      float* x = conv.data() + size_t(r / (2 * Hk)) * C + size_t(r % (2 * Hk)) * S;
       double ss = 0.0;
       for (uint32_t i = 0; i < S; ++i) ss += static_cast<double>(x[i]) * x[i];
       const float sc = 1.0f / std::sqrt(static_cast<float>(ss / S) + eps_ / static_cast<float>(S));
       for (uint32_t i = 0; i < S; ++i) x[i] = (x[i] * sc) * inv_s;
     }
+  });
 
   // The delta rule, token by token, each value head on its own (h reads q/k head h mod Hk):
   // M = exp(g) M; M += beta (v - M k) k^T; o = (M q) / sqrt(S).
@@ -627,15 +643,16 @@ void GraphModel::delta_net(uint32_t il, const Layer& L, Ubatch& u, Kv& kv) const
   });
 
   // The gated RMS norm per value head (weight shared by the heads), then the output projection.
-  for (uint32_t t = 0; t < m; ++t)
-    for (uint32_t h = 0; h < Hv; ++h) {
-      float* x = o.data() + size_t(t) * VD + size_t(h) * S;
-      const float* zz = z.data() + size_t(t) * VD + size_t(h) * S;
+  parallel_for_ranges(static_cast<long>(m) * Hv, rows_per_item(kActivationGrain, S), threads(), [&](long r0, long r1) {
+    for (long r = r0; r < r1; ++r) {
+      float* x = o.data() + size_t(r) * S;
+      const float* zz = z.data() + size_t(r) * S;
       double ss = 0.0;
       for (uint32_t i = 0; i < S; ++i) ss += static_cast<double>(x[i]) * x[i];
       const float sc = 1.0f / std::sqrt(static_cast<float>(ss / S) + eps_);
       for (uint32_t i = 0; i < S; ++i) x[i] = ((x[i] * sc) * L.ssm_norm[i]) * silu(zz[i]);
     }
+  });
   matmul(L.ssm_out, o.data(), m, u.a.data());
 }
 
