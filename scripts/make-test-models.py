@@ -48,6 +48,19 @@ with merges, SPM: SentencePiece-style pieces with byte fallback; both learned fr
            interval decides); MoE FFN: 8 experts, top 2, expert n_ff 128, a shared expert of
            n_ff 256 gated by sigmoid(ffn_gate_inp_shexp . x); no feed_forward_length; untied
 
+Written only when named (--only qwen35-0.8b; never by default, and not in models.sha256):
+
+  qwen35-0.8b  qwen35's layers in the published shape of Qwen 3.5 0.8B (docs/design/qwen35.md
+           section 10), for timing (scripts/bench-hybrid-long): 24 main layers (full attention at
+           3, 7, ..., 23) + 1 MTP block (block_count 25), n_embd 1024, n_ff 3584, 8/2 x 256 heads,
+           Gated DeltaNet 16 k heads and 16 v heads of 128 (inner_size 2048, conv_dim 6144),
+           context 262144, tied; the 500-token qwen35 vocabulary padded to 248320 with [PADn]
+           tokens of type UNUSED (5), as llama.cpp's converter pads one (no text gives them).
+           Q8_0 (gguf.quants, ggml's reference rounding) for every matrix whose rows are whole
+           32-value blocks; norms, ssm_dt.bias, ssm_a and ssm_conv1d (rows of 4) stay F32. The
+           same scale rules as the small models; the numbers come from normals16 (one splitmix64
+           output per value), drawn and written one tensor at a time: 828 MB in about 20 s.
+
 Weight scales (SCORE_STD and the lines after it) keep the models far from degenerate:
 attention scores with a std of about 2.5 across keys, logits with a std of about 4; in the
 hybrids every gate, decay and router in its working range (the lines after NORM_STD).
@@ -87,6 +100,11 @@ MODELS = {
     "qwen35moe": dict(arch="qwen35moe", n_embd=256, n_head=4, n_head_kv=2, head=256, vocab="bpe-qwen35",
                       n_vocab=500, ctx=32768, rope_base=1e7, n_layer=8, n_mtp=0, recurrent_array=False,
                       moe=dict(n_expert=8, n_used=2, n_ff_exp=128, n_ff_shexp=256)),
+    # Written only when named (--only): the published shape of Qwen 3.5 0.8B (docs/design/qwen35.md
+    # section 10) in Q8_0, for timing at long context (scripts/bench-hybrid-long). About 0.8 GB.
+    "qwen35-0.8b": dict(arch="qwen35", n_embd=1024, n_head=8, n_head_kv=2, head=256, vocab="bpe-qwen35",
+                        n_vocab=500, n_vocab_padded=248320, ctx=262144, rope_base=1e7, tied=True, n_layer=24,
+                        n_mtp=1, recurrent_array=True, n_ff=3584, gdn=(16, 16, 128), q8_0=True, explicit=True),
 }
 
 # The hybrids' shared geometry: full attention every FULL_ATTN_INTERVAL-th layer (3 and 7),
@@ -171,6 +189,36 @@ def normals(key, shape):
 
 def rand_tensor(seed, name, shape, std, mean=0.0):
     return (mean + std * normals(stream_key(seed, name), shape)).reshape(shape).astype(np.float32)
+
+
+def normals16(key, start, n):
+    """The big model's cheaper normal-like numbers (one splitmix64 output per value, not four):
+    the output at counter start+1+i split into four 16-bit uniforms, summed, centred and scaled to
+    unit variance; float32 arithmetic on exact integers, so again the same on every platform."""
+    with np.errstate(over="ignore"):
+        z = _mix(U64(key) + np.arange(start + 1, start + n + 1, dtype=U64) * U64(GAMMA))
+    m = U64(0xFFFF)
+    s = ((z & m) + ((z >> U64(16)) & m)) + (((z >> U64(32)) & m) + (z >> U64(48)))
+    return (s.astype(np.float32) - np.float32(2 * 65535)) * np.float32(math.sqrt(3.0) / 65536)
+
+
+def rand_tensor16(seed, name, shape, std, mean=0.0, q8_0=False):
+    """rand_tensor by normals16, drawn in chunks of whole rows (the values do not depend on the
+    chunking); with q8_0 each chunk is quantized at once by gguf's Q8_0 (ggml's reference
+    rounding), so only the quantized bytes of a whole tensor are held."""
+    import gguf
+
+    key = stream_key(seed, name)
+    cols = shape[-1]
+    rows = int(np.prod(shape[:-1]))
+    step = max(1, (1 << 18) // cols)
+    parts = []
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        x = (np.float32(mean) + np.float32(std) * normals16(key, r0 * cols, (r1 - r0) * cols)).reshape(r1 - r0, cols)
+        parts.append(gguf.quants.quantize(x, gguf.GGMLQuantizationType.Q8_0) if q8_0 else x)
+    out = np.concatenate(parts, axis=0)
+    return out.reshape(tuple(shape[:-1]) + (out.shape[-1],))
 
 
 # ---- vocabularies ---------------------------------------------------------------------------
@@ -297,7 +345,7 @@ def count_words(pieces):
 
 
 # token types of llama.cpp's GGUF vocabularies
-NORMAL, UNKNOWN, CONTROL, BYTE = 1, 2, 3, 6
+NORMAL, UNKNOWN, CONTROL, UNUSED, BYTE = 1, 2, 3, 5, 6
 
 BPE_SPECIALS = {
     "bpe-qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
@@ -360,6 +408,10 @@ def add_vocab(w, spec):
     kind, n_vocab = spec["vocab"], spec["n_vocab"]
     if kind.startswith("bpe"):
         v = bpe_vocab(kind, n_vocab)
+        pad = spec.get("n_vocab_padded", n_vocab) - n_vocab
+        # ids no text maps to, as llama.cpp's converter pads a vocabulary to the embedding rows
+        v["tokens"] += ["[PAD%d]" % i for i in range(n_vocab, n_vocab + pad)]
+        v["types"] += [UNUSED] * pad
         w.add_tokenizer_model("gpt2")
         w.add_tokenizer_pre({"bpe-qwen2": "qwen2", "bpe-qwen35": "qwen35"}.get(kind, "llama-bpe"))
         w.add_token_list(v["tokens"])
@@ -527,7 +579,10 @@ def build_hybrid(name, spec, path, seed):
     E, H, HKV, D = spec["n_embd"], spec["n_head"], spec["n_head_kv"], spec["head"]
     n_main, n_mtp = spec["n_layer"], spec["n_mtp"]
     n_all = n_main + n_mtp
-    key_dim, value_dim = GDN_HK * GDN_S, GDN_HV * GDN_S
+    n_ff = spec.get("n_ff", N_FF)
+    gdn_hk, gdn_hv, gdn_s = spec.get("gdn", (GDN_HK, GDN_HV, GDN_S))
+    big = spec.get("q8_0", False)
+    key_dim, value_dim = gdn_hk * gdn_s, gdn_hv * gdn_s
     conv_dim = 2 * key_dim + value_dim
     recurrent = [il < n_main and (il + 1) % FULL_ATTN_INTERVAL != 0 for il in range(n_all)]
     moe = spec.get("moe")
@@ -545,7 +600,7 @@ def build_hybrid(name, spec, path, seed):
         w.add_expert_feed_forward_length(moe["n_ff_exp"])
         w.add_expert_shared_feed_forward_length(moe["n_ff_shexp"])
     else:
-        w.add_feed_forward_length(N_FF)
+        w.add_feed_forward_length(n_ff)
     w.add_head_count(H)
     w.add_head_count_kv(HKV)
     w.add_key_length(D)
@@ -555,20 +610,35 @@ def build_hybrid(name, spec, path, seed):
     w.add_rope_dimension_count(ROPE_DIMS)
     w.add_rope_dimension_sections(ROPE_SECTIONS)
     w.add_ssm_conv_kernel(GDN_CONV)
-    w.add_ssm_state_size(GDN_S)
-    w.add_ssm_group_count(GDN_HK)
-    w.add_ssm_time_step_rank(GDN_HV)
+    w.add_ssm_state_size(gdn_s)
+    w.add_ssm_group_count(gdn_hk)
+    w.add_ssm_time_step_rank(gdn_hv)
     w.add_ssm_inner_size(value_dim)
     if spec["recurrent_array"]:  # what the converter writes from layer_types (false for MTP layers)
         w.add_array("%s.attention.recurrent_layers" % arch, recurrent)
     w.add_full_attention_interval(FULL_ATTN_INTERVAL)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if big else gguf.LlamaFileType.ALL_F32)
     n_vocab = add_vocab(w, spec)
 
     unit_in = 1 / math.sqrt(E)
+    # The big model is written as it is drawn: tensor infos first, then each tensor's bytes in
+    # turn (a list of makers), so no more than one tensor is held. Q8_0 for every matrix whose
+    # rows are whole 32-value blocks, F32 for the rest (norms, ssm_dt.bias, ssm_a, ssm_conv1d
+    # with its rows of 4 taps), as llama.cpp's converter keeps them.
+    pending = []
 
     def t(tname, shape, std, mean=0.0):
-        w.add_tensor(tname, rand_tensor(seed, name + "/" + tname, shape, std, mean))
+        if not big:
+            w.add_tensor(tname, rand_tensor(seed, name + "/" + tname, shape, std, mean))
+            return
+        q8 = len(shape) >= 2 and shape[-1] % 32 == 0
+        if q8:
+            byte_shape = tuple(shape[:-1]) + (shape[-1] // 32 * 34,)
+            w.add_tensor_info(tname, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)),
+                              raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            w.add_tensor_info(tname, shape, np.dtype(np.float32), 4 * int(np.prod(shape)))
+        pending.append(lambda: rand_tensor16(seed, name + "/" + tname, shape, std, mean, q8))
 
     def norm(tname, n, mean=1.0):
         t(tname, (n,), NORM_STD, mean)
@@ -595,9 +665,9 @@ def build_hybrid(name, spec, path, seed):
             t(b + "ffn_up_shexp.weight", (FS, E), unit_in)
             t(b + "ffn_down_shexp.weight", (E, FS), 1 / math.sqrt(FS))
         else:
-            t(b + "ffn_gate.weight", (N_FF, E), unit_in)
-            t(b + "ffn_up.weight", (N_FF, E), unit_in)
-            t(b + "ffn_down.weight", (E, N_FF), 1 / math.sqrt(N_FF))
+            t(b + "ffn_gate.weight", (n_ff, E), unit_in)
+            t(b + "ffn_up.weight", (n_ff, E), unit_in)
+            t(b + "ffn_down.weight", (E, n_ff), 1 / math.sqrt(n_ff))
 
     # numpy shapes are (rows, columns) = llama.cpp's (ne1, ne0)
     t("token_embd.weight", (n_vocab, E), LOGIT_STD * unit_in if spec.get("tied") else EMBD_STD)
@@ -609,13 +679,18 @@ def build_hybrid(name, spec, path, seed):
             t(b + "attn_qkv.weight", (conv_dim, E), CONV_IN_STD * unit_in)
             t(b + "attn_gate.weight", (value_dim, E), Z_STD * unit_in)
             t(b + "ssm_conv1d.weight", (conv_dim, GDN_CONV), CONV_TAP_STD)
-            t(b + "ssm_dt.bias", (GDN_HV,), DT_BIAS_STD, DT_BIAS_MEAN)
+            t(b + "ssm_dt.bias", (gdn_hv,), DT_BIAS_STD, DT_BIAS_MEAN)
             lo, hi = SSM_A_RANGE  # -exp(A_log) as the converter stores it, drawn directly
-            u = uniforms(stream_key(seed, name + "/" + b + "ssm_a"), GDN_HV)
-            w.add_tensor(b + "ssm_a", (-(lo + (hi - lo) * u)).astype(np.float32))
-            t(b + "ssm_beta.weight", (GDN_HV, E), BETA_STD * unit_in)
-            t(b + "ssm_alpha.weight", (GDN_HV, E), ALPHA_STD * unit_in)
-            norm(b + "ssm_norm.weight", GDN_S)
+            u = uniforms(stream_key(seed, name + "/" + b + "ssm_a"), gdn_hv)
+            ssm_a = (-(lo + (hi - lo) * u)).astype(np.float32)
+            if big:
+                w.add_tensor_info(b + "ssm_a", ssm_a.shape, ssm_a.dtype, ssm_a.nbytes)
+                pending.append(lambda a=ssm_a: a)
+            else:
+                w.add_tensor(b + "ssm_a", ssm_a)
+            t(b + "ssm_beta.weight", (gdn_hv, E), BETA_STD * unit_in)
+            t(b + "ssm_alpha.weight", (gdn_hv, E), ALPHA_STD * unit_in)
+            norm(b + "ssm_norm.weight", gdn_s)
             t(b + "ssm_out.weight", (E, value_dim), SSM_OUT_STD / math.sqrt(value_dim))
         else:
             full_attention(b)
@@ -631,7 +706,12 @@ def build_hybrid(name, spec, path, seed):
 
     w.write_header_to_file()
     w.write_kv_data_to_file()
-    w.write_tensors_to_file()
+    if big:
+        w.write_ti_data_to_file()
+        for make in pending:
+            w.write_tensor_data(make())
+    else:
+        w.write_tensors_to_file()
     w.close()
 
 
@@ -669,14 +749,15 @@ class Parser(argparse.ArgumentParser):
 def main():
     ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="directory to write NAME.gguf into (created if missing)")
-    ap.add_argument("--only", nargs="+", metavar="NAME", help="write only these models (%s)" % ", ".join(MODELS))
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="write only these models (%s; %s only when named)" % (
+        ", ".join(MODELS), ", ".join(n for n in MODELS if MODELS[n].get("explicit"))))
     ap.add_argument("--check", metavar="FILE", help="compare the SHA-256 of each file written with FILE "
                     "(lines 'sha256  NAME.gguf'); exit 1 on a mismatch")
     ap.add_argument("--write-hashes", metavar="FILE", help="write the SHA-256 of the files written to FILE")
     ap.add_argument("--seed", type=int, default=SEED, help="global seed (default %(default)s; the committed "
                     "hashes are for the default)")
     a = ap.parse_args()
-    names = a.only or list(MODELS)
+    names = a.only or [n for n in MODELS if not MODELS[n].get("explicit")]
     for n in names:
         if n not in MODELS:
             ap.error("unknown model '%s' (known: %s)" % (n, ", ".join(MODELS)))
