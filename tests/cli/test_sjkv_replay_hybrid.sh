@@ -5,7 +5,7 @@
 # sj:3/2t, sj:4/4:staging=q8_0 and two state= arms (every SJ body seals groups), train a 3-bit
 # table on the capture, frontier --quick; qwen35moe through record and score. The recurrent
 # state is charged in the bits: state=q8_0 costs fewer bits than the f32 state of the same arm,
-# and moves the distribution more.
+# and moves the distribution more. Damaged hybrid files are refused by name.
 set -eu
 replay=$1; train=$2; models=$3; prompt=$4; dir=$5; py=$6
 rm -rf "$dir"; mkdir -p "$dir"
@@ -77,4 +77,37 @@ set -e
 test "$rc" -eq 1
 grep -q "state=q4_0: the recurrent state is f32, f16, bf16 or q8_0" "$dir/err"
 test ! -e "$dir/bad"
+# Damaged copies of qwen35 are the model file's defect (exit 2, one line naming the file): a
+# tensor of a recurrent layer missing, ssm.inner_size not time_step_rank x state_size, and rope
+# sections that would leave rotated pairs still for text.
+"$py" - "$gguf" "$dir" <<'PY'
+import struct, sys
+src, d = sys.argv[1], sys.argv[2]
+b = open(src, "rb").read()
+def named(s):
+    return struct.pack("<Q", len(s)) + s.encode()
+def patched(old, new, name):
+    i = b.find(old)
+    assert i >= 0 and b.find(old, i + 1) < 0, name
+    open(d + "/" + name, "wb").write(b[:i] + new + b[i + len(old):])
+# blk.0.ssm_a renamed blk.0.ssm_b (same length)
+patched(named("blk.0.ssm_a"), named("blk.0.ssm_b"), "no-ssm-a.gguf")
+# qwen35.ssm.inner_size (u32, type 4) 256 -> 300
+k = named("qwen35.ssm.inner_size") + struct.pack("<I", 4)
+patched(k + struct.pack("<I", 256), k + struct.pack("<I", 300), "inner-size.gguf")
+# qwen35.rope.dimension_sections (array of 4 int32) [11, 11, 10, 0] -> [0, 0, 0, 32]
+k = named("qwen35.rope.dimension_sections") + struct.pack("<IIQ", 9, 5, 4)
+patched(k + struct.pack("<4i", 11, 11, 10, 0), k + struct.pack("<4i", 0, 0, 0, 32), "sections.gguf")
+PY
+for c in "no-ssm-a.gguf:missing tensor 'blk.0.ssm_a'" "inner-size.gguf:inner_size" "sections.gguf:falls in the fourth section"; do
+  f=${c%%:*}; want=${c#*:}
+  set +e
+  "$replay" record --model "$dir/$f" --prompt-file "$dir/short.txt" --generate 2 -o "$dir/bad.h5" -q 2> "$dir/err"; rc=$?
+  set -e
+  test "$rc" -eq 2
+  test "$(wc -l < "$dir/err")" -eq 1
+  grep -qF "$dir/$f" "$dir/err"
+  grep -qF "$want" "$dir/err"
+  test ! -e "$dir/bad.h5"
+done
 echo "hybrid ok"
