@@ -247,16 +247,15 @@ def mark_vocab():
 
 
 def byte_chars():
-    """GPT-2's byte -> printable character table: (bytes in token order, their characters)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return bs, [chr(c) for c in cs]
+    """GPT-2's byte -> printable character table: (bytes in token order, their characters), as
+    make-test-models.py writes it into the test vocabularies (one copy of the table)."""
+    import importlib.machinery
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "make-test-models.py")
+    loader = importlib.machinery.SourceFileLoader("make_test_models", path)
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader("make_test_models", loader))
+    loader.exec_module(mod)
+    return mod.byte_chars()
 
 
 def cmd_marks(a):

@@ -96,6 +96,15 @@ class Gguf {
 
 const std::string kU2581 = "\xE2\x96\x81";  // SentencePiece's visible space
 
+// A golden file's line split at its tabs.
+std::vector<std::string> tab_columns(const std::string& line) {
+  std::vector<std::string> col;
+  std::stringstream ss(line);
+  std::string c;
+  while (std::getline(ss, c, '\t')) col.push_back(c);
+  return col;
+}
+
 std::string unhex(const std::string& h) {
   std::string s;
   for (size_t i = 0; i + 1 < h.size(); i += 2) s += char(std::stoi(h.substr(i, 2), nullptr, 16));
@@ -166,10 +175,7 @@ TEST(TokenizerPreTokenize, MatchesThePatternsOnMarks) {
   std::vector<std::pair<std::string, std::vector<std::string>>> qwen2_words;  // (text, words)
   while (std::getline(in, line)) {
     if (line.empty() || line[0] == '#') continue;
-    std::vector<std::string> col;
-    std::stringstream ss(line);
-    std::string c;
-    while (std::getline(ss, c, '\t')) col.push_back(c);
+    std::vector<std::string> col = tab_columns(line);
     ASSERT_GE(col.size(), 4u) << line;
     PreTokenizer kind{};
     bool ignore_merges = false;
@@ -400,10 +406,7 @@ TEST(TokenizerBpe, MarksVocabularyMatchesLlamaCpp) {
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty() || line[0] == '#') continue;
-    std::vector<std::string> col;
-    std::stringstream ss(line);
-    std::string c;
-    while (std::getline(ss, c, '\t')) col.push_back(c);
+    std::vector<std::string> col = tab_columns(line);
     if (col[0] == "token" && col.size() >= 2) {
       tokens.push_back(unhex(col[1]));
     } else if (col[0] == "merge" && col.size() >= 2) {
@@ -601,10 +604,7 @@ Golden read_golden(const std::string& name) {
       g.n_vocab = uint32_t(std::stoul(line.substr(8)));
       continue;
     }
-    std::vector<std::string> col;
-    std::stringstream ss(line);
-    std::string c;
-    while (std::getline(ss, c, '\t')) col.push_back(c);
+    std::vector<std::string> col = tab_columns(line);
     if (col.size() < 3) col.resize(3);
     GoldenCase gc;
     gc.text = unhex(col[0]);

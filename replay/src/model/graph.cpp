@@ -142,11 +142,9 @@ uint64_t GraphModel::dim(Dim d) const {
 std::vector<Mat> GraphModel::load_experts(const GgufTensorInfo& t) {
   // [in, out, n_expert]: checked and counted as one [n_expert * out][in] matrix, then one
   // view per expert.
-  const Mat all = WeightMatrix::of(t.type, t.dims[1] * t.dims[2], t.dims[0], f_.tensor_data(t));
-  if (all.bytes() != t.n_bytes) fail("tensor '" + t.name + "' has " + std::to_string(t.n_bytes) + " bytes, expected " + std::to_string(all.bytes()));
   GgufTensorInfo flat = t;
   flat.dims = {t.dims[0], t.dims[1] * t.dims[2]};
-  (void)load_mat(flat);
+  const Mat all = load_mat(flat);
   std::vector<Mat> out;
   for (uint64_t e = 0; e < t.dims[2]; ++e) {
     Mat m = all;
