@@ -135,6 +135,53 @@ void expect_same_hidden(const Trajectory& a, const Trajectory& b) {
   }
 }
 
+// A small trajectory from integer formulas only (no random draws, no libm), so that its file
+// is the same bytes on every build with the same HDF5 and zstd: `prompt` given tokens; the
+// caller appends the scored positions (add_scored_row).
+Trajectory small_base(RefEncoding enc, uint32_t V, uint32_t E, uint32_t prompt) {
+  Trajectory t;
+  t.model_file = "small.gguf";
+  t.model_sha256 = std::string(64, 'b');
+  t.architecture = "llama";
+  t.n_vocab = V;
+  t.prompt_tokens = prompt;
+  for (uint32_t i = 0; i < prompt; ++i) t.tokens.push_back(static_cast<int32_t>((i * 17 + 1) % V));
+  t.settings.reference = "f32";
+  t.settings.ubatch = 4;
+  t.encoding = enc;
+  t.n_embd = enc == RefEncoding::hidden ? E : 0;
+  return t;
+}
+
+// The reference of scored position j (a permutation of 0 ... V-1 scaled: no tied logits; V
+// coprime to 7919), appended to t; returns its top token.
+int32_t add_scored_row(Trajectory& t, uint32_t j) {
+  const uint32_t V = t.n_vocab, E = t.n_embd;
+  std::vector<float> row(V), h(E);
+  for (uint32_t i = 0; i < V; ++i) row[i] = static_cast<float>((i * 7919u + j * 104729u) % V) * 0.03125f - 6.0f;
+  for (uint32_t i = 0; i < E; ++i) h[i] = static_cast<float>((i * 13u + j * 7u) % 17u) * 0.25f - 2.0f;
+  if (t.encoding == RefEncoding::hidden) {
+    t.hid.push_back(encode_hidden(h.data(), E, row.data(), V));
+    return static_cast<int32_t>(t.hid.back().top_ids[0]);
+  }
+  t.ref.push_back(encode_reference(row.data(), V, t.settings.self_kl_target));
+  t.self_kl_max = std::max(t.self_kl_max, self_kl(row.data(), V, t.ref.back()));
+  return t.ref.back().top();
+}
+
+// The version-2 shape: a prompt of 6 tokens and G greedy generated positions (generate G + 2).
+Trajectory small_v2(RefEncoding enc, uint32_t G) {
+  Trajectory t = small_base(enc, 301, 16, 6);
+  t.settings.generate = G + 2;
+  for (uint32_t j = 0; j < G; ++j) t.tokens.push_back(add_scored_row(t, j));
+  return t;
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 // Edits one file in place through HDF5 (the zstd filter is registered by the library).
 struct H5Edit {
   hid_t f;
@@ -537,4 +584,22 @@ TEST(TrajectoryFile, ReadsVersionOneAsSparse) {
   EXPECT_EQ(back.encoding, RefEncoding::sparse);
   expect_same(t, back);
   std::remove(path.c_str());
+}
+
+// A single-prompt trajectory is still written as version 2, byte for byte as the writer of
+// version 2 wrote it: tests/golden/trajectory/ holds that writer's files of these two
+// trajectories (tests/golden/README.md). A mismatch keeps the new file for comparison.
+TEST(TrajectoryFile, VersionTwoIsTheSameBytes) {
+  const std::filesystem::path dir = std::filesystem::path(SJKV_GOLDEN_DIR) / "trajectory";
+  for (const auto& [enc, name] : {std::pair<RefEncoding, const char*>{RefEncoding::hidden, "v2-hidden.h5"},
+                                  {RefEncoding::sparse, "v2-sparse.h5"}}) {
+    const Trajectory t = small_v2(enc, 5);
+    const std::string path = temp_path(name);
+    write_trajectory(path, t);
+    const std::string want = file_bytes((dir / name).string());
+    ASSERT_FALSE(want.empty()) << (dir / name);
+    const bool same = file_bytes(path) == want;
+    EXPECT_TRUE(same) << name << ": the writer's bytes differ from the stored version-2 file; kept " << path;
+    if (same) std::remove(path.c_str());
+  }
 }
