@@ -485,6 +485,18 @@ void trajectory_seeds() {
   sjkv::write_trajectory(d + "/valid-hidden-v20-sampled.h5", make_trajectory(20, 3, true, 8, true), 1);
   sjkv::write_trajectory(d + "/valid-sparse-v300-g3.h5", make_trajectory(300, 3, false, 0, false));
   sjkv::write_trajectory(d + "/valid-sparse-v4-sampled.h5", make_trajectory(4, 2, false, 0, true));
+  // Version 3 (segments, provenance): the four scored positions as two turns, the second an
+  // answer after an idle step and one given token.
+  sjkv::Trajectory v3 = make_trajectory(300, 4, true, 16, false);
+  v3.tokens.insert(v3.tokens.begin() + 5, 7);
+  v3.segments = {{sjkv::SegmentKind::given, 3, 0},
+                 {sjkv::SegmentKind::generated, 2, 0},
+                 {sjkv::SegmentKind::idle, 0, 1},
+                 {sjkv::SegmentKind::given, 1, 0},
+                 {sjkv::SegmentKind::answer, 2, 0}};
+  v3.context = 16;
+  v3.source = {std::string(64, 'd'), std::string(64, 'e'), "gguf", "2026-01-01", "3.1.6"};
+  sjkv::write_trajectory(d + "/valid-hidden-v3-segments.h5", v3);
   const Bytes v = read_bytes(d + "/valid-hidden-v300-e16-g4.h5");
   write_bytes("trajectory", "invalid-truncated-half.h5", truncated(v, v.size() / 2));
   write_capture(d + "/invalid-a-capture.h5", make_capture(32, 1, 3, {0}, true, false));

@@ -1,5 +1,6 @@
 // Trajectory files and the reference encoding: self-KL on realistic rows, exact zero for an
-// identical row, round trip, and one rejected file per named defect.
+// identical row, round trip, one rejected file per named defect, and version 3 (segments):
+// its round trip, its rules, and the one-prompt case still written as version 2's bytes.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <utility>
 #include <iterator>
 #include <filesystem>
@@ -199,6 +201,27 @@ struct H5Edit {
     H5Aclose(a);
     H5Sclose(s);
   }
+  void set_string_attr(const char* name, const std::string& v) {
+    H5Adelete(f, name);
+    const hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, v.size());
+    H5Tset_strpad(t, H5T_STR_NULLPAD);
+    const hid_t s = H5Screate(H5S_SCALAR);
+    const hid_t a = H5Acreate2(f, name, t, s, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(H5Awrite(a, t, v.data()), 0);
+    H5Aclose(a);
+    H5Sclose(s);
+    H5Tclose(t);
+  }
+  // Replaces a dataset by an unfiltered u32 one of the given shape.
+  void replace_u32_dataset(const char* name, const std::vector<hsize_t>& dims, const std::vector<uint32_t>& v) {
+    H5Ldelete(f, name, H5P_DEFAULT);
+    const hid_t s = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+    const hid_t d = H5Dcreate2(f, name, H5T_STD_U32LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(H5Dwrite(d, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+    H5Dclose(d);
+    H5Sclose(s);
+  }
   template <class T>
   void poke(const char* dataset, size_t index, T value, hid_t mem_type) {
     const hid_t d = H5Dopen2(f, dataset, H5P_DEFAULT);
@@ -226,8 +249,9 @@ void expect_rejected(const std::string& path, const std::string& defect_part) {
 
 // The must-reject fixtures stored in tests/reject/trajectory/ (the default, hidden encoding;
 // damaged sparse files are megabytes at a 262,144-token vocabulary, so those are made and
-// checked in memory only): file name and a part of the defect the reader must name. They are
-// the damaged files HiddenEncoding.RejectsDamagedFiles makes;
+// checked in memory only): file name and a part of the defect the reader must name. The first
+// kHiddenFixtures are the damaged files HiddenEncoding.RejectsDamagedFiles makes, the others
+// those of TrajectoryV3.RejectsDamagedFiles (FORMAT.md 9.4);
 // SJKV_REGENERATE_REJECT_DIR=tests/reject build/tests/snapshot/test_trajectory rewrites them.
 const std::pair<const char*, const char*> kRejectFixtures[] = {
     {"hidden-inf-hidden-value.h5", "reference position 2: hidden state value 9 is not finite"},
@@ -239,7 +263,29 @@ const std::pair<const char*, const char*> kRejectFixtures[] = {
     {"hidden-top-n-zero.h5", "top_n"},
     {"hidden-inf-log-z.h5", "reference position 1: log_z is not finite"},
     {"hidden-no-encoding.h5", "missing attribute encoding"},
+    {"v3-no-segments.h5", "dataset segments is missing"},
+    {"v3-segments-shape.h5", "dataset segments: shape [10, 2] does not match [n_segments, 3] = [10, 3]"},
+    {"v3-kind-unknown.h5", "segment 4: kind code 7 is unknown"},
+    {"v3-empty-segment.h5", "segment 3 (given) is empty"},
+    {"v3-idle-has-tokens.h5", "segment 2 (idle) holds tokens (1); an idle step holds none"},
+    {"v3-keep-recent-not-idle.h5", "segment 1 (generated) has keep_recent 5; only an idle segment has one"},
+    {"v3-first-not-given.h5", "the first segment is generated; it must be given text"},
+    {"v3-last-not-scored.h5", "the last segment is given; it must be generated or answer text"},
+    {"v3-given-adjacent.h5", "segments 0 and 1 are both given"},
+    {"v3-scored-not-after-given.h5", "segment 5 (generated) follows segment 4 (generated), not a given segment"},
+    {"v3-idle-not-before-given.h5", "segment 7 (idle) is not followed by a given segment"},
+    {"v3-lengths-sum.h5", "segment lengths sum to 24, not n_tokens = 25"},
+    {"v3-generated-count.h5", "generated and answer segments hold 9 tokens, not generated = 10"},
+    {"v3-prompt-tokens.h5", "prompt_tokens = 5 is not the first segment's length, 6"},
+    {"v3-turn-over-cap.h5", "segment 1 (generated) holds 3 tokens, more than generate = 2"},
+    {"v3-context-short.h5", "context = 23 is less than n_tokens = 24"},
+    {"v3-greedy-turn-2.h5", "generated token 3 is not the reference's top token although greedy (position 13)"},
+    {"v3-provenance-partial.h5", "provenance is partial: attribute jinja2_version is missing"},
+    {"v3-provenance-hash.h5", "chat_template_sha256 is not 64 lower-case hexadecimal digits"},
+    {"v3-provenance-date.h5", "template_date is not a date YYYY-MM-DD"},
+    {"version-4.h5", "version 4 is newer than this build reads (3)"},
 };
+constexpr size_t kHiddenFixtures = 9;
 
 // With SJKV_REGENERATE_REJECT_DIR set, a damaged file becomes the stored fixture `name`.
 void keep_fixture(const std::string& path, const char* name) {
@@ -380,8 +426,8 @@ TEST(TrajectoryFile, RejectsDamagedFiles) {
   }
 
   const std::string version = copy("version.h5", bytes.size());
-  H5Edit(version).set_u32_attr("version", 3);
-  expect_rejected(version, "version 3 is newer than this build reads");
+  H5Edit(version).set_u32_attr("version", 4);
+  expect_rejected(version, "version 4 is newer than this build reads");
 
   const std::string nan_logit = copy("nan.h5", bytes.size());
   H5Edit(nan_logit).poke<uint32_t>("reference/logits", 3, 0x7fc00000u, H5T_NATIVE_UINT32);
@@ -546,8 +592,8 @@ TEST(HiddenEncoding, RejectsDamagedFiles) {
   }
   expect_rejected(enc, "missing attribute encoding");
   // The damaged files, in order, are the stored fixtures of kRejectFixtures.
-  ASSERT_EQ(made.size(), 1 + std::size(kRejectFixtures));
-  for (size_t i = 0; i < std::size(kRejectFixtures); ++i) keep_fixture(made[i + 1], kRejectFixtures[i].first);
+  ASSERT_EQ(made.size(), 1 + kHiddenFixtures);
+  for (size_t i = 0; i < kHiddenFixtures; ++i) keep_fixture(made[i + 1], kRejectFixtures[i].first);
   for (const std::string& p : made) std::remove(p.c_str());
 }
 
@@ -583,6 +629,9 @@ TEST(TrajectoryFile, ReadsVersionOneAsSparse) {
   const Trajectory back = read_trajectory(path);
   EXPECT_EQ(back.encoding, RefEncoding::sparse);
   expect_same(t, back);
+  EXPECT_TRUE(back.segments.empty());  // the pair [given P][generated G], as version 2
+  EXPECT_EQ(back.context, 0u);
+  EXPECT_EQ(back.scored_positions(), t.scored_positions());
   std::remove(path.c_str());
 }
 
@@ -602,4 +651,283 @@ TEST(TrajectoryFile, VersionTwoIsTheSameBytes) {
     EXPECT_TRUE(same) << name << ": the writer's bytes differ from the stored version-2 file; kept " << path;
     if (same) std::remove(path.c_str());
   }
+}
+
+// ---- version 3: segments ---------------------------------------------------------------------
+
+namespace {
+
+constexpr SegmentKind kGiven = SegmentKind::given, kGenerated = SegmentKind::generated,
+                      kAnswer = SegmentKind::answer, kIdle = SegmentKind::idle;
+
+// Three requests and a needle's answer over the small vocabulary, greedy:
+//   0 given 6 | 1 generated 3 | 2 idle keep 4 | 3 given 4 | 4 generated 2 | 5 given 3 |
+//   6 answer 2 | 7 idle keep 0 | 8 given 2 | 9 generated 2
+// T = 24 tokens, G = 9 scored positions, a turn cap of 3, context 40. The answer tokens are not
+// the reference's top (an answer is given text: the greedy check skips it).
+Trajectory small_v3(RefEncoding enc, bool provenance) {
+  Trajectory t = small_base(enc, 301, 16, 6);
+  t.settings.generate = 3;
+  t.context = 40;
+  t.segments = {{kGiven, 6, 0},     {kGenerated, 3, 0}, {kIdle, 0, 4}, {kGiven, 4, 0}, {kGenerated, 2, 0},
+                {kGiven, 3, 0},     {kAnswer, 2, 0},    {kIdle, 0, 0}, {kGiven, 2, 0}, {kGenerated, 2, 0}};
+  uint32_t j = 0;
+  for (size_t i = 1; i < t.segments.size(); ++i) {
+    const Segment& g = t.segments[i];
+    for (uint32_t k = 0; k < g.length; ++k) {
+      if (g.kind == kGiven) {
+        t.tokens.push_back(static_cast<int32_t>((t.tokens.size() * 29 + 3) % t.n_vocab));
+      } else {
+        const int32_t top = add_scored_row(t, j++);
+        t.tokens.push_back(g.kind == kAnswer ? (top + 1) % static_cast<int32_t>(t.n_vocab) : top);
+      }
+    }
+  }
+  if (provenance)
+    t.source = {std::string(64, '0'), "9f" + std::string(62, 'e'), "gemma3-turns.jinja", "2026-01-01", "3.1.6"};
+  return t;
+}
+
+void expect_same_v3(const Trajectory& a, const Trajectory& b) {
+  if (a.encoding == RefEncoding::sparse) expect_same(a, b);
+  else expect_same_hidden(a, b);
+  EXPECT_EQ(a.prompt_tokens, b.prompt_tokens);
+  EXPECT_EQ(a.settings.generate, b.settings.generate);
+  EXPECT_EQ(a.segments, b.segments);
+  EXPECT_EQ(a.context, b.context);
+  EXPECT_EQ(a.source.transcript_sha256, b.source.transcript_sha256);
+  EXPECT_EQ(a.source.chat_template_sha256, b.source.chat_template_sha256);
+  EXPECT_EQ(a.source.chat_template_source, b.source.chat_template_source);
+  EXPECT_EQ(a.source.template_date, b.source.template_date);
+  EXPECT_EQ(a.source.jinja2_version, b.source.jinja2_version);
+}
+
+uint32_t stored_version(const std::string& path) {
+  H5Edit e(path);
+  const hid_t a = H5Aopen(e.f, "version", H5P_DEFAULT);
+  uint32_t v = 0;
+  H5Aread(a, H5T_NATIVE_UINT32, &v);
+  H5Aclose(a);
+  return v;
+}
+
+// check_consistent's message for t, or "" when it passes.
+std::string inconsistency(const Trajectory& t) {
+  try {
+    t.check_consistent();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST(TrajectoryV3, HelpersOfBothVersions) {
+  const Trajectory v2 = small_v2(RefEncoding::hidden, 5);
+  EXPECT_TRUE(v2.segments.empty());
+  EXPECT_TRUE(v2.is_version2());
+  EXPECT_EQ(v2.schedule(), (std::vector<Segment>{{kGiven, 6, 0}, {kGenerated, 5, 0}}));
+  EXPECT_EQ(v2.scored_positions(), (std::vector<uint32_t>{6, 7, 8, 9, 10}));
+  EXPECT_EQ(v2.n_tokens(), 11u);
+  EXPECT_EQ(v2.n_ctx(), 6u + 7u);  // prompt_tokens + generate, as score sets it for version 2
+
+  const Trajectory t = small_v3(RefEncoding::hidden, false);
+  EXPECT_FALSE(t.is_version2());
+  EXPECT_EQ(t.schedule(), t.segments);
+  EXPECT_EQ(t.scored_positions(), (std::vector<uint32_t>{6, 7, 8, 13, 14, 18, 19, 22, 23}));
+  EXPECT_EQ(t.n_tokens(), 24u);
+  EXPECT_EQ(t.n_ctx(), 40u);
+  EXPECT_EQ(inconsistency(t), "");
+  EXPECT_EQ(segment_kind_name(kAnswer), std::string("answer"));
+  EXPECT_EQ(parse_segment_kind("idle"), kIdle);
+  EXPECT_THROW(parse_segment_kind("sleep"), std::invalid_argument);
+}
+
+TEST(TrajectoryV3, RoundTripIsExact) {
+  for (RefEncoding enc : {RefEncoding::hidden, RefEncoding::sparse})
+    for (bool provenance : {false, true}) {
+      const Trajectory t = small_v3(enc, provenance);
+      const std::string path = temp_path("v3.h5");
+      write_trajectory(path, t);
+      EXPECT_EQ(stored_version(path), 3u);
+      const Trajectory back = read_trajectory(path);
+      expect_same_v3(t, back);
+      EXPECT_EQ(back.scored_positions(), t.scored_positions());
+      // What was read writes back to the same bytes.
+      const std::string again = temp_path("v3-again.h5");
+      write_trajectory(again, back);
+      EXPECT_EQ(file_bytes(again), file_bytes(path));
+      std::remove(path.c_str());
+      std::remove(again.c_str());
+    }
+}
+
+// [given][generated] with no provenance is version 2 however it is spelled; with a provenance
+// or a context version 2 cannot imply, it is a two-segment version-3 file, read as the same pair.
+TEST(TrajectoryV3, TheOnePromptCaseIsVersionTwo) {
+  for (RefEncoding enc : {RefEncoding::hidden, RefEncoding::sparse}) {
+    const Trajectory plain = small_v2(enc, 5);
+    const std::string p0 = temp_path("pair-plain.h5");
+    write_trajectory(p0, plain);
+    EXPECT_EQ(stored_version(p0), 2u);
+
+    Trajectory spelled = plain;
+    spelled.segments = {{kGiven, 6, 0}, {kGenerated, 5, 0}};
+    spelled.context = 6 + 7;  // prompt_tokens + generate
+    EXPECT_TRUE(spelled.is_version2());
+    const std::string p1 = temp_path("pair-spelled.h5");
+    write_trajectory(p1, spelled);
+    EXPECT_EQ(file_bytes(p1), file_bytes(p0));
+    const Trajectory back = read_trajectory(p1);
+    EXPECT_TRUE(back.segments.empty());  // version 2 reads as the implied pair
+    EXPECT_EQ(back.context, 0u);
+    EXPECT_EQ(back.schedule(), spelled.segments);
+    EXPECT_EQ(back.n_ctx(), spelled.n_ctx());
+
+    Trajectory wider = plain;
+    wider.context = 64;
+    Trajectory sourced = plain;
+    sourced.context = 11;
+    sourced.source = small_v3(enc, true).source;
+    for (const Trajectory* t : {&wider, &sourced}) {
+      EXPECT_FALSE(t->is_version2());
+      const std::string p = temp_path("pair-v3.h5");
+      write_trajectory(p, *t);
+      EXPECT_EQ(stored_version(p), 3u);
+      const Trajectory r = read_trajectory(p);
+      EXPECT_EQ(r.segments, (std::vector<Segment>{{kGiven, 6, 0}, {kGenerated, 5, 0}}));
+      EXPECT_EQ(r.context, t->context);
+      EXPECT_EQ(r.n_ctx(), t->context);
+      EXPECT_EQ(r.source.template_date, t->source.template_date);
+      EXPECT_EQ(r.scored_positions(), plain.scored_positions());
+      std::remove(p.c_str());
+    }
+    std::remove(p0.c_str());
+    std::remove(p1.c_str());
+  }
+}
+
+// Every rule of FORMAT.md 9.4 in memory: the writer refuses, naming it, and creates nothing.
+TEST(TrajectoryV3, WriterRefusesEveryRule) {
+  const Trajectory good = small_v3(RefEncoding::hidden, true);
+  ASSERT_EQ(inconsistency(good), "");
+  const std::vector<std::pair<std::function<void(Trajectory&)>, const char*>> cases = {
+      {[](Trajectory& t) { t.segments.resize(1); }, "holds 1 segments, outside [2, 2^20]"},
+      {[](Trajectory& t) { t.segments[4].kind = static_cast<SegmentKind>(9); }, "segment 4: kind code 9 is unknown"},
+      {[](Trajectory& t) { t.segments[3].length = 0; }, "segment 3 (given) is empty"},
+      {[](Trajectory& t) { t.segments[2].length = 1; }, "segment 2 (idle) holds tokens (1); an idle step holds none"},
+      {[](Trajectory& t) { t.segments[1].keep_recent = 5; }, "segment 1 (generated) has keep_recent 5"},
+      {[](Trajectory& t) { t.segments[0].kind = kGenerated; }, "the first segment is generated; it must be given text"},
+      {[](Trajectory& t) { t.segments.pop_back(); }, "the last segment is given; it must be generated or answer text"},
+      {[](Trajectory& t) { t.segments[1].kind = kGiven; }, "segments 0 and 1 are both given"},
+      {[](Trajectory& t) { t.segments[5].kind = kGenerated; }, "segment 5 (generated) follows segment 4 (generated), not a given"},
+      {[](Trajectory& t) { t.segments[8].kind = kAnswer; }, "segment 7 (idle) is not followed by a given segment"},
+      {[](Trajectory& t) { t.tokens.push_back(1); }, "segment lengths sum to 24, not n_tokens = 25"},
+      {[](Trajectory& t) {
+         t.segments[5].length = 2;
+         t.segments[6].length = 3;
+       },
+       "generated and answer segments hold 10 tokens, not generated = 9"},
+      {[](Trajectory& t) { t.prompt_tokens = 5; }, "prompt_tokens = 5 is not the first segment's length, 6"},
+      {[](Trajectory& t) { t.settings.generate = 2; }, "segment 1 (generated) holds 3 tokens, more than generate = 2"},
+      {[](Trajectory& t) { t.context = 23; }, "context = 23 is less than n_tokens = 24"},
+      {[](Trajectory& t) { t.context = 0; }, "context = 0 is less than n_tokens = 24"},
+      {[](Trajectory& t) { t.tokens[13] = (t.tokens[13] + 1) % 301; },
+       "generated token 3 is not the reference's top token (greedy; position 13)"},
+      {[](Trajectory& t) { t.source.jinja2_version.clear(); }, "provenance is partial: jinja2_version is empty"},
+      {[](Trajectory& t) { t.source.transcript_sha256[5] = 'A'; }, "transcript_sha256 is not 64 lower-case hexadecimal"},
+      {[](Trajectory& t) { t.source.chat_template_sha256.pop_back(); }, "chat_template_sha256 is not 64 lower-case"},
+      {[](Trajectory& t) { t.source.template_date = "2026-1-01"; }, "template_date is not a date YYYY-MM-DD"},
+      {[](Trajectory& t) { t.source.template_date = "2026-00-10"; }, "template_date is not a date YYYY-MM-DD"},
+      {[](Trajectory& t) { t.source.chat_template_source = "templates/x.jinja"; }, "chat_template_source is not 'gguf'"},
+  };
+  const std::string path = temp_path("v3-refused.h5");
+  for (const auto& [edit, want] : cases) {
+    Trajectory bad = good;
+    edit(bad);
+    const std::string got = inconsistency(bad);
+    EXPECT_NE(got.find(want), std::string::npos) << "want '" << want << "', got '" << got << "'";
+    EXPECT_THROW(write_trajectory(path, bad), std::invalid_argument) << want;
+  }
+  EXPECT_EQ(::access(path.c_str(), F_OK), -1);
+  // Sampled: no token need be the reference's top; answers never need to be.
+  Trajectory sampled = good;
+  sampled.settings.sample = true;
+  sampled.tokens[13] = (sampled.tokens[13] + 1) % 301;
+  EXPECT_EQ(inconsistency(sampled), "");
+}
+
+TEST(TrajectoryV3, RejectsDamagedFiles) {
+  const Trajectory t = small_v3(RefEncoding::hidden, true);
+  const std::string good = temp_path("v3-good.h5");
+  write_trajectory(good, t);
+  const std::string bytes = file_bytes(good);
+  std::vector<std::string> made;
+  // Each edit makes one stored fixture (kRejectFixtures, after the hidden encoding's), in order.
+  const std::vector<std::function<void(H5Edit&)>> edits = {
+      [](H5Edit& e) { H5Ldelete(e.f, "segments", H5P_DEFAULT); },
+      [](H5Edit& e) { e.replace_u32_dataset("segments", {10, 2}, std::vector<uint32_t>(20, 1)); },
+      [](H5Edit& e) { e.poke<uint32_t>("segments", 3 * 4, 7, H5T_NATIVE_UINT32); },
+      [](H5Edit& e) { e.poke<uint32_t>("segments", 3 * 3 + 1, 0, H5T_NATIVE_UINT32); },
+      [](H5Edit& e) { e.poke<uint32_t>("segments", 3 * 2 + 1, 1, H5T_NATIVE_UINT32); },
+      [](H5Edit& e) { e.poke<uint32_t>("segments", 3 * 1 + 2, 5, H5T_NATIVE_UINT32); },
+      [](H5Edit& e) { e.poke<uint32_t>("segments", 0, 1, H5T_NATIVE_UINT32); },
+      [&](H5Edit& e) {
+        std::vector<uint32_t> rows;
+        for (size_t i = 0; i + 1 < t.segments.size(); ++i)
+          rows.insert(rows.end(), {static_cast<uint32_t>(t.segments[i].kind), t.segments[i].length, t.segments[i].keep_recent});
+        e.replace_u32_dataset("segments", {t.segments.size() - 1, 3}, rows);
+        e.set_u32_attr("n_segments", static_cast<uint32_t>(t.segments.size() - 1));
+      },
+      [](H5Edit& e) { e.poke<uint32_t>("segments", 3 * 1, 0, H5T_NATIVE_UINT32); },
+      [](H5Edit& e) { e.poke<uint32_t>("segments", 3 * 5, 1, H5T_NATIVE_UINT32); },
+      [](H5Edit& e) { e.poke<uint32_t>("segments", 3 * 8, 2, H5T_NATIVE_UINT32); },
+      [](H5Edit& e) { e.set_u32_attr("n_tokens", 25); },
+      [](H5Edit& e) { e.set_u32_attr("generated", 10); },
+      [](H5Edit& e) { e.set_u32_attr("prompt_tokens", 5); },
+      [](H5Edit& e) { e.set_u32_attr("generate", 2); },
+      [](H5Edit& e) { e.set_u32_attr("context", 23); },
+      [&](H5Edit& e) { e.poke<int32_t>("token_ids", 13, (t.tokens[13] + 1) % 301, H5T_NATIVE_INT32); },
+      [](H5Edit& e) { H5Adelete(e.f, "jinja2_version"); },
+      [](H5Edit& e) { e.set_string_attr("chat_template_sha256", std::string(64, 'E')); },
+      [](H5Edit& e) { e.set_string_attr("template_date", "2026-13-01"); },
+      [](H5Edit& e) { e.set_u32_attr("version", 4); },
+  };
+  ASSERT_EQ(kHiddenFixtures + edits.size(), std::size(kRejectFixtures));
+  for (size_t i = 0; i < edits.size(); ++i) {
+    const auto& [name, defect] = kRejectFixtures[kHiddenFixtures + i];
+    const std::string p = temp_path(name);
+    std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    made.push_back(p);
+    {
+      H5Edit e(p);
+      edits[i](e);
+    }
+    expect_rejected(p, defect);
+    keep_fixture(p, name);
+  }
+  // A version-3 file without n_segments (the fixture above lacks the dataset).
+  const std::string no_count = temp_path("v3-no-count.h5");
+  std::ofstream(no_count, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  made.push_back(no_count);
+  {
+    H5Edit e(no_count);
+    H5Adelete(e.f, "n_segments");
+  }
+  expect_rejected(no_count, "missing attribute n_segments");
+  made.push_back(good);
+  for (const std::string& p : made) std::remove(p.c_str());
+}
+
+// A sparse version-3 file is checked alike (in memory only: see kRejectFixtures).
+TEST(TrajectoryV3, SparseGreedyCheckSkipsAnswers) {
+  const Trajectory t = small_v3(RefEncoding::sparse, false);
+  const std::string good = temp_path("v3-sparse.h5");
+  write_trajectory(good, t);
+  EXPECT_NE(t.tokens[18], t.top_token(5));  // an answer token that is not the top: accepted
+  EXPECT_EQ(read_trajectory(good).tokens, t.tokens);
+  H5Edit(good).poke<int32_t>("token_ids", 22, (t.tokens[22] + 1) % 301, H5T_NATIVE_INT32);
+  expect_rejected(good, "generated token 7 is not the reference's top token although greedy (position 22)");
+  std::remove(good.c_str());
 }
