@@ -174,6 +174,11 @@ def score(model, tokens: Sequence[int], prompt_tokens: int, arms: Sequence[str],
 
 
 def score_trajectory(model, path: str, arms: Sequence[str]) -> Dict[str, Dict[str, object]]:
-    """score() on a trajectory file of sjkv-replay record: its tokens, prompt length and ubatch."""
+    """score() on a trajectory file of sjkv-replay record: its tokens, prompt length and ubatch.
+    A trajectory of several segments (version 3: turns, answers, idle steps) is refused with
+    ValueError: score() runs one prompt and its generation only."""
     t = _sjkv.read_trajectory(path)
+    if len(t["segments"]) > 2:
+        raise ValueError("%s: a trajectory of %d segments (turns, answers or idle steps); sjkv.hf.score runs one "
+                         "prompt and its generation only" % (path, len(t["segments"])))
     return score(model, list(t["tokens"]), int(t["prompt_tokens"]), arms, ubatch=int(t["settings"]["ubatch"]))

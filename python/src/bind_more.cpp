@@ -327,9 +327,20 @@ py::array_t<T> array_of(const std::vector<T>& v) {
   return py::array_t<T>(static_cast<py::ssize_t>(v.size()), v.data());
 }
 
+// The provenance strings of a version-3 trajectory, under their file attribute names.
+std::vector<std::pair<const char*, std::string TranscriptSource::*>> source_keys() {
+  return {{"transcript_sha256", &TranscriptSource::transcript_sha256},
+          {"chat_template_sha256", &TranscriptSource::chat_template_sha256},
+          {"chat_template_source", &TranscriptSource::chat_template_source},
+          {"template_date", &TranscriptSource::template_date},
+          {"jinja2_version", &TranscriptSource::jinja2_version}};
+}
+
 // A trajectory as a dict: what read_trajectory returns and write_trajectory takes. The reference
-// distributions per generated position: sparse keeps each position's kept tokens (ragged, so
-// lists of arrays); hidden keeps the hidden states and top tokens (one 2-D array each).
+// distributions per scored position: sparse keeps each position's kept tokens (ragged, so
+// lists of arrays); hidden keeps the hidden states and top tokens (one 2-D array each). The
+// segments, context and provenance are as stored: a version-1 or -2 file has no segments (the
+// pair [given prompt_tokens][generated generated]) and context 0, and writes back as such.
 py::dict trajectory_dict(const Trajectory& t) {
   py::dict d;
   d["model_file"] = t.model_file;
@@ -339,6 +350,14 @@ py::dict trajectory_dict(const Trajectory& t) {
   d["prompt_tokens"] = t.prompt_tokens;
   d["tokens"] = array_of(t.tokens);
   d["generated"] = t.generated();
+  py::list segments;
+  for (const Segment& g : t.segments)
+    segments.append(py::make_tuple(std::string(segment_kind_name(g.kind)), g.length, g.keep_recent));
+  d["segments"] = segments;
+  d["context"] = t.context;
+  d["scored_positions"] = array_of(t.scored_positions());
+  if (!t.source.empty())
+    for (const auto& [key, field] : source_keys()) d[key] = t.source.*field;
   d["encoding"] = std::string(encoding_name(t.encoding));
   std::vector<int32_t> top;
   for (uint32_t j = 0; j < t.generated(); ++j) top.push_back(t.top_token(j));
@@ -429,6 +448,32 @@ T field_as(const py::handle& h, const std::string& name) {
   }
 }
 
+// One entry of a trajectory dict's `segments`: (kind, length, keep_recent), the kind by name or
+// by its code (FORMAT.md 9.4).
+Segment segment_of(const py::handle& h, size_t i) {
+  const std::string name = "segments[" + std::to_string(i) + "]";
+  if (!py::isinstance<py::sequence>(h) || py::isinstance<py::str>(h) || py::len(h) != 3)
+    throw std::invalid_argument("trajectory field '" + name + "' must be a (kind, length, keep_recent) tuple");
+  const py::sequence e = py::reinterpret_borrow<py::sequence>(h);
+  Segment g;
+  if (py::isinstance<py::str>(e[0])) {
+    try {
+      g.kind = parse_segment_kind(e[0].cast<std::string>());
+    } catch (const std::invalid_argument& x) {
+      throw std::invalid_argument("trajectory field '" + name + "': " + x.what());
+    }
+  } else {
+    const uint32_t code = field_as<uint32_t>(e[0], name + ".kind");
+    if (code >= kSegmentKinds)
+      throw std::invalid_argument("trajectory field '" + name + "': kind code " + std::to_string(code) +
+                                  " is unknown (0 given, 1 generated, 2 answer, 3 idle)");
+    g.kind = static_cast<SegmentKind>(code);
+  }
+  g.length = field_as<uint32_t>(e[1], name + ".length");
+  g.keep_recent = field_as<uint32_t>(e[2], name + ".keep_recent");
+  return g;
+}
+
 // The inverse of trajectory_dict; Trajectory::check_consistent (in write_trajectory) judges it.
 Trajectory trajectory_of(const py::dict& d) {
   auto need = [&](const char* key) -> py::handle {
@@ -443,6 +488,13 @@ Trajectory trajectory_of(const py::dict& d) {
   t.prompt_tokens = field_as<uint32_t>(need("prompt_tokens"), "prompt_tokens");
   t.tokens = vector_of<int32_t>(need("tokens"), "tokens");
   t.encoding = parse_encoding(field_as<std::string>(need("encoding"), "encoding"));
+  if (d.contains("segments")) {
+    const py::list segments = field_as<py::list>(d["segments"], "segments");
+    for (size_t i = 0; i < segments.size(); ++i) t.segments.push_back(segment_of(segments[i], i));
+  }
+  if (d.contains("context")) t.context = field_as<uint32_t>(d["context"], "context");
+  for (const auto& [key, field] : source_keys())
+    if (d.contains(key)) t.source.*field = field_as<std::string>(d[key], key);
   if (d.contains("settings")) {
     const py::dict s = field_as<py::dict>(d["settings"], "settings");
     auto opt = [&](const char* key, auto& field) {
@@ -471,9 +523,16 @@ Trajectory trajectory_of(const py::dict& d) {
   }
   if (d.contains("generated")) {
     const uint64_t g = field_as<uint64_t>(d["generated"], "generated");
-    if (g + t.prompt_tokens != t.tokens.size())
+    if (!t.segments.empty()) {
+      uint64_t scored = 0;
+      for (const Segment& s : t.segments) scored += s.scored() ? s.length : 0;
+      if (g != scored)
+        throw std::invalid_argument("trajectory field 'generated' is " + std::to_string(g) +
+                                    ", but the generated and answer segments hold " + std::to_string(scored));
+    } else if (g + t.prompt_tokens != t.tokens.size()) {
       throw std::invalid_argument("trajectory field 'generated' is " + std::to_string(g) + ", but tokens and prompt_tokens give " +
                                   std::to_string(t.tokens.size() - std::min<size_t>(t.tokens.size(), t.prompt_tokens)));
+    }
   }
   const std::vector<double> log_z = vector_of<double>(need("log_z"), "log_z");
   const size_t G = log_z.size();
@@ -620,9 +679,11 @@ void bind_more(py::module_& m) {
       py::arg("path"), py::arg("snapshot"), "Writes the reference library's sequence-state stream (state version 1).");
   m.def(
       "read_trajectory", [](const std::string& path) { return trajectory_dict(read_trajectory(path)); }, py::arg("path"),
-      "A trajectory file of sjkv-replay record as a dict: tokens, top tokens, settings, model identity and the "
-      "reference distribution of every generated position (sparse: kept_ids, kept_logits, log_z, rest_mass; "
-      "hidden: hidden, log_z, logits_hash, top_ids, top_logprobs).");
+      "A trajectory file of sjkv-replay record as a dict: tokens, top tokens, settings, model identity, the "
+      "segments ((kind, length, keep_recent) tuples; empty for a version-2 file: [given prompt_tokens][generated "
+      "generated]), context (0 for version 2), scored_positions, the provenance strings of a transcript "
+      "recording, and the reference distribution of every scored position (sparse: kept_ids, kept_logits, log_z, "
+      "rest_mass; hidden: hidden, log_z, logits_hash, top_ids, top_logprobs).");
   m.def(
       "write_trajectory",
       [](const std::string& path, const py::dict& t, int zstd_level) {
@@ -632,7 +693,9 @@ void bind_more(py::module_& m) {
       },
       py::arg("path"), py::arg("trajectory"), py::arg("zstd_level") = 3,
       "Writes a trajectory dict (read_trajectory's, or trajectory_from_logits') atomically, checked as the "
-      "reader checks it: ValueError naming the first inconsistency, nothing written.");
+      "reader checks it: ValueError naming the first inconsistency, nothing written. Version 2 when it holds one "
+      "prompt and its generation (no segments, or just that pair) with no provenance and context 0 or "
+      "prompt_tokens + generate; version 3 otherwise.");
   m.def(
       "trajectory_from_logits",
       [](py::array_t<int32_t, py::array::c_style | py::array::forcecast> tokens, uint32_t prompt_tokens,
