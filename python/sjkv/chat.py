@@ -67,12 +67,18 @@ be scored on a context no server shows it.
 """
 from __future__ import annotations
 
-import datetime
-import hashlib
-import json
-import os
-import re
 import sys
+
+if __name__ == "__main__" and sys.path and sys.path[0] == "":
+    # Run as `python3 -c TEXT`: the caller's working directory is not a place to import from
+    # (a json.py or jinja2.py there would run in its place).
+    del sys.path[0]
+
+import datetime  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
 
 DEFAULT_DATE = "2026-01-01"
 MIN_JINJA2 = (3, 1, 2)

@@ -299,13 +299,13 @@ def test_old_jinja2_is_refused(chat, monkeypatch):
 
 # ---- script mode, as sjkv-replay runs it ---------------------------------------------------
 
-def run_script(request, tmp_path, as_text=True):
+def run_script(request, tmp_path, as_text=True, cwd=None):
     req = tmp_path / "request.json"
     req.write_text(json.dumps(request))
     with open(CHAT_PY, encoding="utf-8") as f:
         code = f.read()
     argv = [sys.executable, "-c", code, str(req)] if as_text else [sys.executable, CHAT_PY, str(req)]
-    p = subprocess.run(argv, capture_output=True, timeout=60)
+    p = subprocess.run(argv, capture_output=True, timeout=60, cwd=cwd)
     assert p.stdout.endswith(b"\n") and p.stdout.count(b"\n") == 1
     p.stdout.decode("ascii")  # ASCII whatever the transcript holds
     return p.returncode, json.loads(p.stdout)
@@ -354,3 +354,14 @@ def test_script_mode_refusals(tmp_path):
     assert rc == 1 and out == {"error": "the request has unknown keys: templat", "kind": "request", "message": None}
     rc, out = run_script([1], tmp_path)
     assert rc == 1 and out["kind"] == "request"
+
+
+def test_script_mode_does_not_import_from_the_working_directory(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("json", "jinja2", "re"):
+        (work / f"{name}.py").write_text("raise SystemExit('imported from the working directory')\n")
+    transcript = tmp_path / "t.json"
+    transcript.write_text(json.dumps([user("q")]))
+    rc, out = run_script({"transcript": str(transcript), "chat_template": PLAIN}, tmp_path, cwd=work)
+    assert rc == 0 and out["segments"][0]["text"] == "<user>q</user><assistant>"
