@@ -570,6 +570,78 @@ std::string run_trial(XorShift64& rng, uint32_t tail, uint32_t tail_max, uint32_
   return {};
 }
 
+// decode_run (blocked scoring): from states reached by prefill, decode, idle and drains on the
+// fuzz grid, a block of decode_run's length leaves B and draining exactly where one-token steps
+// leave them, and one more position would not.
+struct StepResult {
+  uint32_t B, draining;
+  bool operator==(const StepResult& o) const { return B == o.B && draining == o.draining; }
+};
+
+StepResult one_token_steps(JournalPolicy p, uint32_t pos0, uint32_t r) {
+  for (uint32_t i = 0; i < r; ++i) {
+    p.begin_ubatch(pos0 + i, 1);
+    p.commit();
+  }
+  return {p.B, p.draining};
+}
+
+StepResult one_block(JournalPolicy p, uint32_t pos0, uint32_t r) {
+  p.begin_ubatch(pos0, r);
+  p.commit();
+  return {p.B, p.draining};
+}
+
+TEST(PolicyFuzz, DecodeRunIsTheOneTokenSteps) {
+  const uint32_t tails[][2] = {{4096, 8192}, {4096, 0}, {256, 512},
+                               {128, 128},   {0, 0},    {512, 1024}};
+  XorShift64 rng{0x9e3779b97f4a7c15ull};
+  uint64_t checks = 0, blocks_over_one = 0, cut_by_seal = 0, drained = 0;
+  for (const auto& tp : tails) {
+    for (uint32_t chunk = 0; chunk < 3; ++chunk) {
+      JournalPolicy p;
+      p.init(kSink, tp[0], tp[1], kG, chunk);
+      uint32_t pos = 0;
+      for (int step = 0; step < 6000 && pos < 200000; ++step) {
+        const uint32_t limit = 1 + rng.next() % 512;
+        const uint32_t r = p.decode_run(pos, limit);
+        ++checks;
+        ASSERT_GE(r, 1u);
+        ASSERT_LE(r, limit);
+        ASSERT_EQ(one_block(p, pos, r), one_token_steps(p, pos, r))
+            << "tail " << tp[0] << "/" << tp[1] << " chunk " << chunk << " pos " << pos << " r " << r
+            << " " << state_str(p);
+        if (r < limit) {
+          EXPECT_FALSE(one_block(p, pos, r + 1) == one_token_steps(p, pos, r + 1))
+              << "tail " << tp[0] << "/" << tp[1] << " chunk " << chunk << " pos " << pos << " r " << r
+              << " not the longest block";
+          ++cut_by_seal;
+        }
+        if (r > 1) ++blocks_over_one;
+        if (p.draining) ++drained;
+        // Advance as a scorer would: the block, or now and then a prefill ubatch or an idle.
+        const uint32_t what = rng.next() % 16;
+        if (what == 0) {
+          const uint32_t n = 1 + rng.next() % 2048;
+          p.begin_ubatch(pos, n);
+          p.commit();
+          pos += n;
+        } else if (what == 1 && tp[1] != 0) {
+          if (p.idle(pos, (rng.next() % 2) ? 0 : rng.next() % 12000) > p.B) p.commit();
+        } else {
+          p.begin_ubatch(pos, r);
+          p.commit();
+          pos += r;
+        }
+      }
+    }
+  }
+  EXPECT_GT(blocks_over_one, checks / 2);
+  EXPECT_GT(cut_by_seal, 100u);
+  EXPECT_GT(drained, 100u);  // clamped seals (flush_chunk) were met
+  RecordProperty("checks", std::to_string(checks));
+}
+
 TEST(PolicyFuzz, MatchesModelAndInvariants) {
   // tail 0 passes layer validation (§8.1: tail mod G = 0; tail_max 0 skips the tail_max
   // checks), so (0, 0) is a legal configuration: seal every whole group at once.

@@ -115,6 +115,30 @@ struct JournalPolicy {
     B = B_pending;
   }
 
+  // Decoding a block: the most positions r in [1, limit] that one ubatch begin_ubatch(pos0, r)
+  // may run, starting from this state, and leave B and draining as r one-token ubatches would
+  // (then every query of the block sees the B a one-token step would have seen). A block stops
+  // before the next seal a one-token step would make. The flush_chunk limit, which a block of
+  // G or more escapes, needs no cut of its own: a one-token step it clamps leaves draining set,
+  // so the next position is a seal and the run is 1. B_prev alone differs until the next
+  // commit. Preconditions: limit >= 1, pos0 + limit < 2^32. Stepping copies costs a few
+  // integer operations a position, and limit is at most a ubatch.
+  SJKV_HD uint32_t decode_run(uint32_t pos0, uint32_t limit) const {
+    JournalPolicy step = *this;
+    step.begin_ubatch(pos0, 1);
+    step.commit();
+    uint32_t r = 1;
+    while (r < limit) {
+      JournalPolicy next = step;
+      next.begin_ubatch(pos0 + r, 1);
+      next.commit();
+      if (next.B != step.B || next.draining != step.draining) break;
+      step = next;
+      ++r;
+    }
+    return r;
+  }
+
   // Seal while no ubatch is running (library 2.0). keep_recent > tail keeps that many
   // recent positions exact (e.g. a prompt suffix likely to be re-rendered); the 1.x form
   // is keep_recent = 0. Returns the seal target; the caller seals and commits when it is > B.
