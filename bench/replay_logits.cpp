@@ -72,6 +72,9 @@ class TimedKv final : public LayerKv {
     }
   }
   LayerBits bits() const override { return in_->bits(); }
+  LayerBits bits_at(uint32_t n) const override { return in_->bits_at(n); }
+  uint32_t decode_run(uint32_t pos0, uint32_t limit) const override { return in_->decode_run(pos0, limit); }
+  void idle(uint32_t keep_recent) override { in_->idle(keep_recent); }
 
  private:
   std::unique_ptr<LayerKv> in_;

@@ -68,7 +68,7 @@ struct ScoreArgs {
   std::string baseline, out;
   uint32_t replicates = 2000;
   uint64_t boot_seed = BootstrapOptions{}.seed;
-  bool per_arm = false;
+  bool per_arm = false, stepwise = false;
 };
 
 struct FrontierArgs {
@@ -351,6 +351,7 @@ int do_score(const ModelArgs& ma, ScoreArgs sa, Loaded& l, const std::vector<std
     plan.bootstrap.replicates = sa.replicates;
     plan.bootstrap.seed = sa.boot_seed;
     plan.ubatch = ma.ubatch_given ? ma.ubatch : 0;
+    plan.run.stepwise = sa.stepwise;
 
     set.paths = paths;
     for (size_t pi = 0; pi < paths.size(); ++pi) {
@@ -626,6 +627,9 @@ void add_score_options(CLI::App* c, ScoreArgs& s, bool arms_required) {
   c->add_option("--out", s.out, "Results folder (created if missing)")->required();
   c->add_option("--bootstrap", s.replicates, "Bootstrap replicates")->check(CLI::Range(100u, 1000000u))->capture_default_str();
   c->add_option("--bootstrap-seed", s.boot_seed, "Bootstrap seed")->check(cli::non_negative())->capture_default_str();
+  c->add_flag("--stepwise", s.stepwise,
+              "Decode the generated positions one token per ubatch, as an engine does, instead of in blocks between "
+              "seals: the same bits, slower (for timing and checks)");
 }
 
 }  // namespace

@@ -275,13 +275,16 @@ class RowLayer final : public InspectableKv, private RowSource {
     fused_attend(s_, *this, pos0, n, q, scale, out);
   }
 
-  LayerBits bits() const override {
+  LayerBits bits() const override { return bits_at(n_); }
+  LayerBits bits_at(uint32_t n) const override {
     LayerBits b;
-    if (n_ == 0) return b;
+    if (n == 0) return b;
     b.occupied = fmt::bits_per_value(f_);
-    b.allocated = s_.n_ctx > n_ ? b.occupied * s_.n_ctx / n_ : b.occupied;
+    b.allocated = s_.n_ctx > n ? b.occupied * s_.n_ctx / n : b.occupied;
     return b;
   }
+  uint32_t decode_run(uint32_t, uint32_t limit) const override { return limit; }
+  void idle(uint32_t) override {}
 
   uint32_t n_stored() const override { return n_; }
   void decode_row(uint32_t h, uint32_t p, float* k, float* v) const override {
@@ -482,10 +485,27 @@ class SjLayer final : public InspectableKv, private RowSource {
     fused_attend(s_, *this, pos0, n, q, scale, out);
   }
 
-  LayerBits bits() const override {
+  uint32_t decode_run(uint32_t pos0, uint32_t limit) const override {
+    // Before the first ubatch the policy is at rest at B = sink: as init() leaves it.
+    if (!cache_) {
+      JournalPolicy p;
+      p.init(cfg_.sink, cfg_.tail, cfg_.tail_max, cfg_.group, cfg_.flush_chunk);
+      return p.decode_run(pos0, limit);
+    }
+    return cache_->policy().decode_run(pos0, limit);
+  }
+
+  void idle(uint32_t keep_recent) override {
+    if (!cache_) return;  // nothing stored, nothing to seal
+    const Status st = cache_->idle(keep_recent);
+    if (!st.ok()) throw std::runtime_error(cfg_.name() + ": idle seal failed: " + st.message());
+  }
+
+  LayerBits bits() const override { return bits_at(cache_ ? cache_->n_stored() : 0); }
+  LayerBits bits_at(uint32_t N) const override {
     LayerBits b;
-    if (!cache_ || cache_->n_stored() == 0) return b;
-    const uint32_t B = cache_->policy().B, N = cache_->n_stored();
+    if (!cache_ || N == 0) return b;
+    const uint32_t B = cache_->policy().B;
     b.occupied = occupied_bits(cfg_, B, N).total_bits();
     b.allocated = allocated_bits(cfg_, s_.n_ctx, cache_->layer(0).cap(), B, N).total_bits();
     if (opt_.kmean) {  // D fp16 values per head over the 2 D values of each of N positions

@@ -101,6 +101,9 @@ class F32Layer final : public LayerKv {
     b.allocated = 32.0;
     return b;
   }
+  LayerBits bits_at(uint32_t) const override { return bits(); }
+  uint32_t decode_run(uint32_t, uint32_t limit) const override { return limit; }
+  void idle(uint32_t) override {}
 
  private:
   LayerShape s_;

@@ -69,6 +69,9 @@ class StateLayer final : public RecurrentState {
     out.fixed = 8.0 * static_cast<double>(bytes());
     return out;
   }
+  LayerBits bits_at(uint32_t) const override { return bits(); }
+  uint32_t decode_run(uint32_t, uint32_t limit) const override { return limit; }
+  void idle(uint32_t) override {}
 
   const RecurrentShape& shape() const override { return shape_; }
   StateFormat format() const override { return fmt_; }

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "sjkv/fp16.h"
+#include "sjkv/parallel.h"
 #include "sjkv/replay/arms.h"
 
 namespace sjkv {
@@ -33,6 +34,9 @@ class CapturingKv : public LayerKv {
     inner_->attend(pos0, n, q, scale, out);
   }
   LayerBits bits() const override { return inner_->bits(); }
+  LayerBits bits_at(uint32_t n) const override { return inner_->bits_at(n); }
+  uint32_t decode_run(uint32_t pos0, uint32_t limit) const override { return inner_->decode_run(pos0, limit); }
+  void idle(uint32_t keep_recent) override { inner_->idle(keep_recent); }
 
  private:
   std::unique_ptr<LayerKv> inner_;
@@ -53,20 +57,22 @@ std::vector<std::unique_ptr<LayerKv>> make_cache(const Model& m, const KvArm& ar
   return kv;
 }
 
-LayerBits cache_bits(const Model& m, const std::vector<std::unique_ptr<LayerKv>>& kv) {
+LayerBits cache_bits(const Model& m, const std::vector<std::unique_ptr<LayerKv>>& kv, uint32_t n) {
   const auto& layers = m.info().layers;
   bool any_full = false;
   for (const LayerShape& s : layers) any_full = any_full || s.full_attention;
   // Positions held: the attention layers', as recurrent layers the arms share with the
-  // reference (score_arms) never run in the arm's own cache.
+  // reference (score_arms) never run in the arm's own cache; none for an arm with no
+  // inspectable layer (f32), which is charged no state.
   uint32_t positions = 0;
   for (size_t i = 0; i < layers.size() && i < kv.size(); ++i)
     if (const auto* ik = dynamic_cast<const InspectableKv*>(kv[i].get()))
       positions = std::max(positions, ik->n_stored());
+  if (n != kAllStored && positions > 0) positions = n;
   double occ = 0, alloc = 0, weight = 0;
   for (size_t i = 0; i < layers.size() && i < kv.size(); ++i) {
     if (layers[i].recurrent) {  // a recurrent state's bits per position, charged to the K/V values
-      const LayerBits b = kv[i]->bits();
+      const LayerBits b = kv[i]->bits_at(positions);
       if (positions) {
         occ += b.fixed / (2.0 * positions);
         alloc += b.fixed / (2.0 * positions);
@@ -75,7 +81,7 @@ LayerBits cache_bits(const Model& m, const std::vector<std::unique_ptr<LayerKv>>
     }
     if (any_full && !layers[i].full_attention) continue;
     const double w = static_cast<double>(layers[i].n_head_kv) * layers[i].head_dim;
-    const LayerBits b = kv[i]->bits();
+    const LayerBits b = n == kAllStored ? kv[i]->bits() : kv[i]->bits_at(n);
     occ += w * b.occupied;
     alloc += w * b.allocated;
     weight += w;
@@ -148,16 +154,49 @@ std::string capture_refusal(const ModelInfo& info) {
   return {};
 }
 
+namespace {
+
+// The plan a recording follows: in.plan, or the version-2 pair.
+std::vector<PlannedSegment> record_plan(const RecordInput& in) {
+  if (!in.plan.empty()) return in.plan;
+  if (in.prompt.empty()) throw std::invalid_argument("the prompt has no token");
+  PlannedSegment given, turn;
+  given.tokens = in.prompt;
+  turn.kind = SegmentKind::generated;
+  return {given, turn};
+}
+
+}  // namespace
+
 Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput& in, Capture* capture,
                              const ProgressFn& progress) {
   const TrajectorySettings& s = in.settings;
   const ModelInfo& info = m.info();
-  if (in.prompt.empty()) throw std::invalid_argument("the prompt has no token");
+  const std::vector<PlannedSegment> plan = record_plan(in);
   if (s.generate == 0) throw std::invalid_argument("nothing to generate (--generate 0)");
-  const uint32_t P = static_cast<uint32_t>(in.prompt.size()), V = info.n_vocab;
-  for (int32_t id : in.prompt)
-    if (id < 0 || static_cast<uint32_t>(id) >= V) throw std::invalid_argument("prompt token " + std::to_string(id) + " is out of the vocabulary");
-  const uint32_t n_ctx = P + s.generate;
+  const uint32_t V = info.n_vocab;
+  // The context: every given and answer token, and a full turn for each generated one.
+  uint64_t ctx = 0, scored_max = 0;
+  for (const PlannedSegment& p : plan) {
+    if (p.kind == SegmentKind::idle) {
+      if (!p.tokens.empty()) throw std::invalid_argument("plan: an idle segment holds tokens");
+      continue;
+    }
+    if (p.kind == SegmentKind::generated) {
+      if (!p.tokens.empty()) throw std::invalid_argument("plan: a generated segment holds tokens");
+      ctx += s.generate;
+      scored_max += s.generate;
+      continue;
+    }
+    if (p.tokens.empty()) throw std::invalid_argument(p.kind == SegmentKind::given ? "the prompt has no token" : "plan: an empty answer");
+    for (int32_t id : p.tokens)
+      if (id < 0 || static_cast<uint32_t>(id) >= V) throw std::invalid_argument("prompt token " + std::to_string(id) + " is out of the vocabulary");
+    ctx += p.tokens.size();
+    if (p.kind == SegmentKind::answer) scored_max += p.tokens.size();
+  }
+  if (plan.front().kind != SegmentKind::given) throw std::invalid_argument("plan: the first segment is not given text");
+  if (ctx > (1u << 24)) throw std::invalid_argument("plan: " + std::to_string(ctx) + " tokens exceed a trajectory's 2^24");
+  const uint32_t n_ctx = static_cast<uint32_t>(ctx);
   m.set_context(n_ctx);
 
   Trajectory t;
@@ -165,10 +204,10 @@ Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput
   t.model_sha256 = in.model_sha256;
   t.architecture = info.architecture;
   t.n_vocab = V;
-  t.prompt_tokens = P;
-  t.tokens = in.prompt;
+  t.prompt_tokens = static_cast<uint32_t>(plan.front().tokens.size());
   t.settings = s;
   t.encoding = in.encoding;
+  if (!in.plan.empty()) t.context = n_ctx;
   const bool hidden_enc = in.encoding == RefEncoding::hidden;
   const uint32_t E = info.n_embd;
   if (hidden_enc) {
@@ -204,8 +243,8 @@ Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput
   std::vector<float> logits(V), hidden(hidden_enc ? E : 0);
   float* hid = hidden_enc ? hidden.data() : nullptr;
   SplitMix64 rng(s.seed);
-  m.eval_hidden(in.prompt.data(), P, 0, s.ubatch, kv, hid, logits.data(), false);
-  for (uint32_t j = 0; j < s.generate; ++j) {
+  // The distribution in `logits` is the next scored position's reference.
+  auto keep_reference = [&] {
     if (hidden_enc) {
       t.hid.push_back(encode_hidden(hid, E, logits.data(), V));
     } else {
@@ -213,18 +252,53 @@ Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput
       t.self_kl_max = std::max(t.self_kl_max, self_kl(logits.data(), V, d));
       t.ref.push_back(std::move(d));
     }
-    const int32_t tok = pick_token(logits.data(), V, s, rng);
-    t.tokens.push_back(tok);
-    if (progress) progress(j + 1, s.generate);
-    if (j + 1 == s.generate || (in.is_eog && in.is_eog(tok))) break;
-    m.eval_hidden(&t.tokens.back(), 1, P + j, s.ubatch, kv, hid, logits.data(), false);
+    if (progress) progress(t.generated(), scored_max);
+  };
+  uint32_t at = 0;             // next token to evaluate; tokens [at, size) are pending
+  bool ended_by_eog = false;   // the last generated turn stopped after an end-of-generation token
+  for (const PlannedSegment& p : plan) {
+    if (p.kind == SegmentKind::idle) {
+      for (auto& l : kv) l->idle(p.keep_recent);
+      t.segments.push_back(Segment{SegmentKind::idle, 0, p.keep_recent});
+      continue;
+    }
+    if (p.kind == SegmentKind::given) {
+      auto first = p.tokens.begin();
+      if (ended_by_eog && *first == t.tokens.back()) ++first;
+      if (first == p.tokens.end()) throw std::invalid_argument("plan: a given piece holds only the end-of-turn marker");
+      const uint32_t piece = static_cast<uint32_t>(t.tokens.size());
+      t.tokens.insert(t.tokens.end(), first, p.tokens.end());
+      const uint32_t end = static_cast<uint32_t>(t.tokens.size());
+      t.segments.push_back(Segment{SegmentKind::given, end - piece, 0});
+      m.eval_hidden(&t.tokens[at], end - at, at, s.ubatch, kv, hid, logits.data(), false);
+      at = end;
+      ended_by_eog = false;
+      continue;
+    }
+    const uint32_t start = static_cast<uint32_t>(t.tokens.size());
+    const uint32_t n = p.kind == SegmentKind::answer ? static_cast<uint32_t>(p.tokens.size()) : s.generate;
+    for (uint32_t j = 0; j < n; ++j) {
+      keep_reference();
+      const int32_t tok = p.kind == SegmentKind::answer ? p.tokens[j] : pick_token(logits.data(), V, s, rng);
+      t.tokens.push_back(tok);
+      const bool eog = p.kind == SegmentKind::generated && in.is_eog && in.is_eog(tok);
+      if (j + 1 == n || eog) {
+        ended_by_eog = eog;
+        break;
+      }
+      m.eval_hidden(&t.tokens.back(), 1, at, s.ubatch, kv, hid, logits.data(), false);
+      ++at;
+    }
+    t.segments.push_back(Segment{p.kind, static_cast<uint32_t>(t.tokens.size()) - start, 0});
   }
+  if (in.plan.empty()) t.segments.clear();  // version 2
   if (capture) {
-    // Every position the model stored: the prompt and all generated tokens but the last.
+    // Every position the model stored: all tokens but the pending last one.
     capture->tokens = static_cast<uint32_t>(capture->layers.empty() ? 0 : capture->layers[0].k.size() /
                                                                                  (static_cast<size_t>(capture->kv_heads) * capture->head_dim));
     capture->token_ids.assign(t.tokens.begin(), t.tokens.begin() + capture->tokens);
   }
+  t.check_consistent();
   return t;
 }
 
@@ -248,13 +322,21 @@ ReferenceRows::ReferenceRows(const Model& m, const Trajectory& t, size_t keep_by
   }
 }
 
-const float* ReferenceRows::row(uint32_t j) {
-  const uint32_t V = t_.n_vocab;
-  if (t_.encoding != RefEncoding::hidden || j >= t_.generated()) throw std::logic_error("ReferenceRows::row: no such row");
-  if (kept_) return rows_.data() + static_cast<size_t>(j) * V;
-  m_.project(t_.hid[j].hidden.data(), 1, rows_.data());
-  if (logits_hash(rows_.data(), V) != t_.hid[j].logits_hash)
-    throw std::logic_error("ReferenceRows::row: the output projection is not deterministic");
+const float* ReferenceRows::row(uint32_t j) { return rows(j, 1); }
+
+const float* ReferenceRows::rows(uint32_t j0, uint32_t n) {
+  const uint32_t V = t_.n_vocab, E = t_.n_embd;
+  if (t_.encoding != RefEncoding::hidden || n == 0 || j0 >= t_.generated() || n > t_.generated() - j0)
+    throw std::logic_error("ReferenceRows::rows: no such rows");
+  if (kept_) return rows_.data() + static_cast<size_t>(j0) * V;
+  hidden_.resize(static_cast<size_t>(n) * E);
+  for (uint32_t i = 0; i < n; ++i)
+    std::copy(t_.hid[j0 + i].hidden.begin(), t_.hid[j0 + i].hidden.end(), hidden_.begin() + static_cast<std::ptrdiff_t>(i) * E);
+  rows_.resize(static_cast<size_t>(n) * V);
+  m_.project(hidden_.data(), n, rows_.data());
+  for (uint32_t i = 0; i < n; ++i)
+    if (logits_hash(rows_.data() + static_cast<size_t>(i) * V, V) != t_.hid[j0 + i].logits_hash)
+      throw std::logic_error("ReferenceRows::rows: the output projection is not deterministic");
   return rows_.data();
 }
 
@@ -278,56 +360,128 @@ ScoreDetail detail_of(const std::vector<std::unique_ptr<LayerKv>>& kv) {
   return d;
 }
 
-// The positions of one replay: `step(j)` leaves position j's logits in `logits` (j = 0 after
-// the prompt, then one decoded token each).
-template <class Step>
-std::vector<ScoreRow> score_loop(const Model& m, const Trajectory& t, ReferenceRows* ref,
-                                 const std::vector<std::unique_ptr<LayerKv>>& kv, std::vector<float>& logits,
-                                 const ProgressFn& progress, Step step) {
-  const uint32_t V = m.info().n_vocab, G = t.generated();
-  std::vector<ScoreRow> rows(G);
-  step(0u);
-  for (uint32_t j = 0; j < G; ++j) {
-    ScoreRow& r = rows[j];
-    r.kl = t.encoding == RefEncoding::sparse ? kl_to_reference(t.ref[j], logits.data(), V)
-                                             : kl_full(ref->row(j), logits.data(), V);
-    r.same_top = argmax(logits.data(), V) == t.top_token(j);
-    const LayerBits b = cache_bits(m, kv);
-    r.bits_occupied = b.occupied;
-    r.bits_allocated = b.allocated;
-    if (progress) progress(j + 1, G);
-    if (j + 1 < G) step(j + 1);
+// Walks t's schedule (FORMAT.md 9.4) over kv, as record ran it. eval(q, n, every_row) evaluates
+// tokens [q, q + n) in ubatches of n_ubatch; rows(j0, n, every_row) then scores positions j0 ..
+// j0 + n - 1 from its rows (every_row: all n, else the last row, n = 1). A given segment runs
+// from the pending token (the last of the scored segment before it); a scored segment's first
+// position takes the row before it, then its tokens but the last run one per ubatch, or with
+// `blocked` in runs that end before any layer's journal would seal (LayerKv::decode_run), which
+// gives one-token decoding's bits; an idle segment is every layer's idle step.
+template <class Eval, class Rows>
+void walk_schedule(const Trajectory& t, std::vector<std::unique_ptr<LayerKv>>& kv, uint32_t n_ubatch, bool blocked,
+                   Eval eval, Rows rows) {
+  uint32_t at = 0, pos = 0, j = 0;  // next token to evaluate, the segment's start, next scored position
+  for (const Segment& s : t.schedule()) {
+    const uint32_t end = pos + s.length;
+    if (s.kind == SegmentKind::idle) {
+      for (auto& l : kv) l->idle(s.keep_recent);
+    } else if (s.kind == SegmentKind::given) {
+      eval(at, end - at, false);
+      at = end;
+    } else {
+      rows(j++, 1u, false);
+      for (uint32_t q = pos; q + 1 < end;) {
+        uint32_t r = 1;
+        if (blocked) {
+          r = std::min(n_ubatch, end - 1 - q);
+          for (const auto& l : kv) r = std::min(r, l->decode_run(q, r));
+        }
+        eval(q, r, blocked);
+        rows(j, r, blocked);
+        j += r;
+        q += r;
+      }
+      at = end - 1;
+    }
+    pos = end;
   }
+}
+
+// The rows of the largest logits chunk a block projects at once: 32 of Gemma's 262,144-entry
+// rows are 32 MiB.
+constexpr uint32_t kProjectRows = 32;
+
+// The scored positions of one replay. `eval(q, n, hidden, logits)` evaluates tokens [q, q + n)
+// and writes the last row's logits (hidden null) or every row's final hidden state ([n][n_embd],
+// logits null). Blocked unless opt.stepwise; the stepwise walk is kept as the reference the
+// tests hold the blocks to.
+template <class Eval>
+std::vector<ScoreRow> score_loop(const Model& m, const Trajectory& t, ReferenceRows* ref,
+                                 std::vector<std::unique_ptr<LayerKv>>& kv, uint32_t n_ubatch, const ScoreOptions& opt,
+                                 const ProgressFn& progress, Eval eval) {
+  const uint32_t V = m.info().n_vocab, G = t.generated(), E = m.info().n_embd;
+  const std::vector<uint32_t> at = t.scored_positions();
+  std::vector<ScoreRow> rows(G);
+  // Position j's KL and top token from its logits and the reference's row (null: sparse).
+  auto compare = [&](uint32_t j, const float* lg, const float* ref_row) {
+    ScoreRow& r = rows[j];
+    r.kl = t.encoding == RefEncoding::sparse ? kl_to_reference(t.ref[j], lg, V) : kl_full(ref_row, lg, V);
+    r.same_top = argmax(lg, V) == t.top_token(j);
+  };
+  // Then its bits: the cache held the positions before it.
+  auto charge = [&](uint32_t j) {
+    const LayerBits b = cache_bits(m, kv, at[j]);
+    rows[j].bits_occupied = b.occupied;
+    rows[j].bits_allocated = b.allocated;
+    if (progress) progress(j + 1, G);
+  };
+  const bool blocked = !opt.stepwise && E > 0;
+  std::vector<float> logits(static_cast<size_t>(V) * (blocked ? std::min(kProjectRows, n_ubatch) : 1));
+  std::vector<float> hidden;
+  walk_schedule(
+      t, kv, n_ubatch, blocked,
+      [&](uint32_t q, uint32_t n, bool every_row) {
+        if (!every_row) return eval(q, n, nullptr, logits.data());
+        hidden.resize(static_cast<size_t>(n) * E);
+        eval(q, n, hidden.data(), nullptr);
+      },
+      [&](uint32_t j0, uint32_t n, bool every_row) {
+        if (!every_row) {
+          compare(j0, logits.data(), t.encoding == RefEncoding::sparse ? nullptr : ref->row(j0));
+          return charge(j0);
+        }
+        for (uint32_t c = 0; c < n; c += kProjectRows) {
+          const uint32_t nc = std::min(kProjectRows, n - c), jc = j0 + c;
+          m.project(hidden.data() + static_cast<size_t>(c) * E, nc, logits.data());
+          const float* ref_rows = t.encoding == RefEncoding::sparse ? nullptr : ref->rows(jc, nc);
+          // Rows on the pool, each row's sums in its one sequential order: the same bits.
+          parallel_for(nc, 0, [&](long i) {
+            compare(jc + static_cast<uint32_t>(i), logits.data() + static_cast<size_t>(i) * V,
+                    ref_rows ? ref_rows + static_cast<size_t>(i) * V : nullptr);
+          });
+          for (uint32_t i = 0; i < nc; ++i) charge(jc + i);
+        }
+      });
   return rows;
 }
 
 }  // namespace
 
 std::vector<ScoreRow> score_trajectory(Model& m, const KvArm& arm, const Trajectory& t, uint32_t n_ubatch,
-                                       const ProgressFn& progress, ReferenceRows* ref, ScoreDetail* detail) {
+                                       const ProgressFn& progress, ReferenceRows* ref, ScoreDetail* detail,
+                                       const ScoreOptions& opt) {
   check_vocab(m, t);
-  const uint32_t P = t.prompt_tokens, G = t.generated();
-  m.set_context(P + t.settings.generate);  // the context it was recorded with
+  m.set_context(t.n_ctx());  // the context it was recorded with
   std::unique_ptr<ReferenceRows> own;
   if (t.encoding == RefEncoding::hidden && !ref) {
     own = std::make_unique<ReferenceRows>(m, t);
     ref = own.get();
   }
-  std::vector<std::unique_ptr<LayerKv>> kv = make_cache(m, arm, P + G, n_ubatch);
-  std::vector<float> logits(m.info().n_vocab);
-  std::vector<ScoreRow> rows = score_loop(m, t, ref, kv, logits, progress, [&](uint32_t j) {
-    if (j == 0) m.eval(t.tokens.data(), P, 0, n_ubatch, kv, logits.data(), false);
-    else m.eval(&t.tokens[P + j - 1], 1, P + j - 1, n_ubatch, kv, logits.data(), false);
-  });
+  std::vector<std::unique_ptr<LayerKv>> kv = make_cache(m, arm, t.n_tokens(), n_ubatch);
+  std::vector<ScoreRow> rows =
+      score_loop(m, t, ref, kv, n_ubatch, opt, progress, [&](uint32_t q, uint32_t n, float* hidden, float* logits) {
+        m.eval_hidden(&t.tokens[q], n, q, n_ubatch, kv, hidden, logits, hidden != nullptr);
+      });
   if (detail) *detail = detail_of(kv);
   return rows;
 }
 
 void score_arms(Model& m, const std::vector<const KvArm*>& arms, const Trajectory& t, uint32_t n_ubatch,
-                const ArmDoneFn& done, const std::function<ProgressFn(size_t)>& progress, ReferenceRows* ref) {
+                const ArmDoneFn& done, const std::function<ProgressFn(size_t)>& progress, ReferenceRows* ref,
+                const ScoreOptions& opt) {
   check_vocab(m, t);
-  const uint32_t P = t.prompt_tokens, G = t.generated(), E = m.info().n_embd;
-  m.set_context(P + t.settings.generate);  // the context it was recorded with
+  const uint32_t T = t.n_tokens(), G = t.generated(), E = m.info().n_embd;
+  m.set_context(t.n_ctx());  // the context it was recorded with
   std::unique_ptr<ReferenceRows> own;
   if (t.encoding == RefEncoding::hidden && !ref) {
     own = std::make_unique<ReferenceRows>(m, t);
@@ -341,29 +495,31 @@ void score_arms(Model& m, const std::vector<const KvArm*>& arms, const Trajector
   if (L == layers.size()) L = 0;  // no full-attention layer: nothing to share
   bool any_shared = false;
   for (const KvArm* a : arms) any_shared = any_shared || a->plain_f16_sliding();
-  std::vector<float> x;  // residual stream after layer L: prompt rows, then each decoded token's
+  std::vector<float> x;  // residual stream after layer L, one row per evaluated token (all but the last)
   if (L > 0 && m.splits() && any_shared && G > 0) {
     const auto f16 = make_arm("f16");
-    std::vector<std::unique_ptr<LayerKv>> kv = make_cache(m, *f16, P + G, n_ubatch);
-    x.resize(static_cast<size_t>(P + G - 1) * E);
-    m.eval_prefix(t.tokens.data(), P, 0, n_ubatch, L, kv, x.data());
-    for (uint32_t j = 0; j + 1 < G; ++j)
-      m.eval_prefix(&t.tokens[P + j], 1, P + j, n_ubatch, L, kv, x.data() + static_cast<size_t>(P + j) * E);
+    std::vector<std::unique_ptr<LayerKv>> kv = make_cache(m, *f16, T, n_ubatch);
+    x.resize(static_cast<size_t>(T - 1) * E);
+    walk_schedule(
+        t, kv, n_ubatch, !opt.stepwise,
+        [&](uint32_t q, uint32_t n, bool) {
+          m.eval_prefix(&t.tokens[q], n, q, n_ubatch, L, kv, x.data() + static_cast<size_t>(q) * E);
+        },
+        [](uint32_t, uint32_t, bool) {});
   }
-  std::vector<float> logits(m.info().n_vocab);
   for (size_t a = 0; a < arms.size(); ++a) {
     const ProgressFn pf = progress ? progress(a) : ProgressFn();
     if (x.empty() || !arms[a]->plain_f16_sliding()) {
       ScoreDetail d;
-      std::vector<ScoreRow> rows = score_trajectory(m, *arms[a], t, n_ubatch, pf, ref, &d);
+      std::vector<ScoreRow> rows = score_trajectory(m, *arms[a], t, n_ubatch, pf, ref, &d, opt);
       done(a, std::move(rows), d);
       continue;
     }
-    std::vector<std::unique_ptr<LayerKv>> kv = make_cache(m, *arms[a], P + G, n_ubatch);
-    std::vector<ScoreRow> rows = score_loop(m, t, ref, kv, logits, pf, [&](uint32_t j) {
-      const uint32_t p0 = j == 0 ? 0 : P + j - 1, n = j == 0 ? P : 1;
-      m.eval_suffix(x.data() + static_cast<size_t>(p0) * E, n, p0, n_ubatch, L, kv, nullptr, logits.data(), false);
-    });
+    std::vector<std::unique_ptr<LayerKv>> kv = make_cache(m, *arms[a], T, n_ubatch);
+    std::vector<ScoreRow> rows =
+        score_loop(m, t, ref, kv, n_ubatch, opt, pf, [&](uint32_t q, uint32_t n, float* hidden, float* logits) {
+          m.eval_suffix(x.data() + static_cast<size_t>(q) * E, n, q, n_ubatch, L, kv, hidden, logits, hidden != nullptr);
+        });
     done(a, std::move(rows), detail_of(kv));
   }
 }

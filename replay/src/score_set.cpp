@@ -96,7 +96,7 @@ Results score_set(Model& m, const std::string& model_file, const std::string& mo
       score_arms(
           m, run_arms, trajs[i], score_ubatch(plan, trajs[i]),
           [&](size_t k, std::vector<ScoreRow>&& rows, const ScoreDetail& d) { take(i, run_index[k], std::move(rows), d); },
-          [&](size_t k) { return cb.start ? cb.start(i, run_index[k]) : ProgressFn(); }, ref.get());
+          [&](size_t k) { return cb.start ? cb.start(i, run_index[k]) : ProgressFn(); }, ref.get(), plan.run);
     }
     return res;
   }
@@ -122,7 +122,7 @@ Results score_set(Model& m, const std::string& model_file, const std::string& mo
             pack_job(mine, i, run_index[sub_index[s]], rows, d);
             if (s + 1 < sub.size()) key = i * n + sub_index[s + 1];
           },
-          [&](size_t s) { return cb.start ? cb.start(i, run_index[sub_index[s]]) : ProgressFn(); }, ref.get());
+          [&](size_t s) { return cb.start ? cb.start(i, run_index[sub_index[s]]) : ProgressFn(); }, ref.get(), plan.run);
     }
   });
   const std::vector<std::vector<uint8_t>> all = comm.gather(mine.bytes);

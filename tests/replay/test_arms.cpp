@@ -17,11 +17,13 @@
 
 #include "../../replay/src/attend_tile.h"
 #include "../../replay/src/kv_arms_formats.h"
+#include "sjkv/cache.h"
 #include "sjkv/cache_view.h"
 #include "sjkv/config.h"
 #include "sjkv/fp16.h"
 #include "sjkv/hadamard.h"
 #include "sjkv/io/codebook.h"
+#include "sjkv/policy.h"
 #include "sjkv/replay/arms.h"
 #include "sjkv/replay/kv.h"
 #include "sjkv/testgen.h"
@@ -1101,6 +1103,117 @@ TEST(ArmBits, Sj44OccupiedAtAKnownLength) {
   EXPECT_EQ(inspect(layer)->codec_cache()->policy().B, 640u);
   EXPECT_DOUBLE_EQ(layer->bits().occupied, 6.484375);
   EXPECT_GT(layer->bits().allocated, layer->bits().occupied);
+}
+
+// ---------------------------------------------------------------- blocked decoding, idle
+
+// A layer decoded in blocks of decode_run's length (each block one ubatch) attends as one
+// token per ubatch does, bit for bit, and bits_at gives each position the bits the stepwise
+// layer had then; for arms without a journal decode_run is the whole limit.
+TEST(ArmJournal, BlocksOfDecodeRunAreTheOneTokenSteps) {
+  const uint32_t N = 900, P = 300, D = 128, H = 4, Hkv = 2;
+  const Data d = make_data(N, D, H, Hkv, 41);
+  for (const std::string spec : {"sj:4/4:G=16:sink=64:tail=32/128", "sj:3/2t:tail=128", "sj:4/4:staging=q8_0:tail=128/256:flush=1",
+                                 "kvarn:4/4:tail=0", "sj:4/4:kmean=sink:exact=k:tail=128/256", "q4_0:rot", "f16"}) {
+    SCOPED_TRACE(spec);
+    auto arm = make_arm(spec);
+    LayerShape s = shape(D, H, Hkv, N);
+    s.n_ubatch = 64;
+    auto one = arm->make_layer(s), blk = arm->make_layer(s);
+    const size_t kv_row = static_cast<size_t>(Hkv) * D, q_row = static_cast<size_t>(H) * D;
+    auto feed = [&](LayerKv& l, uint32_t pos0, uint32_t n, float* out) {
+      l.begin_ubatch(pos0, n);
+      l.store(pos0, n, &d.k[pos0 * kv_row], &d.v[pos0 * kv_row]);
+      l.attend(pos0, n, &d.q[pos0 * q_row], 0.088f, out);
+    };
+    std::vector<float> a(static_cast<size_t>(N) * q_row), b(a.size());
+    std::vector<LayerBits> bits(N + 1);
+    for (uint32_t p = 0; p < P; p += 64) {
+      const uint32_t n = std::min(64u, P - p);
+      feed(*one, p, n, &a[p * q_row]);
+      feed(*blk, p, n, &b[p * q_row]);
+    }
+    for (uint32_t p = P; p < N; ++p) {
+      feed(*one, p, 1, &a[p * q_row]);
+      bits[p + 1] = one->bits();
+    }
+    uint32_t blocks = 0, longest = 0;
+    for (uint32_t p = P; p < N;) {
+      const uint32_t r = blk->decode_run(p, std::min(64u, N - p));
+      ASSERT_GE(r, 1u);
+      feed(*blk, p, r, &b[p * q_row]);
+      for (uint32_t i = 1; i <= r; ++i) {
+        const LayerBits x = blk->bits_at(p + i);
+        ASSERT_EQ(0, std::memcmp(&x.occupied, &bits[p + i].occupied, sizeof(double))) << "position " << p + i;
+        ASSERT_EQ(0, std::memcmp(&x.allocated, &bits[p + i].allocated, sizeof(double))) << "position " << p + i;
+      }
+      ++blocks;
+      longest = std::max(longest, r);
+      p += r;
+    }
+    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+    EXPECT_GT(longest, 1u);
+    if (inspect(one)->codec_cache()) {
+      EXPECT_EQ(inspect(one)->codec_cache()->policy().B, inspect(blk)->codec_cache()->policy().B);
+      EXPECT_GT(blocks, (N - P + 63) / 64) << "no block was cut at a seal";
+    } else {
+      EXPECT_EQ(blocks, (N - P + 63) / 64);
+    }
+  }
+}
+
+// idle(keep_recent): an SJ layer seals as its policy's idle step says, and attends over the
+// records after it as the codec decodes them; a layer without a journal (or a fixed tail) does
+// nothing, its next outputs unchanged.
+TEST(ArmJournal, IdleSealsAsThePolicySays) {
+  const uint32_t N = 800, D = 128, H = 4, Hkv = 2;
+  const Data d = make_data(N, D, H, Hkv, 43);
+  const size_t kv_row = static_cast<size_t>(Hkv) * D, q_row = static_cast<size_t>(H) * D;
+  for (const std::string spec : {"sj:4/4:tail=128/1024", "sj:3/2t:tail=128/1024", "kvarn:4/4:tail=0", "q8_0", "f32"}) {
+    for (uint32_t keep : {0u, 300u}) {
+      SCOPED_TRACE(spec + " keep_recent " + std::to_string(keep));
+      auto arm = make_arm(spec);
+      auto idle = arm->make_layer(shape(D, H, Hkv, N)), busy = arm->make_layer(shape(D, H, Hkv, N));
+      idle->idle(keep);  // before any ubatch: nothing stored, nothing to do
+      for (uint32_t p = 0; p < 700; p += 64)
+        for (auto* l : {idle.get(), busy.get()}) {
+          const uint32_t n = std::min(64u, 700 - p);
+          l->begin_ubatch(p, n);
+          l->store(p, n, &d.k[p * kv_row], &d.v[p * kv_row]);
+        }
+      const SequenceCache* c = inspect(idle) ? inspect(idle)->codec_cache() : nullptr;
+      uint32_t want = 0;
+      if (c) {
+        JournalPolicy pol = c->policy();
+        want = pol.idle(700, keep);
+      }
+      idle->idle(keep);
+      std::vector<float> a(64 * q_row), b(a.size());
+      for (auto* l : {idle.get(), busy.get()}) {
+        l->begin_ubatch(700, 64);
+        l->store(700, 64, &d.k[700 * kv_row], &d.v[700 * kv_row]);
+      }
+      idle->attend(700, 64, &d.q[700 * q_row], 0.088f, a.data());
+      busy->attend(700, 64, &d.q[700 * q_row], 0.088f, b.data());
+      const bool acts = c && spec.rfind("sj:", 0) == 0;
+      if (!acts) {
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+        continue;
+      }
+      // The idle seal (CODEC-SPEC 8.4): keep 0 seals back to the tail, 300 keeps 300 exact.
+      EXPECT_EQ(want, keep == 0 ? 128u + 128u * ((700u - 128u - 128u) / 128u) : 128u + 128u * ((700u - 300u - 128u) / 128u));
+      EXPECT_GT(want, 128u);
+      EXPECT_GE(c->policy().B, want);
+      std::vector<double> ref;
+      LayerShape s = shape(D, H, Hkv, N);
+      naive_attend(*inspect(idle), s, 700, 64, &d.q[700 * q_row], 0.088f, ref);
+      double err = 0, vmax = 0;
+      for (size_t i = 0; i < a.size(); ++i) err = std::max(err, std::fabs(a[i] - ref[i]));
+      for (const float x : d.v) vmax = std::max(vmax, static_cast<double>(std::fabs(x)));
+      EXPECT_LE(err, 2e-5 * vmax + 1e-6);  // run_arm's tolerance: rounding only
+      EXPECT_NE(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "the idle seal changed nothing";
+    }
+  }
 }
 
 TEST(ArmTier, EdgeLayersRunAt44) {

@@ -643,4 +643,109 @@ TEST_P(RealModel, ScoringArmsTogetherGivesEachArmsRows) {
   EXPECT_EQ(together[3][0].kl, 0.0);  // f32 replaying an f32 recording
 }
 
+// A version-2 recording [given P][generated G] cut into turns: each cut (offset into the
+// generated tokens, length) turns those tokens into a given segment after an idle step, as if
+// a user had typed what the model wrote. An f32 reference depends on the tokens alone, so the
+// kept positions' reference rows stay valid.
+Trajectory as_turns(const Trajectory& v2, const std::vector<std::pair<uint32_t, uint32_t>>& cuts,
+                    const std::vector<uint32_t>& keep_recent) {
+  Trajectory t = v2;
+  t.hid.clear();
+  t.segments = {Segment{SegmentKind::given, v2.prompt_tokens, 0}};
+  uint32_t g = 0;  // next generated token of v2
+  for (size_t c = 0; c <= cuts.size(); ++c) {
+    const uint32_t until = c < cuts.size() ? cuts[c].first : v2.generated();
+    t.segments.push_back(Segment{SegmentKind::generated, until - g, 0});
+    for (uint32_t j = g; j < until; ++j) t.hid.push_back(v2.hid[j]);
+    if (c == cuts.size()) break;
+    t.segments.push_back(Segment{SegmentKind::idle, 0, keep_recent[c]});
+    t.segments.push_back(Segment{SegmentKind::given, cuts[c].second, 0});
+    g = until + cuts[c].second;
+  }
+  t.context = v2.prompt_tokens + v2.settings.generate;
+  t.check_consistent();
+  return t;
+}
+
+// Blocked scoring (the default) runs the generated positions in ubatches that end before any
+// journal event; every row must be the stepwise (one token per ubatch) bits, for each arm
+// family and event kind: adaptive seals (many, with a small tail), fixed tails, chunked drains,
+// edge tiering, kmean, exact sides, row formats and sliding layers, shared or compressed; on a
+// trajectory of three turns whose idle steps seal back to the tail and keep 300 exact.
+// Stepwise alone at 2 threads; blocked alone at 2 threads and through score_arms' shared
+// prefix at 1 thread.
+TEST_P(RealModel, BlockedScoringIsTheStepwiseBits) {
+  const std::string path = this->path();
+  if (path.empty()) GTEST_SKIP() << "model not installed (scripts/setup, or SJKV_MODEL)";
+  auto m = Model::load(path);
+  const ModelInfo& info = m->info();
+  // Gemma's 262,144-entry vocabulary and 18 layers make each position several times SmolLM2's:
+  // fewer positions and arms there (the other families' blocks are SmolLM2's and test_arms'
+  // ArmJournal), its 512-position window still crossed.
+  const bool big = info.n_vocab > 100000;
+  std::vector<int32_t> ids(400);
+  std::mt19937 rng(23);
+  std::uniform_int_distribution<int32_t> pick(100, static_cast<int32_t>(std::min<uint32_t>(info.n_vocab, 20000)) - 1);
+  for (auto& id : ids) id = pick(rng);
+  RecordInput in;
+  in.prompt = ids;
+  in.settings.generate = big ? 170 : 260;
+  in.settings.ubatch = 64;
+  in.settings.reference = "f32";
+  const auto f32 = make_arm("f32");
+  const Trajectory v2 = record_trajectory(*m, *f32, in);
+  ASSERT_EQ(v2.generated(), in.settings.generate);
+  // Turns: scored, idle (seal to the tail), given, scored, idle (keep 300 exact), given, scored.
+  const Trajectory t = big ? as_turns(v2, {{50, 15}, {110, 10}}, {0, 300}) : as_turns(v2, {{70, 20}, {180, 10}}, {0, 300});
+  const uint32_t G = t.generated();
+  ASSERT_EQ(G, big ? 145u : 230u);
+  // q8_0 staging where SmolLM2's head size 64 rules out tq6_0's 128-value blocks.
+  std::vector<std::string> specs = {"f16", "q4_0:rot:swa=same"};
+  if (big) {
+    specs.insert(specs.end(), {"sj:3/2t:tail=128", "sj:3/3t:tail=128/256:flush=1:tier=edge"});
+  } else {
+    specs.insert(specs.end(), {"q8_0", "kvarn:4/4:tail=0", "sj:4/4:staging=q8_0:G=16:sink=64:tail=32/128",
+                               "sj:4/4:staging=q8_0:tail=128/256:flush=1", "sj:4/4:staging=q8_0:tail=128/256:tier=edge",
+                               "sj:4/4:staging=q8_0:kmean=sink:exact=k:tail=128/256"});
+  }
+  std::vector<std::unique_ptr<KvArm>> arms;
+  std::vector<const KvArm*> ptrs;
+  for (const std::string& s : specs) {
+    arms.push_back(make_arm(s));
+    ptrs.push_back(arms.back().get());
+  }
+  const uint32_t ub = 48;  // blocks cut at the ubatch as well as at seals and turns
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  std::vector<std::vector<ScoreRow>> shared(arms.size());
+  score_arms(*m, ptrs, t, ub, [&](size_t a, std::vector<ScoreRow>&& rows, const ScoreDetail&) { shared[a] = std::move(rows); });
+  omp_set_num_threads(2);
+  ScoreOptions stepwise;
+  stepwise.stepwise = true;
+  for (size_t a = 0; a < arms.size(); ++a) {
+    ScoreDetail d;
+    const auto step = score_trajectory(*m, *arms[a], t, ub, {}, nullptr, &d, stepwise);
+    const auto block = score_trajectory(*m, *arms[a], t, ub);
+    ASSERT_EQ(step.size(), G);
+    ASSERT_EQ(block.size(), G);
+    ASSERT_EQ(shared[a].size(), G);
+    uint32_t commits = 0;  // codec arms: the bits fall when a seal lands within the scored rows
+    for (size_t j = 0; j < step.size(); ++j) {
+      const std::vector<ScoreRow>* others[] = {&block, &shared[a]};
+      for (const std::vector<ScoreRow>* other : others) {
+        const ScoreRow& b = (*other)[j];
+        ASSERT_EQ(0, std::memcmp(&step[j].kl, &b.kl, sizeof(double))) << specs[a] << " position " << j;
+        ASSERT_EQ(step[j].same_top, b.same_top) << specs[a] << " position " << j;
+        ASSERT_EQ(0, std::memcmp(&step[j].bits_occupied, &b.bits_occupied, sizeof(double))) << specs[a] << " " << j;
+        ASSERT_EQ(0, std::memcmp(&step[j].bits_allocated, &b.bits_allocated, sizeof(double))) << specs[a] << " " << j;
+      }
+      if (j > 0 && step[j].bits_occupied < step[j - 1].bits_occupied) ++commits;
+    }
+    if (d.codec) {  // seals within the scored rows (idle ones among them), several for the small tail
+      EXPECT_GE(commits, specs[a].find("tail=32/") != std::string::npos ? 3u : 1u) << specs[a] << ": too few seals to test";
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
 INSTANTIATE_TEST_SUITE_P(Installed, RealModel, ::testing::Values(0, 1));

@@ -249,6 +249,106 @@ TEST(Replay, CaptureRefusedWithoutAFullAttentionLayer) {
   EXPECT_EQ(steps, 0u);
 }
 
+// ---- planned recordings (FORMAT.md 9.4) -----------------------------------------------------
+
+PlannedSegment piece(SegmentKind kind, std::vector<int32_t> tokens = {}, uint32_t keep_recent = 0) {
+  PlannedSegment p;
+  p.kind = kind;
+  p.tokens = std::move(tokens);
+  p.keep_recent = keep_recent;
+  return p;
+}
+
+std::vector<int32_t> run_of(int32_t first, uint32_t n) {
+  std::vector<int32_t> v(n);
+  for (uint32_t i = 0; i < n; ++i) v[i] = first + static_cast<int32_t>(i * 37 % 1000);
+  return v;
+}
+
+// Record and score walk one schedule: an SJ reference whose idle steps seal replays its own
+// multi-turn recording with KL exactly 0, blocked and stepwise; another arm does not.
+TEST(Replay, PlannedTurnsReplayThemselvesExactly) {
+  TinyModel m(4096);
+  const auto sj = make_arm("sj:4/4:staging=q8_0:sink=64:tail=16/128:G=16:rot=32");
+  RecordInput in = tiny_input(40);
+  in.settings.reference = sj->spec();
+  in.plan = {piece(SegmentKind::given, run_of(1000, 60)),
+             piece(SegmentKind::generated),
+             piece(SegmentKind::idle, {}, 0),
+             piece(SegmentKind::given, run_of(20, 30)),
+             piece(SegmentKind::generated),
+             piece(SegmentKind::idle, {}, 40),
+             piece(SegmentKind::given, run_of(500, 10)),
+             piece(SegmentKind::answer, {5, 6, 7})};
+  const Trajectory t = record_trajectory(m, *sj, in);
+  ASSERT_EQ(t.segments.size(), 8u);
+  EXPECT_EQ(t.segments[1], (Segment{SegmentKind::generated, 40, 0}));
+  EXPECT_EQ(t.segments[5], (Segment{SegmentKind::idle, 0, 40}));
+  EXPECT_EQ(t.segments[7], (Segment{SegmentKind::answer, 3, 0}));
+  EXPECT_EQ(t.generated(), 83u);
+  EXPECT_EQ(t.n_tokens(), 60u + 40 + 30 + 40 + 10 + 3);
+  EXPECT_EQ(t.context, t.n_tokens());
+  EXPECT_FALSE(t.is_version2());
+  EXPECT_EQ(std::vector<int32_t>(t.tokens.end() - 3, t.tokens.end()), (std::vector<int32_t>{5, 6, 7}));
+  ScoreOptions stepwise;
+  stepwise.stepwise = true;
+  for (const ScoreOptions& opt : {ScoreOptions{}, stepwise}) {
+    ScoreDetail d;
+    const std::vector<ScoreRow> rows = score_trajectory(m, *sj, t, in.settings.ubatch, {}, nullptr, &d, opt);
+    ASSERT_EQ(rows.size(), 83u);
+    for (const ScoreRow& r : rows) EXPECT_EQ(r.kl, 0.0);
+    EXPECT_TRUE(d.sealed);
+  }
+  // Without the idle steps the SJ cache holds other rows: the schedule matters.
+  Trajectory no_idle = t;
+  no_idle.segments.erase(no_idle.segments.begin() + 5);
+  no_idle.segments.erase(no_idle.segments.begin() + 2);
+  no_idle.check_consistent();
+  double sum = 0;
+  for (const ScoreRow& r : score_trajectory(m, *sj, no_idle, in.settings.ubatch)) sum += r.kl;
+  EXPECT_GT(sum, 0.0);
+}
+
+// A plan [given prompt][generated] is version 2: the same file, byte for byte, as the prompt path.
+TEST(Replay, AOnePromptPlanRecordsTheVersion2Bytes) {
+  TinyModel m(4096);
+  const PlainArm f32(false);
+  RecordInput in = tiny_input(12);
+  const Trajectory a = record_trajectory(m, f32, in);
+  in.plan = {piece(SegmentKind::given, in.prompt), piece(SegmentKind::generated)};
+  in.prompt.clear();
+  const Trajectory b = record_trajectory(m, f32, in);
+  EXPECT_TRUE(b.is_version2());
+  const std::string pa = temp_path("v2-prompt.h5"), pb = temp_path("v2-plan.h5");
+  write_trajectory(pa, a);
+  write_trajectory(pb, b);
+  EXPECT_EQ(slurp(pa), slurp(pb));
+  std::remove(pa.c_str());
+  std::remove(pb.c_str());
+}
+
+// After a turn the model ended with an end-of-generation token, the next given piece's copy of
+// that token (the template's marker) is dropped; after a turn the cap ended, it stays.
+TEST(Replay, TheModelsEndOfTurnTokenStandsForTheTemplatesMarker) {
+  TinyModel m(4096);
+  const PlainArm f32(false);
+  RecordInput in = tiny_input(1);
+  const int32_t first = record_trajectory(m, f32, in).tokens.back();  // the greedy first pick
+  const std::vector<int32_t> next = {first, 900, 901};
+  for (const bool eog : {true, false}) {
+    SCOPED_TRACE(eog ? "ended by the token" : "ended by the cap");
+    RecordInput p = tiny_input(eog ? 5 : 1);
+    if (eog) p.is_eog = [&](int32_t id) { return id == first; };
+    p.plan = {piece(SegmentKind::given, p.prompt), piece(SegmentKind::generated), piece(SegmentKind::given, next),
+              piece(SegmentKind::generated)};
+    const Trajectory t = record_trajectory(m, f32, p);
+    EXPECT_EQ(t.segments[1].length, 1u);
+    EXPECT_EQ(t.segments[2].length, eog ? 2u : 3u);
+    EXPECT_EQ(t.tokens[11], first);
+    EXPECT_EQ(t.tokens[12], eog ? 900 : first);
+  }
+}
+
 TEST(Replay, SameArmReplayIsExactlyZeroAndOthersAreNot) {
   TinyModel m(4096);
   const PlainArm f32(false), f16(true);

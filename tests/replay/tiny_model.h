@@ -62,6 +62,9 @@ class PlainKv : public LayerKv {
     const double stored = static_cast<double>(k_.size()) / (static_cast<double>(s_.n_head_kv) * s_.head_dim);
     return {b, s_.n_ctx ? b * (stored > 0 ? 1.0 : 0.0) : 0.0};
   }
+  LayerBits bits_at(uint32_t) const override { return bits(); }
+  uint32_t decode_run(uint32_t, uint32_t limit) const override { return limit; }
+  void idle(uint32_t) override {}
 
  private:
   LayerShape s_;
@@ -145,7 +148,7 @@ class TinyModel : public Model {
         if (!all_logits && b0 + i != n - 1) continue;
         const size_t r = all_logits ? b0 + i : 0;
         if (hidden_out) std::copy(hidden.begin() + i * 64, hidden.begin() + (i + 1) * 64, hidden_out + r * 64);
-        project(hidden.data() + i * 64, 1, logits + r * V);
+        if (logits) project(hidden.data() + i * 64, 1, logits + r * V);
       }
     }
   }

@@ -837,11 +837,11 @@ void GraphModel::ubatch(const Span& sp, uint32_t m, uint32_t pos, Kv& kv, float*
   for (uint32_t il = sp.l0; il < sp.l1; ++il) layer(il, u, kv);
 
   if (sp.x_out) std::copy(u.x.begin(), u.x.end(), sp.x_out);
-  if (!logits || sp.l1 != info_.n_layer) return;
+  if ((!logits && !hidden) || sp.l1 != info_.n_layer) return;
   const uint32_t first = all_logits ? 0 : m - 1, rows = m - first;
   norm(u.x.data() + size_t(first) * E, u.h.data(), rows, static_cast<uint32_t>(E), out_norm_);
   if (hidden) std::copy(u.h.begin(), u.h.begin() + static_cast<std::ptrdiff_t>(size_t(rows) * E), hidden);
-  project(u.h.data(), rows, logits);
+  if (logits) project(u.h.data(), rows, logits);
 }
 
 void GraphModel::project(const float* hidden, uint32_t rows, float* logits) const {

@@ -66,6 +66,16 @@ class LayerKv {
   // q [n][n_head][head_dim] -> out [n][n_head][head_dim]; logits are scale * q.k.
   virtual void attend(uint32_t pos0, uint32_t n, const float* q, float scale, float* out) = 0;
   virtual LayerBits bits() const = 0;
+  // bits() as it was with the first n positions stored (n at most those stored now) and the
+  // journal as it is now: one-token decoding's figure for each row of a decoded block.
+  virtual LayerBits bits_at(uint32_t n) const = 0;
+  // Blocked decoding: how many positions from pos0 (1 to limit) one ubatch may run and give the
+  // bits of one-token ubatches. Only a journal has events (policy.h decode_run); pure so that a
+  // wrapper cannot forget to forward it.
+  virtual uint32_t decode_run(uint32_t pos0, uint32_t limit) const = 0;
+  // A server's idle step between requests (CODEC-SPEC 8.4): seal, keeping at least keep_recent
+  // recent positions exact. Nothing to do without a journal.
+  virtual void idle(uint32_t keep_recent) = 0;
   // The state of a recurrent layer (LayerShape::recurrent), null for an attention layer.
   virtual RecurrentState* recurrent() { return nullptr; }
 };

@@ -69,7 +69,9 @@ class Model {
     eval_hidden(tokens, n, pos0, n_ubatch, kv, nullptr, logits, all_logits);
   }
   // eval that also writes, when `hidden` is not null, the final normed hidden state of the same
-  // rows as the logits ([rows][n_embd]): the vector project() turns into those logits.
+  // rows as the logits ([rows][n_embd]): the vector project() turns into those logits. With
+  // logits null it writes the hidden states alone (every row's with all_logits), so that a
+  // block of many rows need not hold [rows][n_vocab] logits at once.
   virtual void eval_hidden(const int32_t* tokens, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
                            std::vector<std::unique_ptr<LayerKv>>& kv, float* hidden, float* logits,
                            bool all_logits) = 0;

@@ -26,14 +26,30 @@ std::vector<std::unique_ptr<LayerKv>> make_cache(const Model& m, const KvArm& ar
 // n_head_kv * head_dim; all layers when the model has no full-attention layer. A hybrid's
 // recurrent states are charged to those values too: their bytes over the values of the
 // positions stored, in both figures (a state takes its size from the first token on).
-LayerBits cache_bits(const Model& m, const std::vector<std::unique_ptr<LayerKv>>& kv);
+// With n, the figure one-token decoding reported when n positions were stored (a decoded
+// block's rows, LayerKv::bits_at); by default, now.
+constexpr uint32_t kAllStored = 0xFFFFFFFFu;
+LayerBits cache_bits(const Model& m, const std::vector<std::unique_ptr<LayerKv>>& kv, uint32_t n = kAllStored);
 
 // Draws the next token from `logits` (greedy: argmax, the lowest id on a tie; sampling:
 // softmax(logits / temperature) cut to top_k, then to the smallest set of mass >= top_p).
 int32_t pick_token(const float* logits, uint32_t n, const TrajectorySettings& s, SplitMix64& rng);
 
+// One segment of a planned recording (record --transcript; FORMAT.md 9.4): given tokens; a
+// generated turn of at most settings.generate tokens, ended after an end-of-generation token;
+// forced answer tokens, scored; or an idle step with keep_recent.
+struct PlannedSegment {
+  SegmentKind kind = SegmentKind::given;
+  std::vector<int32_t> tokens;  // given, answer
+  uint32_t keep_recent = 0;     // idle
+};
+
 struct RecordInput {
-  std::vector<int32_t> prompt;
+  std::vector<int32_t> prompt;           // the plan [given prompt][generated] when `plan` is empty
+  // Segments to record instead (FORMAT.md 9.4's order rules). A given piece that follows a turn
+  // ended by an end-of-generation token loses a first token equal to it: the model's own token
+  // stands for the template's marker (a turn stopped by the cap keeps the marker).
+  std::vector<PlannedSegment> plan;
   TrajectorySettings settings;           // generate, sampling, reference arm name, ubatch, ...
   std::string model_file, model_sha256;  // copied into the trajectory
   std::function<bool(int32_t)> is_eog;   // stops generation after such a token (may be empty)
@@ -45,7 +61,10 @@ struct RecordInput {
 // they can; a tool asks before any work.
 std::string capture_refusal(const ModelInfo& info);
 
-// Records with `reference`. When `capture` is given, it receives the K/V that the model
+// Records with `reference`, evaluating as score replays (walk_schedule in run.cpp): given pieces
+// in ubatches from the pending token, generated and answer tokens one per ubatch, idle steps
+// through every layer. A plan's context (Model::set_context, the caches, `Trajectory::context`)
+// is its given and answer tokens plus settings.generate per generated turn. When `capture` is given, it receives the K/V that the model
 // stores into its full-attention layers (fp16 bit patterns, as the model hands them over);
 // std::invalid_argument with capture_refusal's reason, before any work, when it cannot.
 Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput& in, Capture* capture = nullptr,
@@ -62,12 +81,15 @@ class ReferenceRows {
   ReferenceRows(const Model& m, const Trajectory& t, size_t keep_bytes = size_t(256) << 20);
   // Position j's logits row (n_vocab floats), valid until the next call; hidden encoding only.
   const float* row(uint32_t j);
+  // Rows j0 .. j0 + n - 1 ([n][n_vocab]), valid until the next call: one projection of n rows
+  // when they are not kept (the bits of n single rows).
+  const float* rows(uint32_t j0, uint32_t n);
 
  private:
   const Model& m_;
   const Trajectory& t_;
   bool kept_ = false;
-  std::vector<float> rows_;
+  std::vector<float> rows_, hidden_;
 };
 
 // Replays t's tokens with `arm`, scoring the generated positions against t's reference (for
@@ -79,9 +101,15 @@ class ReferenceRows {
 struct ScoreDetail {
   bool codec = false, sealed = false;
 };
+// How the generated positions are run. By default in blocks between journal events (seals),
+// each row the bits of one token per ubatch (docs/REPLAY.md, "Blocked scoring"); stepwise runs
+// one token per ubatch, as an engine decodes (the tests' reference for the blocks).
+struct ScoreOptions {
+  bool stepwise = false;
+};
 std::vector<ScoreRow> score_trajectory(Model& m, const KvArm& arm, const Trajectory& t, uint32_t n_ubatch,
                                        const ProgressFn& progress = {}, ReferenceRows* ref = nullptr,
-                                       ScoreDetail* detail = nullptr);
+                                       ScoreDetail* detail = nullptr, const ScoreOptions& opt = {});
 
 // score_trajectory for several arms, with the work that does not depend on the arm done once:
 // the reference rows, and the layers before the first full-attention layer for the arms that
@@ -91,7 +119,7 @@ std::vector<ScoreRow> score_trajectory(Model& m, const KvArm& arm, const Traject
 using ArmDoneFn = std::function<void(size_t arm, std::vector<ScoreRow>&& rows, const ScoreDetail& detail)>;
 void score_arms(Model& m, const std::vector<const KvArm*>& arms, const Trajectory& t, uint32_t n_ubatch,
                 const ArmDoneFn& done, const std::function<ProgressFn(size_t)>& progress = {},
-                ReferenceRows* ref = nullptr);
+                ReferenceRows* ref = nullptr, const ScoreOptions& opt = {});
 
 }  // namespace replay
 }  // namespace sjkv

@@ -39,6 +39,7 @@ struct ScorePlan {
   std::string baseline;           // one of them
   BootstrapOptions bootstrap;
   uint32_t ubatch = 0;            // 0: each trajectory's recorded ubatch
+  ScoreOptions run;               // blocked (default) or stepwise decoding: the same bits
 };
 
 struct ScoreCallbacks {
