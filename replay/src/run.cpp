@@ -416,7 +416,7 @@ std::vector<ScoreRow> score_loop(const Model& m, const Trajectory& t, ReferenceR
   auto compare = [&](uint32_t j, const float* lg, const float* ref_row) {
     ScoreRow& r = rows[j];
     r.kl = t.encoding == RefEncoding::sparse ? kl_to_reference(t.ref[j], lg, V) : kl_full(ref_row, lg, V);
-    r.same_top = argmax(lg, V) == t.top_token(j);
+    r.same_top = (r.top = argmax(lg, V)) == t.top_token(j);
   };
   // Then its bits: the cache held the positions before it.
   auto charge = [&](uint32_t j) {

@@ -178,5 +178,42 @@ Comparison compare_arms(const std::string& arm, const std::string& baseline, con
   return c;
 }
 
+NestedRatio nested_bootstrap(const std::vector<std::vector<UnitKl>>& clusters, const BootstrapOptions& opt) {
+  auto ratio = [](double x, double y) { return y > 0.0 ? x / y : nan(); };
+  NestedRatio n;
+  double ta = 0, tb = 0;
+  for (const auto& c : clusters)
+    for (const UnitKl& u : c) {
+      ta += u.arm;
+      tb += u.baseline;
+    }
+  n.ratio = ratio(ta, tb);
+  n.ci_low = n.ci_high = nan();
+  if (clusters.empty() || opt.replicates == 0) return n;
+  SplitMix64 rng(opt.seed);
+  std::vector<double> reps;
+  reps.reserve(opt.replicates);
+  const size_t C = clusters.size();
+  for (uint32_t r = 0; r < opt.replicates; ++r) {
+    double ra = 0, rb = 0;
+    for (size_t k = 0; k < C; ++k) {
+      const std::vector<UnitKl>& c = clusters[static_cast<size_t>(rng.below(C))];
+      for (size_t i = 0; i < c.size(); ++i) {
+        const UnitKl& u = c[static_cast<size_t>(rng.below(c.size()))];
+        ra += u.arm;
+        rb += u.baseline;
+      }
+    }
+    const double v = ratio(ra, rb);
+    if (!std::isnan(v)) reps.push_back(v);
+  }
+  n.replicates = static_cast<uint32_t>(reps.size());
+  if (!reps.empty()) {
+    n.ci_low = quantile(reps, 0.025);
+    n.ci_high = quantile(reps, 0.975);
+  }
+  return n;
+}
+
 }  // namespace replay
 }  // namespace sjkv

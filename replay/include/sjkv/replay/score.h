@@ -31,6 +31,7 @@ struct ScoreRow {
   bool same_top = false;        // the arm's top token is the reference's
   double bits_occupied = 0.0;   // bits per value over the compressed layers, at this position
   double bits_allocated = 0.0;
+  int32_t top = -1;             // the arm's top token (argmax); -1 where not kept (read from a CSV)
 };
 
 struct ArmStats {
@@ -66,6 +67,25 @@ struct BootstrapOptions {
 // any thread count (one sequential generator).
 Comparison compare_arms(const std::string& arm, const std::string& baseline, const std::vector<std::vector<double>>& a,
                         const std::vector<std::vector<double>>& b, const BootstrapOptions& opt = {});
+
+// One unit (a needle: its answer tokens) of a cluster (a document): the KL summed over its
+// positions, of the arm and of the baseline.
+struct UnitKl {
+  double arm = 0, baseline = 0;
+};
+
+struct NestedRatio {
+  double ratio = 0;             // sum of the arm's KL / sum of the baseline's (NaN when that is 0)
+  double ci_low = 0, ci_high = 0;  // 95% percentile interval; NaN with no replicate to take
+  uint32_t replicates = 0;      // replicates whose baseline sum was > 0 (the others are left out)
+};
+
+// Nested (two-stage) cluster bootstrap of a ratio of summed KL: each of opt.replicates draws
+// the clusters with replacement (as many as there are), then within each drawn cluster its
+// units with replacement (as many as it has), and takes the ratio of the drawn units' sums.
+// Empty clusters add nothing. One sequential generator seeded with opt.seed: the same
+// interval on every run and platform.
+NestedRatio nested_bootstrap(const std::vector<std::vector<UnitKl>>& clusters, const BootstrapOptions& opt = {});
 
 // SplitMix64, and an unbiased-enough index below n (multiply-high), the same on every platform.
 struct SplitMix64 {
