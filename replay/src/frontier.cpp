@@ -101,7 +101,7 @@ class Store {
     if (dir_.empty()) return;
     make_dirs(dir_ + "/" + traj_key);
     Results one;
-    one.trajectories.push_back({name, t.prompt_tokens, t.generated()});
+    one.trajectories.push_back(trajectory_info(name, t));
     one.arms.push_back({arm, {rows}, ""});
     const std::string text = positions_csv(one);
     write_file_atomic(path(traj_key, arm, ubatch), text.data(), text.size());

@@ -38,7 +38,8 @@ namespace {
 // One job's rows between ranks: trajectory, arm, detail, then the rows.
 void pack_job(cluster::Packer& o, size_t i, size_t a, const std::vector<ScoreRow>& rows, const ScoreDetail& d) {
   o.u64(i).u64(a).u64(d.codec).u64(d.sealed).u64(rows.size());
-  for (const ScoreRow& r : rows) o.f64(r.kl).u64(r.same_top).f64(r.bits_occupied).f64(r.bits_allocated);
+  for (const ScoreRow& r : rows)
+    o.f64(r.kl).u64(r.same_top).u64(static_cast<uint32_t>(r.top)).f64(r.bits_occupied).f64(r.bits_allocated);
 }
 
 }  // namespace
@@ -59,7 +60,7 @@ Results score_set(Model& m, const std::string& model_file, const std::string& mo
   res.baseline = plan.baseline;
   res.bootstrap = plan.bootstrap;
   for (size_t i = 0; i < trajs.size(); ++i)
-    res.trajectories.push_back({base_name(set.paths[i]), trajs[i].prompt_tokens, trajs[i].generated()});
+    res.trajectories.push_back(trajectory_info(base_name(set.paths[i]), trajs[i]));
   for (const std::string& spec : plan.arms) res.arms.push_back(ArmRows{spec, {}, {}});
 
   std::vector<const KvArm*> run_arms;
@@ -142,6 +143,7 @@ Results score_set(Model& m, const std::string& model_file, const std::string& mo
       for (ScoreRow& r : rows[j]) {
         r.kl = in.f64();
         r.same_top = in.u64() != 0;
+        r.top = static_cast<int32_t>(static_cast<uint32_t>(in.u64()));
         r.bits_occupied = in.f64();
         r.bits_allocated = in.f64();
       }

@@ -118,6 +118,9 @@ class Plot {
     for (const auto& p : pts) o_ += f(X(p.first)) + "," + f(Y(p.second)) + " ";
     o_ += "\"/>\n";
   }
+  void dot(double x, double y, const char* color) {
+    o_ += "<circle cx=\"" + f(X(x)) + "\" cy=\"" + f(Y(y)) + "\" r=\"3\" fill=\"" + color + "\"/>\n";
+  }
   void point(double x, double y, const char* color, const std::string& label) {
     o_ += "<circle cx=\"" + f(X(x)) + "\" cy=\"" + f(Y(y)) + "\" r=\"4\" fill=\"" + color + "\"/>\n";
     // Labels of nearby points would overprint: move this one down a line until it is clear
@@ -176,7 +179,7 @@ void kl_range(const Results& r, double* mn, double* mx) {
 
 std::string svg_kl_by_position(const Results& r) {
   size_t longest = 1;
-  for (const TrajectoryInfo& t : r.trajectories) longest = std::max<size_t>(longest, t.generated);
+  for (const TrajectoryInfo& t : r.trajectories) longest = std::max<size_t>(longest, t.generated());
   double mn, mx;
   kl_range(r, &mn, &mx);
   Plot p("KL against generated position", "generated position", "KL(p||q), nats",
@@ -241,6 +244,38 @@ std::string svg_kl_vs_bits(const Report& rep) {
     const ArmStats& a = rep.arms[i];
     if (!std::isfinite(a.bits_occupied) || !std::isfinite(a.mean_kl)) continue;
     p.point(a.bits_occupied, std::max(a.mean_kl, kKlFloor), color(i), a.arm);
+  }
+  return p.finish();
+}
+
+std::string svg_kl_by_depth(const Report& rep) {
+  double pmn = INFINITY, pmx = 0, kmn = INFINITY, kmx = 0;
+  std::vector<std::string> arms;  // in the rows' (Results') order
+  for (const DepthRow& d : rep.depth) {
+    if (std::find(arms.begin(), arms.end(), d.arm) == arms.end()) arms.push_back(d.arm);
+    if (!std::isfinite(d.mean_kl)) continue;
+    pmn = std::min(pmn, std::max(d.mean_position, 1.0));
+    pmx = std::max(pmx, std::max(d.mean_position, 1.0));
+    if (d.mean_kl > kKlFloor) kmn = std::min(kmn, d.mean_kl);
+    kmx = std::max(kmx, d.mean_kl);
+  }
+  if (!std::isfinite(pmn)) pmn = pmx = 1000;
+  if (!std::isfinite(kmn)) kmn = kmx = kKlFloor;
+  // Whole decades of position around the bins' mean positions.
+  const double xlo = std::pow(10.0, std::floor(std::log10(pmn))),
+               xhi = std::max(std::pow(10.0, std::ceil(std::log10(pmx))), 10 * xlo);
+  Plot p("Mean KL by depth in the context", "absolute position (mean of the bin's generated positions)",
+         "mean KL(p||q), nats", {xlo, xhi, true}, log_axis(kmn, kmx));
+  p.note(rep.depth.empty() ? "no generated positions"
+                           : "one point per bin (depth.csv); a mean KL <= 1e-10 is drawn at the floor");
+  for (size_t i = 0; i < arms.size(); ++i) {
+    std::vector<std::pair<double, double>> pts;
+    for (const DepthRow& d : rep.depth)
+      if (d.arm == arms[i] && std::isfinite(d.mean_kl))
+        pts.emplace_back(std::max(d.mean_position, 1.0), std::max(d.mean_kl, kKlFloor));
+    p.polyline(pts, color(i));
+    for (const auto& q : pts) p.dot(q.first, q.second, color(i));
+    p.legend(i, arms[i], color(i));
   }
   return p.finish();
 }

@@ -455,7 +455,7 @@ Results two_arm_results(uint32_t trajectories, uint32_t generate, bool record_f1
     in.prompt[0] = static_cast<int32_t>(i + 1);
     const Trajectory t = record_trajectory(m, record_f16 ? static_cast<const KvArm&>(f16) : f32, in);
     res.settings = t.settings;
-    res.trajectories.push_back({name(i), t.prompt_tokens, t.generated()});
+    res.trajectories.push_back(trajectory_info(name(i), t));
     res.arms[0].rows.push_back(score_trajectory(m, f32, t, 4));
     res.arms[1].rows.push_back(score_trajectory(m, f16, t, 4));
   }
@@ -528,7 +528,7 @@ TEST(Results, PositionsCsvReadsBack) {
       for (size_t j = 0; j < a.rows[t].size(); ++j, ++i) {
         EXPECT_EQ(rows[i].trajectory, res.trajectories[t].name);
         EXPECT_EQ(rows[i].arm, a.arm);
-        EXPECT_EQ(rows[i].position, res.trajectories[t].prompt_tokens + j);
+        EXPECT_EQ(rows[i].position, res.trajectories[t].positions[j]);
         EXPECT_EQ(0, std::memcmp(&rows[i].row.kl, &a.rows[t][j].kl, sizeof(double)));
         EXPECT_EQ(rows[i].row.same_top, a.rows[t][j].same_top);
       }
@@ -716,7 +716,7 @@ TEST(Results, ArmNoteInJsonAndFootnoteInSummary) {
   res.arms = {{"f32", {}, {}}, {"f16", {}, "no group was sealed on 1 of 1 trajectories"}};
   const Trajectory t = record_trajectory(m, f16, tiny_input(12));
   res.settings = t.settings;
-  res.trajectories.push_back({"t.h5", t.prompt_tokens, t.generated()});
+  res.trajectories.push_back(trajectory_info("t.h5", t));
   res.arms[0].rows.push_back(score_trajectory(m, f32, t, 4));
   res.arms[1].rows.push_back(score_trajectory(m, f16, t, 4));
   const Report rep = summarize(res);
@@ -910,8 +910,8 @@ TEST(ScoreSet, EachArmsRowsAreItsOwnReplayAndTheUnsealedArmSaysSo) {
   EXPECT_EQ(r.settings.reference, "f32");
   ASSERT_EQ(r.trajectories.size(), 2u);
   EXPECT_EQ(r.trajectories[0].name, "long.h5");
-  EXPECT_EQ(r.trajectories[0].prompt_tokens, 300u);
-  EXPECT_EQ(r.trajectories[1].generated, 5u);
+  EXPECT_EQ(r.trajectories[0].positions.front(), 300u);
+  EXPECT_EQ(r.trajectories[1].generated(), 5u);
   ASSERT_EQ(r.arms.size(), 4u);
   EXPECT_TRUE(r.arms[3].rows.empty());
   EXPECT_EQ(r.arms[1].note, "no group was sealed on 1 of 2 trajectories (context shorter than sink + group + tail): "
