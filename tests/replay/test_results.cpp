@@ -57,9 +57,9 @@ std::vector<int32_t> run_of(int32_t first, uint32_t n) {
   return v;
 }
 
-// A session of the tiny model recorded with f32: a turn of 8 generated tokens at 60, one of 6
+// A multi-turn recording of the tiny model with f32: a turn of 8 generated tokens at 60, one of 6
 // after 1,000 more given tokens, and an answer of 3 tokens at the end (segment 5).
-Trajectory session(TinyModel& m, const KvArm& ref) {
+Trajectory multi_turn(TinyModel& m, const KvArm& ref) {
   RecordInput in;
   in.settings.generate = 8;
   in.settings.ubatch = 16;
@@ -79,7 +79,7 @@ Trajectory session(TinyModel& m, const KvArm& ref) {
 TEST(ResultsByPosition, TrajectoryInfoKeepsAbsolutePositionsAndAnswers) {
   TinyModel m(4096);
   const PlainArm f32(false), f16(true);
-  const Trajectory t = session(m, f32);
+  const Trajectory t = multi_turn(m, f32);
   ASSERT_EQ(t.segments.size(), 6u);
   const uint32_t G = t.generated(), gen2 = t.segments[3].length;
   ASSERT_EQ(t.segments[1].length, 8u);
@@ -124,7 +124,7 @@ TEST(ResultsByPosition, ScoredSessionWritesPositionsAnswersAndDepth) {
   const PlainArm f32(false), f16(true);
   ScoreSet set;
   set.paths = {"dir/s.h5"};
-  set.trajectories.push_back(session(m, f32));
+  set.trajectories.push_back(multi_turn(m, f32));
   const Trajectory& t = set.trajectories[0];
   ScorePlan plan;
   plan.arms = {"f32", "f16"};
