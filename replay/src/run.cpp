@@ -302,6 +302,10 @@ Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput
   return t;
 }
 
+// The rows a chunk of scored positions projects at once: 32 of Gemma's 262,144-entry rows are
+// 32 MiB, and 32 rows keep the wide product tiles busy where one row would use the one-token ones.
+constexpr uint32_t kProjectRows = 32;
+
 ReferenceRows::ReferenceRows(const Model& m, const Trajectory& t, size_t keep_bytes) : m_(m), t_(t) {
   if (t.encoding != RefEncoding::hidden) return;
   const uint32_t V = t.n_vocab, G = t.generated();
@@ -310,30 +314,39 @@ ReferenceRows::ReferenceRows(const Model& m, const Trajectory& t, size_t keep_by
                                 std::to_string(m.info().n_embd) + ") differs from the trajectory's (" +
                                 std::to_string(V) + ", " + std::to_string(t.n_embd) + ")");
   kept_ = static_cast<uint64_t>(G) * V * sizeof(float) <= keep_bytes;
-  rows_.resize(static_cast<size_t>(kept_ ? G : 1) * V);
-  for (uint32_t j = 0; j < G; ++j) {
-    float* r = rows_.data() + (kept_ ? static_cast<size_t>(j) * V : 0);
-    m.project(t.hid[j].hidden.data(), 1, r);
-    const std::string why = hidden_mismatch(t.hid[j], r, V);
-    if (!why.empty())
-      throw std::invalid_argument("reference position " + std::to_string(j) + ": this build's output projection does "
-                                  "not reproduce the recorded logits (" + why + "); it differs from the recording's "
-                                  "engine build or instruction set");
+  rows_.resize(static_cast<size_t>(kept_ ? G : std::min(G, kProjectRows)) * V);
+  std::vector<std::string> why;
+  for (uint32_t j0 = 0; j0 < G; j0 += kProjectRows) {
+    const uint32_t n = std::min(kProjectRows, G - j0);
+    float* r = rows_.data() + (kept_ ? static_cast<size_t>(j0) * V : 0);
+    project(j0, n, r);
+    why.assign(n, std::string());
+    parallel_for(n, 0, [&](long i) { why[i] = hidden_mismatch(t.hid[j0 + i], r + static_cast<size_t>(i) * V, V); });
+    for (uint32_t i = 0; i < n; ++i)
+      if (!why[i].empty())
+        throw std::invalid_argument("reference position " + std::to_string(j0 + i) + ": this build's output projection "
+                                    "does not reproduce the recorded logits (" + why[i] + "); it differs from the "
+                                    "recording's engine build or instruction set");
   }
+}
+
+void ReferenceRows::project(uint32_t j0, uint32_t n, float* out) {
+  const uint32_t E = t_.n_embd;
+  hidden_.resize(static_cast<size_t>(n) * E);
+  for (uint32_t i = 0; i < n; ++i)
+    std::copy(t_.hid[j0 + i].hidden.begin(), t_.hid[j0 + i].hidden.end(), hidden_.begin() + static_cast<std::ptrdiff_t>(i) * E);
+  m_.project(hidden_.data(), n, out);
 }
 
 const float* ReferenceRows::row(uint32_t j) { return rows(j, 1); }
 
 const float* ReferenceRows::rows(uint32_t j0, uint32_t n) {
-  const uint32_t V = t_.n_vocab, E = t_.n_embd;
+  const uint32_t V = t_.n_vocab;
   if (t_.encoding != RefEncoding::hidden || n == 0 || j0 >= t_.generated() || n > t_.generated() - j0)
     throw std::logic_error("ReferenceRows::rows: no such rows");
   if (kept_) return rows_.data() + static_cast<size_t>(j0) * V;
-  hidden_.resize(static_cast<size_t>(n) * E);
-  for (uint32_t i = 0; i < n; ++i)
-    std::copy(t_.hid[j0 + i].hidden.begin(), t_.hid[j0 + i].hidden.end(), hidden_.begin() + static_cast<std::ptrdiff_t>(i) * E);
-  rows_.resize(static_cast<size_t>(n) * V);
-  m_.project(hidden_.data(), n, rows_.data());
+  rows_.resize(std::max(rows_.size(), static_cast<size_t>(n) * V));
+  project(j0, n, rows_.data());
   for (uint32_t i = 0; i < n; ++i)
     if (logits_hash(rows_.data() + static_cast<size_t>(i) * V, V) != t_.hid[j0 + i].logits_hash)
       throw std::logic_error("ReferenceRows::rows: the output projection is not deterministic");
@@ -396,10 +409,6 @@ void walk_schedule(const Trajectory& t, std::vector<std::unique_ptr<LayerKv>>& k
     pos = end;
   }
 }
-
-// The rows of the largest logits chunk a block projects at once: 32 of Gemma's 262,144-entry
-// rows are 32 MiB.
-constexpr uint32_t kProjectRows = 32;
 
 // The scored positions of one replay. `eval(q, n, hidden, logits)` evaluates tokens [q, q + n)
 // and writes the last row's logits (hidden null) or every row's final hidden state ([n][n_embd],

@@ -88,6 +88,7 @@ class ReferenceRows {
  private:
   const Model& m_;
   const Trajectory& t_;
+  void project(uint32_t j0, uint32_t n, float* out);  // rows j0 .. j0 + n - 1 from the stored hidden states
   bool kept_ = false;
   std::vector<float> rows_, hidden_;
 };
