@@ -2,6 +2,7 @@
 #include "sjkv/replay/run.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
@@ -437,28 +438,53 @@ std::vector<ScoreRow> score_loop(const Model& m, const Trajectory& t, ReferenceR
   const bool blocked = !opt.stepwise && E > 0;
   std::vector<float> logits(static_cast<size_t>(V) * (blocked ? std::min(kProjectRows, n_ubatch) : 1));
   std::vector<float> hidden;
+  ScoreProfile local;
+  ScoreProfile& prof = opt.profile ? *opt.profile : local;
+  using clock = std::chrono::steady_clock;
+  auto since = [](clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); };
+  bool scoring = false;  // the evaluation in progress is a scored segment's
   walk_schedule(
       t, kv, n_ubatch, blocked,
       [&](uint32_t q, uint32_t n, bool every_row) {
-        if (!every_row) return eval(q, n, nullptr, logits.data());
-        hidden.resize(static_cast<size_t>(n) * E);
-        eval(q, n, hidden.data(), nullptr);
+        const clock::time_point t0 = clock::now();
+        if (!every_row) {
+          eval(q, n, nullptr, logits.data());
+        } else {
+          hidden.resize(static_cast<size_t>(n) * E);
+          eval(q, n, hidden.data(), nullptr);
+        }
+        (scoring ? prof.forward_s : prof.given_s) += since(t0);
+        if (!scoring) prof.given_tokens += n;
       },
       [&](uint32_t j0, uint32_t n, bool every_row) {
+        scoring = true;
+        prof.scored += n;
         if (!every_row) {
-          compare(j0, logits.data(), t.encoding == RefEncoding::sparse ? nullptr : ref->row(j0));
-          return charge(j0);
+          clock::time_point t0 = clock::now();
+          const float* ref_row = t.encoding == RefEncoding::sparse ? nullptr : ref->row(j0);
+          prof.reference_s += since(t0);
+          t0 = clock::now();
+          compare(j0, logits.data(), ref_row);
+          charge(j0);
+          prof.compare_s += since(t0);
+          return;
         }
         for (uint32_t c = 0; c < n; c += kProjectRows) {
           const uint32_t nc = std::min(kProjectRows, n - c), jc = j0 + c;
+          clock::time_point t0 = clock::now();
           m.project(hidden.data() + static_cast<size_t>(c) * E, nc, logits.data());
+          prof.project_s += since(t0);
+          t0 = clock::now();
           const float* ref_rows = t.encoding == RefEncoding::sparse ? nullptr : ref->rows(jc, nc);
+          prof.reference_s += since(t0);
+          t0 = clock::now();
           // Rows on the pool, each row's sums in its one sequential order: the same bits.
           parallel_for(nc, 0, [&](long i) {
             compare(jc + static_cast<uint32_t>(i), logits.data() + static_cast<size_t>(i) * V,
                     ref_rows ? ref_rows + static_cast<size_t>(i) * V : nullptr);
           });
           for (uint32_t i = 0; i < nc; ++i) charge(jc + i);
+          prof.compare_s += since(t0);
         }
       });
   return rows;

@@ -105,8 +105,17 @@ struct ScoreDetail {
 // How the generated positions are run. By default in blocks between journal events (seals),
 // each row the bits of one token per ubatch (docs/REPLAY.md, "Blocked scoring"); stepwise runs
 // one token per ubatch, as an engine decodes (the tests' reference for the blocks).
+// Where a score's time went, summed over the trajectories and arms it ran (score --profile):
+// the given tokens' forward pass, and per scored position the forward pass (stepwise: with its
+// output projection), the arm's output projection, the reference's rows, and the comparison
+// (KL, top token) with the bits.
+struct ScoreProfile {
+  uint64_t given_tokens = 0, scored = 0;
+  double given_s = 0, forward_s = 0, project_s = 0, reference_s = 0, compare_s = 0;
+};
 struct ScoreOptions {
   bool stepwise = false;
+  ScoreProfile* profile = nullptr;  // when set, the times are added to it
 };
 std::vector<ScoreRow> score_trajectory(Model& m, const KvArm& arm, const Trajectory& t, uint32_t n_ubatch,
                                        const ProgressFn& progress = {}, ReferenceRows* ref = nullptr,
