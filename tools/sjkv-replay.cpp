@@ -326,6 +326,7 @@ struct TranscriptPlan {
   TranscriptSource source;
   uint64_t given = 0, answer = 0;     // tokens (given before the end-of-turn cut)
   uint32_t generated_turns = 0, answer_turns = 0;
+  std::vector<std::string> notes;     // said before recording (text a template wrote before a turn)
   uint64_t context(uint32_t generate) const { return given + answer + uint64_t(generate) * generated_turns; }
 };
 
@@ -440,6 +441,10 @@ TranscriptPlan plan_transcript(const RecordArgs& ra, const GgufFile& f, const To
     } else if (kind == "generated") {
       p.kind = SegmentKind::generated;
       ++tp.generated_turns;
+      const std::string dropped = s.value("dropped", std::string());
+      if (!dropped.empty())
+        tp.notes.push_back("message " + std::to_string(s.value("message", -1LL)) + ": the template's text before the "
+                           "turn (" + std::to_string(dropped.size()) + " bytes, e.g. an empty think block) is left to the model");
     } else {
       throw std::runtime_error("the transcript renderer's answer has a segment of kind '" + kind + "'");
     }
@@ -622,6 +627,7 @@ TranscriptPlan prepare_transcript(const ModelArgs& ma, const RecordArgs& ra) {
   const std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(f);
   TranscriptPlan tp = plan_transcript(ra, f, *tok);
   check_transcript_context(tp, ra.generate, path, geometry_from_gguf(f).context_length);
+  for (const std::string& n : tp.notes) note(ma, tp.name + ": " + n);
   return tp;
 }
 
