@@ -81,7 +81,7 @@ struct ScoreArgs {
   std::string baseline, out;
   uint32_t replicates = 2000;
   uint64_t boot_seed = BootstrapOptions{}.seed;
-  bool per_arm = false, stepwise = false;
+  bool per_arm = false, stepwise = false, profile = false;
 };
 
 struct FrontierArgs {
@@ -664,6 +664,7 @@ int do_score(const ModelArgs& ma, ScoreArgs sa, Loaded& l, const std::vector<std
   });
   std::vector<std::unique_ptr<KvArm>> arms;
   ScorePlan plan;
+  ScoreProfile profile;
   ScoreSet set;
   // --per-arm: an arm whose folder is complete was scored by an earlier run (rank 0 looks).
   std::vector<std::string> arm_dirs(sa.arms.size());
@@ -679,6 +680,7 @@ int do_score(const ModelArgs& ma, ScoreArgs sa, Loaded& l, const std::vector<std
     plan.bootstrap.seed = sa.boot_seed;
     plan.ubatch = ma.ubatch_given ? ma.ubatch : 0;
     plan.run.stepwise = sa.stepwise;
+    plan.run.profile = sa.profile ? &profile : nullptr;
 
     set.paths = paths;
     for (size_t pi = 0; pi < paths.size(); ++pi) {
@@ -759,6 +761,18 @@ int do_score(const ModelArgs& ma, ScoreArgs sa, Loaded& l, const std::vector<std
     note(ma, "wrote " + sa.out + "/results.json, positions.csv, summary.md and three SVG plots");
     std::cout << summary_text(rep);
   });
+  if (sa.profile && root) {
+    const ScoreProfile& p = profile;
+    const double n = static_cast<double>(std::max<uint64_t>(p.scored, 1)), g = static_cast<double>(std::max<uint64_t>(p.given_tokens, 1));
+    const double per_pos = (p.forward_s + p.project_s + p.reference_s + p.compare_s) / n * 1000, per_tok = p.given_s / g * 1000;
+    std::fprintf(stderr,
+                 "%s: profile: given %llu tokens %.3f s; scored %llu positions: forward %.3f s, projection %.3f s, "
+                 "reference %.3f s, compare %.3f s\n"
+                 "%s: profile: %.2f ms a given token, %.2f ms a scored position (%.2fx)%s\n",
+                 kTool, static_cast<unsigned long long>(p.given_tokens), p.given_s, static_cast<unsigned long long>(p.scored),
+                 p.forward_s, p.project_s, p.reference_s, p.compare_s, kTool, per_tok, per_pos, per_pos / per_tok,
+                 comm.distributed() ? " (rank 0's jobs)" : "");
+  }
   return cli::kOk;
 }
 
@@ -980,6 +994,9 @@ void add_score_options(CLI::App* c, ScoreArgs& s, bool arms_required) {
   c->add_flag("--stepwise", s.stepwise,
               "Decode the generated positions one token per ubatch, as an engine does, instead of in blocks between "
               "seals: the same bits, slower (for timing and checks)");
+  c->add_flag("--profile", s.profile,
+              "Say where the time went: the given tokens' forward pass, and per scored position the forward pass, the "
+              "output projection, the reference's rows and the comparison (stderr)");
 }
 
 }  // namespace

@@ -230,7 +230,7 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
   res.context = opt.context;
   if (res.context == 0)
     for (const Trajectory& t : heldout.trajectories)
-      res.context = std::max(res.context, t.prompt_tokens + t.settings.generate);
+      res.context = std::max(res.context, t.n_ctx());
   // The caches of allocated_bits are reserved for the whole context.
   const uint64_t n_train = m.info().n_ctx_train;
   if (res.context > kMaxFrontierContext || (n_train > 0 && res.context > n_train))

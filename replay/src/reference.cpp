@@ -51,6 +51,27 @@ uint64_t logits_hash(const float* row, uint32_t n) {
   return h;
 }
 
+namespace {
+
+// The k largest logits' ids, best first (larger logit, then lower id): one pass keeping them in
+// order, since nearly every logit falls below the k-th at once (a full partial sort cost as much
+// as the rest of the check).
+std::vector<uint32_t> top_ids(const float* row, uint32_t n, uint32_t k) {
+  std::vector<uint32_t> best;
+  best.reserve(k + 1);
+  for (uint32_t i = 0; i < n; ++i) {
+    // Ids come in increasing order, so a later id equal to the k-th is not better.
+    if (best.size() == k && !(row[i] > row[best.back()])) continue;
+    size_t at = best.size();
+    while (at > 0 && row[i] > row[best[at - 1]]) --at;
+    best.insert(best.begin() + static_cast<std::ptrdiff_t>(at), i);
+    if (best.size() > k) best.pop_back();
+  }
+  return best;
+}
+
+}  // namespace
+
 HiddenRef encode_hidden(const float* hidden, uint32_t n_embd, const float* row, uint32_t n, uint32_t top_n) {
   if (n == 0) throw std::invalid_argument("reference row is empty");
   for (uint32_t i = 0; i < n_embd; ++i)
@@ -61,25 +82,22 @@ HiddenRef encode_hidden(const float* hidden, uint32_t n_embd, const float* row, 
   h.hidden.assign(hidden, hidden + n_embd);
   h.log_z = log_sum_exp(row, n);
   h.logits_hash = logits_hash(row, n);
-  const uint32_t k = std::min(n, top_n);
-  std::vector<uint32_t> order(n);
-  std::iota(order.begin(), order.end(), 0u);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                    [row](uint32_t a, uint32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-  h.top_ids.assign(order.begin(), order.begin() + k);
+  h.top_ids = top_ids(row, n, std::min(n, top_n));
   for (uint32_t id : h.top_ids) h.top_logprobs.push_back(static_cast<float>(static_cast<double>(row[id]) - h.log_z));
   return h;
 }
 
 std::string hidden_mismatch(const HiddenRef& h, const float* row, uint32_t n) {
   if (logits_hash(row, n) != h.logits_hash) return "the logits row differs (hash)";
-  if (h.top_ids.empty() || h.top_ids.size() > n) return "the recorded top tokens do not fit the vocabulary";
-  const HiddenRef again = encode_hidden(h.hidden.data(), static_cast<uint32_t>(h.hidden.size()), row, n,
-                                        static_cast<uint32_t>(h.top_ids.size()));
-  if (f64_bits(again.log_z) != f64_bits(h.log_z)) return "log_z differs";
-  if (again.top_ids != h.top_ids) return "the top tokens differ";
+  if (h.top_ids.empty() || h.top_ids.size() > n || h.top_logprobs.size() != h.top_ids.size())
+    return "the recorded top tokens do not fit the vocabulary";
+  // What encode_hidden would store for this row, without its copies and finiteness pass (the row
+  // came from project(), which refuses a non-finite logit).
+  const double log_z = log_sum_exp(row, n);
+  if (f64_bits(log_z) != f64_bits(h.log_z)) return "log_z differs";
+  if (top_ids(row, n, static_cast<uint32_t>(h.top_ids.size())) != h.top_ids) return "the top tokens differ";
   for (size_t i = 0; i < h.top_ids.size(); ++i)
-    if (f32_bits(again.top_logprobs[i]) != f32_bits(h.top_logprobs[i]))
+    if (f32_bits(static_cast<float>(static_cast<double>(row[h.top_ids[i]]) - log_z)) != f32_bits(h.top_logprobs[i]))
       return "the log-probability of top token " + std::to_string(h.top_ids[i]) + " differs";
   return {};
 }

@@ -339,6 +339,13 @@ void ReferenceRows::project(uint32_t j0, uint32_t n, float* out) {
   m_.project(hidden_.data(), n, out);
 }
 
+std::unique_ptr<ReferenceRows> reference_rows(const Model& m, const Trajectory& t, ScoreProfile* profile) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = std::make_unique<ReferenceRows>(m, t);
+  if (profile) profile->reference_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
 const float* ReferenceRows::row(uint32_t j) { return rows(j, 1); }
 
 const float* ReferenceRows::rows(uint32_t j0, uint32_t n) {
@@ -425,7 +432,7 @@ std::vector<ScoreRow> score_loop(const Model& m, const Trajectory& t, ReferenceR
   // Position j's KL and top token from its logits and the reference's row (null: sparse).
   auto compare = [&](uint32_t j, const float* lg, const float* ref_row) {
     ScoreRow& r = rows[j];
-    r.kl = t.encoding == RefEncoding::sparse ? kl_to_reference(t.ref[j], lg, V) : kl_full(ref_row, lg, V);
+    r.kl = t.encoding == RefEncoding::sparse ? kl_to_reference(t.ref[j], lg, V) : kl_full(ref_row, t.hid[j].log_z, lg, V);
     r.same_top = (r.top = argmax(lg, V)) == t.top_token(j);
   };
   // Then its bits: the cache held the positions before it.
@@ -499,7 +506,7 @@ std::vector<ScoreRow> score_trajectory(Model& m, const KvArm& arm, const Traject
   m.set_context(t.n_ctx());  // the context it was recorded with
   std::unique_ptr<ReferenceRows> own;
   if (t.encoding == RefEncoding::hidden && !ref) {
-    own = std::make_unique<ReferenceRows>(m, t);
+    own = reference_rows(m, t, opt.profile);
     ref = own.get();
   }
   std::vector<std::unique_ptr<LayerKv>> kv = make_cache(m, arm, t.n_tokens(), n_ubatch);
@@ -519,7 +526,7 @@ void score_arms(Model& m, const std::vector<const KvArm*>& arms, const Trajector
   m.set_context(t.n_ctx());  // the context it was recorded with
   std::unique_ptr<ReferenceRows> own;
   if (t.encoding == RefEncoding::hidden && !ref) {
-    own = std::make_unique<ReferenceRows>(m, t);
+    own = reference_rows(m, t, opt.profile);
     ref = own.get();
   }
   // Layers before the first full-attention layer are sliding ones: shared by the arms that

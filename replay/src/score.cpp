@@ -52,8 +52,10 @@ double kl_to_reference(const RefDist& p, const float* q, uint32_t n) {
   return kl;
 }
 
-double kl_full(const float* p, const float* q, uint32_t n) {
-  const double lz_p = log_sum_exp(p, n), lz_q = log_sum_exp(q, n);
+double kl_full(const float* p, const float* q, uint32_t n) { return kl_full(p, log_sum_exp(p, n), q, n); }
+
+double kl_full(const float* p, double lz_p, const float* q, uint32_t n) {
+  const double lz_q = log_sum_exp(q, n);
   double kl = 0.0;
   for (uint32_t i = 0; i < n; ++i) {
     const double lp = static_cast<double>(p[i]) - lz_p, lq = static_cast<double>(q[i]) - lz_q;

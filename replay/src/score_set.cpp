@@ -85,7 +85,7 @@ Results score_set(Model& m, const std::string& model_file, const std::string& mo
   // bit for bit.
   auto reference = [&](size_t i) {
     try {
-      return std::make_unique<ReferenceRows>(m, trajs[i]);
+      return reference_rows(m, trajs[i], plan.run.profile);
     } catch (const std::invalid_argument& e) {
       throw FileError(set.paths[i], e.what());
     }

@@ -76,9 +76,12 @@ Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput
 // naming the first position that differs: the output step is not the recording's (another
 // engine build or instruction set). Rows are kept when all of them fit in keep_bytes, else
 // recomputed (the same bits) when asked. For a sparse trajectory it holds nothing.
+// Reference rows kept by default: 1 GiB, 1,024 of Gemma's 262,144-entry rows; beyond it each arm
+// projects them again (about as long as its own projection).
+constexpr size_t kKeepReferenceBytes = size_t(1) << 30;
 class ReferenceRows {
  public:
-  ReferenceRows(const Model& m, const Trajectory& t, size_t keep_bytes = size_t(256) << 20);
+  ReferenceRows(const Model& m, const Trajectory& t, size_t keep_bytes = kKeepReferenceBytes);
   // Position j's logits row (n_vocab floats), valid until the next call; hidden encoding only.
   const float* row(uint32_t j);
   // Rows j0 .. j0 + n - 1 ([n][n_vocab]), valid until the next call: one projection of n rows
@@ -117,6 +120,9 @@ struct ScoreOptions {
   bool stepwise = false;
   ScoreProfile* profile = nullptr;  // when set, the times are added to it
 };
+// A ReferenceRows for t (nothing for a sparse trajectory), its time added to the profile's
+// reference_s when there is one.
+std::unique_ptr<ReferenceRows> reference_rows(const Model& m, const Trajectory& t, ScoreProfile* profile);
 std::vector<ScoreRow> score_trajectory(Model& m, const KvArm& arm, const Trajectory& t, uint32_t n_ubatch,
                                        const ProgressFn& progress = {}, ReferenceRows* ref = nullptr,
                                        ScoreDetail* detail = nullptr, const ScoreOptions& opt = {});

@@ -22,6 +22,9 @@ double kl_to_reference(const RefDist& p, const float* q_logits, uint32_t n_vocab
 // encoding keeps p exactly): the same log-sum-exp and terms as above over every token, so
 // >= 0 term by term and exactly 0 for a bit-identical row.
 double kl_full(const float* p_logits, const float* q_logits, uint32_t n_vocab);
+// The same with p's log-sum-exp given (a hidden reference's recorded log_z, which the scorer
+// checked bit for bit against log_sum_exp of the recomputed row): the same value, one pass fewer.
+double kl_full(const float* p_logits, double p_log_z, const float* q_logits, uint32_t n_vocab);
 // The lowest id among the largest logits.
 int32_t argmax(const float* row, uint32_t n);
 
