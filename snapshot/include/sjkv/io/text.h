@@ -53,6 +53,13 @@ inline size_t invalid_utf8_at(const std::string& t) {
   return std::string::npos;
 }
 
+// 32884 -> "32,884": counts as refusals and notes write them.
+inline std::string thousands(uint64_t n) {
+  std::string s = std::to_string(n);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return s;
+}
+
 // A JSON string literal of `s`: quotes, backslashes and control bytes escaped (control bytes
 // and DEL as \u00XX), and each byte that is not valid UTF-8 (a damaged file's model name, say)
 // replaced by \ufffd, so the output is always valid JSON. Escaped by nlohmann-json.
