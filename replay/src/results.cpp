@@ -224,14 +224,29 @@ Report summarize(const Results& r) {
         throw std::invalid_argument("arm " + a.arm + ": trajectory " + std::to_string(t) + " has " +
                                     std::to_string(a.rows[t].size()) + " scored positions, expected " +
                                     std::to_string(r.trajectories[t].generated()));
-    rep.arms.push_back(arm_stats(a.arm, a.rows));
     if (a.arm == r.baseline && !base) base = &a;
   }
   if (!base) throw std::invalid_argument("baseline arm '" + r.baseline + "' is not among the arms");
-  auto kl_of = [](const ArmRows& a) {
+  // The statistics and comparisons are over the generated positions: answers (a needle's gold
+  // tokens) are the answers table's. Results of answers alone (the needle study) keep them here,
+  // so that the table is never empty.
+  const std::vector<std::vector<char>> gen = generated_mask(r);
+  bool any_generated = false;
+  for (const auto& m : gen)
+    for (char c : m) any_generated = any_generated || c;
+  auto kept = [&](size_t t, size_t j) { return !any_generated || gen[t][j]; };
+  for (const ArmRows& a : r.arms) {
+    std::vector<std::vector<ScoreRow>> rows(a.rows.size());
+    for (size_t t = 0; t < a.rows.size(); ++t)
+      for (size_t j = 0; j < a.rows[t].size(); ++j)
+        if (kept(t, j)) rows[t].push_back(a.rows[t][j]);
+    rep.arms.push_back(arm_stats(a.arm, rows));
+  }
+  auto kl_of = [&](const ArmRows& a) {
     std::vector<std::vector<double>> v(a.rows.size());
     for (size_t t = 0; t < a.rows.size(); ++t)
-      for (const ScoreRow& s : a.rows[t]) v[t].push_back(s.kl);
+      for (size_t j = 0; j < a.rows[t].size(); ++j)
+        if (kept(t, j)) v[t].push_back(a.rows[t][j].kl);
     return v;
   };
   const auto b = kl_of(*base);

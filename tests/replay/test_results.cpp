@@ -285,6 +285,31 @@ Results hand_results() {
 
 }  // namespace
 
+// The summary's statistics and comparisons leave the answer positions to the answers table;
+// results of answers alone keep them (the table is never empty).
+TEST(ResultsByPosition, MainStatisticsAreOverTheGeneratedPositions) {
+  Results r = hand_results();
+  Report rep = summarize(r);
+  ASSERT_EQ(rep.arms.size(), 2u);
+  EXPECT_EQ(rep.arms[0].positions, 6u);  // 7 scored, one an answer
+  EXPECT_DOUBLE_EQ(rep.arms[0].mean_kl, (0.2 + 0.3 + 0.5 + 0.4 + 0.1 + 0.6) / 6);  // not the answer's 9.0
+  EXPECT_DOUBLE_EQ(rep.arms[0].max_kl, 0.6);
+  ASSERT_EQ(rep.comparisons.size(), 1u);
+  EXPECT_EQ(rep.comparisons[0].of, 6u);
+  // Every scored position an answer: they stay in the main table.
+  for (TrajectoryInfo& t : r.trajectories) {
+    t.answers.clear();
+    for (uint32_t j = 0; j < t.positions.size(); ++j) {
+      AnswerPosition a;
+      a.index = j;
+      t.answers.push_back(a);
+    }
+  }
+  rep = summarize(r);
+  EXPECT_EQ(rep.arms[0].positions, 7u);
+  EXPECT_DOUBLE_EQ(rep.arms[0].max_kl, 9.0);
+}
+
 TEST(ResultsByPosition, DepthBinsHoldGeneratedPositionsByAbsolutePosition) {
   const Results r = hand_results();
   const Report rep = summarize(r);

@@ -498,8 +498,8 @@ TEST(Results, FolderHasEveryFile) {
     EXPECT_EQ(s.find("nan"), std::string::npos) << svg;
     std::remove((dir + svg).c_str());
   }
-  for (const char* f : {"/results.json", "/positions.csv", "/summary.md"}) std::remove((dir + f).c_str());
-  ::rmdir(dir.c_str());
+  for (const char* f : kResultFiles) std::remove((dir + "/" + f).c_str());
+  EXPECT_EQ(::rmdir(dir.c_str()), 0) << "a file the folder holds is not in kResultFiles";
 
   res.baseline = "q4_0";
   EXPECT_THROW(summarize(res), std::invalid_argument);
