@@ -381,8 +381,9 @@ ScoreDetail detail_of(const std::vector<std::unique_ptr<LayerKv>>& kv) {
   return d;
 }
 
-// Walks t's schedule (FORMAT.md 9.4) over kv, as record ran it. eval(q, n, every_row) evaluates
-// tokens [q, q + n) in ubatches of n_ubatch; rows(j0, n, every_row) then scores positions j0 ..
+// Walks t's schedule (FORMAT.md 9.4) over kv, as record ran it. eval(q, n, every_row, scored)
+// evaluates tokens [q, q + n) in ubatches of n_ubatch (scored: a scored segment's tokens, not a
+// given one's); rows(j0, n, every_row) then scores positions j0 ..
 // j0 + n - 1 from its rows (every_row: all n, else the last row, n = 1). A given segment runs
 // from the pending token (the last of the scored segment before it); a scored segment's first
 // position takes the row before it, then its tokens but the last run one per ubatch, or with
@@ -397,7 +398,7 @@ void walk_schedule(const Trajectory& t, std::vector<std::unique_ptr<LayerKv>>& k
     if (s.kind == SegmentKind::idle) {
       for (auto& l : kv) l->idle(s.keep_recent);
     } else if (s.kind == SegmentKind::given) {
-      eval(at, end - at, false);
+      eval(at, end - at, false, false);
       at = end;
     } else {
       rows(j++, 1u, false);
@@ -407,7 +408,7 @@ void walk_schedule(const Trajectory& t, std::vector<std::unique_ptr<LayerKv>>& k
           r = std::min(n_ubatch, end - 1 - q);
           for (const auto& l : kv) r = std::min(r, l->decode_run(q, r));
         }
-        eval(q, r, blocked);
+        eval(q, r, blocked, true);
         rows(j, r, blocked);
         j += r;
         q += r;
@@ -449,10 +450,9 @@ std::vector<ScoreRow> score_loop(const Model& m, const Trajectory& t, ReferenceR
   ScoreProfile& prof = opt.profile ? *opt.profile : local;
   using clock = std::chrono::steady_clock;
   auto since = [](clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); };
-  bool scoring = false;  // the evaluation in progress is a scored segment's
   walk_schedule(
       t, kv, n_ubatch, blocked,
-      [&](uint32_t q, uint32_t n, bool every_row) {
+      [&](uint32_t q, uint32_t n, bool every_row, bool scoring) {
         const clock::time_point t0 = clock::now();
         if (!every_row) {
           eval(q, n, nullptr, logits.data());
@@ -464,7 +464,6 @@ std::vector<ScoreRow> score_loop(const Model& m, const Trajectory& t, ReferenceR
         if (!scoring) prof.given_tokens += n;
       },
       [&](uint32_t j0, uint32_t n, bool every_row) {
-        scoring = true;
         prof.scored += n;
         if (!every_row) {
           clock::time_point t0 = clock::now();
@@ -544,7 +543,7 @@ void score_arms(Model& m, const std::vector<const KvArm*>& arms, const Trajector
     x.resize(static_cast<size_t>(T - 1) * E);
     walk_schedule(
         t, kv, n_ubatch, !opt.stepwise,
-        [&](uint32_t q, uint32_t n, bool) {
+        [&](uint32_t q, uint32_t n, bool, bool) {
           m.eval_prefix(&t.tokens[q], n, q, n_ubatch, L, kv, x.data() + static_cast<size_t>(q) * E);
         },
         [](uint32_t, uint32_t, bool) {});

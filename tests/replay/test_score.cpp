@@ -299,6 +299,16 @@ TEST(Replay, PlannedTurnsReplayThemselvesExactly) {
     for (const ScoreRow& r : rows) EXPECT_EQ(r.kl, 0.0);
     EXPECT_TRUE(d.sealed);
   }
+  // The profile counts every given segment's tokens (each later one from the pending token),
+  // however many scored segments come before it.
+  for (const ScoreOptions& base : {ScoreOptions{}, stepwise}) {
+    ScoreProfile prof;
+    ScoreOptions opt = base;
+    opt.profile = &prof;
+    (void)score_trajectory(m, *sj, t, in.settings.ubatch, {}, nullptr, nullptr, opt);
+    EXPECT_EQ(prof.given_tokens, 60u + (30 + 1) + (10 + 1));
+    EXPECT_EQ(prof.scored, 83u);
+  }
   // Without the idle steps the SJ cache holds other rows: the schedule matters.
   Trajectory no_idle = t;
   no_idle.segments.erase(no_idle.segments.begin() + 5);
