@@ -1,5 +1,5 @@
-// The cache arms of sjkv-replay (docs/REPLAY.md "Arms"): spec parsing, the row-format
-// layers (f32/f16/bf16, ggml block formats, TurboQuant-style rows) and the SJ-KVaRN /
+// The cache arms of sjkv-replay (docs/REPLAY.md "Arms"), built from parsed specs (arm_spec.h):
+// the row-format layers (f32/f16/bf16, ggml block formats, TurboQuant-style rows) and the SJ-KVaRN /
 // KVarN layers driven by the codec's SequenceCache, all attended to by one fused pass.
 #include <omp.h>
 
@@ -21,6 +21,7 @@
 #include "sjkv/fp16.h"
 #include "sjkv/hadamard.h"
 #include "sjkv/parallel.h"
+#include "sjkv/replay/arm_spec.h"
 #include "sjkv/replay/arms.h"
 #include "sjkv/replay/kv.h"
 #include "sjkv/io/codebook.h"
@@ -579,53 +580,7 @@ class SjLayer final : public InspectableKv, private RowSource {
 };
 
 // ---------------------------------------------------------------------------------------
-// Specs.
-
-[[noreturn]] void bad(const std::string& spec, const std::string& why) {
-  throw std::invalid_argument("arm '" + spec + "': " + why);
-}
-
-// Each option once and never empty: a repeat used to be taken silently (the last one won, wide=
-// and layers= added up), so an arm could run under a name that did not say what it stored.
-constexpr const char* kEmptyOption = "an empty option (':' doubled or at the end)";
-[[noreturn]] void repeated(const std::string& spec, const std::string& option) {
-  bad(spec, "option '" + option + "' is given twice (each option once)");
-}
-
-std::vector<std::string> split(const std::string& s, char c) {
-  std::vector<std::string> out;
-  std::string cur;
-  std::istringstream in(s);
-  while (std::getline(in, cur, c)) out.push_back(cur);
-  if (!s.empty() && s.back() == c) out.push_back("");
-  return out;
-}
-
-uint32_t parse_u32(const std::string& spec, const std::string& key, const std::string& v) {
-  if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos)
-    bad(spec, key + "=" + v + " is not a non-negative integer");
-  return static_cast<uint32_t>(std::stoul(v));
-}
-
-// state=: how recurrent layers keep their state (kv.h StateFormat).
-StateFormat parse_state(const std::string& spec, const std::string& v) {
-  for (StateFormat f : {StateFormat::f32, StateFormat::f16, StateFormat::bf16, StateFormat::q8_0})
-    if (v == state_format_name(f)) return f;
-  bad(spec, "state=" + v + ": the recurrent state is f32, f16, bf16 or q8_0");
-}
-
-struct RowFormatName {
-  const char* name;
-  RowFormat f;
-  bool ggml_block;  // takes ":rot"
-};
-constexpr RowFormatName kRowFormats[] = {
-    {"f32", RowFormat::f32, false},     {"f16", RowFormat::f16, false},       {"bf16", RowFormat::bf16, false},
-    {"q8_0", RowFormat::q8_0, true},    {"q4_0", RowFormat::q4_0, true},      {"q4_1", RowFormat::q4_1, true},
-    {"q5_0", RowFormat::q5_0, true},    {"q5_1", RowFormat::q5_1, true},      {"iq4_nl", RowFormat::iq4_nl, true},
-    {"turbo3", RowFormat::turbo3, false}, {"turbo4", RowFormat::turbo4, false}, {"tq5_0", RowFormat::tq5_0, false},
-    {"tq6_0", RowFormat::tq6_0, false},
-};
+// Arms, built from a parsed spec (arm_spec.h).
 
 class RowArm final : public KvArm {
  public:
@@ -702,154 +657,51 @@ class SjArm final : public KvArm {
   std::shared_ptr<EdgeRegistry> reg_;
 };
 
-std::unique_ptr<KvArm> parse(const std::string& spec, const SealerSource& sealers) {
-  if (spec.empty()) bad(spec, "empty spec");
-  const auto parts = split(spec, ':');
-  const std::string& head = parts[0];
-  for (const auto& r : kRowFormats) {
-    if (head != r.name) continue;
-    const bool plain = r.f == RowFormat::f32 || r.f == RowFormat::f16 || r.f == RowFormat::bf16;
-    bool rot = false, swa = false, seen_state = false;
-    StateFormat state = StateFormat::f32;
-    for (size_t i = 1; i < parts.size(); ++i) {
-      const std::string& o = parts[i];
-      if (o.empty()) bad(spec, kEmptyOption);
-      if (o.rfind("state=", 0) == 0) {
-        if (seen_state) repeated(spec, "state=");
-        seen_state = true;
-        state = parse_state(spec, o.substr(6));
-      } else if (o == "rot") {
-        if (!r.ggml_block) bad(spec, std::string(r.name) + " takes no ':rot' (only the ggml block formats do)");
-        if (rot) repeated(spec, o);
-        rot = true;
-      } else if (o == "swa=same") {
-        if (plain) bad(spec, std::string(r.name) + " already stores sliding layers in its own type");
-        if (swa) repeated(spec, o);
-        swa = true;
-      } else {
-        bad(spec, "unknown option '" + o + "'");
+// The arm a spec names. The spec string stays its name; a cb= file is read here (ArmSpec
+// reads no file), and refused in the spec's one-line form.
+std::unique_ptr<KvArm> build(const std::string& spec, const SealerSource& sealers) {
+  const ArmSpec a = ArmSpec::parse(spec);
+  if (a.family == ArmFamily::row) return std::make_unique<RowArm>(spec, a.format, a.rot, a.swa_same, a.state);
+  const CodecConfig& c = a.config;
+  SjOptions opt;
+  opt.tier_edge = a.tier_edge;
+  opt.wide = a.wide;
+  opt.layers = a.layers;
+  opt.kmean = a.kmean;
+  opt.exact = a.exact;
+  if (!a.cb.empty() && !a.cb_reference()) {
+    auto books = std::make_shared<ArmCodebooks>();
+    if (const TableSet* set = a.cb_set()) {
+      books->named = a.cb;
+      for (const CodebookContainer& t : set->tables) books->pairs.push_back(t.table);
+    } else {
+      for (const std::string& f : a.cb_files()) {
+        try {
+          books->pairs.push_back(read_raw_codebook(f));
+        } catch (const FileError& e) {
+          refuse_arm(spec, e.what());
+        }
+        for (size_t i = 0; i + 1 < books->pairs.size(); ++i)
+          if (books->pairs[i].bits == books->pairs.back().bits)
+            refuse_arm(spec, "cb= names two " + std::to_string(books->pairs.back().bits) + "-bit tables");
       }
+      if (!books->of(c.bits_k) && !books->of(c.bits_v))
+        refuse_arm(spec, "cb= holds no " + std::to_string(c.bits_k) + "-bit or " + std::to_string(c.bits_v) + "-bit table");
     }
-    return std::make_unique<RowArm>(spec, r.f, rot, swa, state);
+    opt.cb = books;
   }
-  if (head == "kvarn" || head == "sj") {
-    const bool sj = head == "sj";
-    if (parts.size() < 2) bad(spec, "missing widths, e.g. " + head + ":4/4");
-    if (!sj && !parts[1].empty() && parts[1].back() == 't') bad(spec, "KVarN arms have a scalar body ('t' is SJ only)");
-    // The codec's configuration grammar (config.h parse_config) plus the arm options below;
-    // head_dim (D=) is the model's.
-    CodecConfig c;
-    std::string err;
-    if (!parse_config_head(head, parts[1], &c, &err)) bad(spec, err);
-    SjOptions opt;
-    std::shared_ptr<const ArmCodebooks> cb;
-    bool seen_axis = false, named_reference = false;
-    StateFormat state = StateFormat::f32;
-    std::vector<std::string> seen;
-    for (size_t i = 2; i < parts.size(); ++i) {
-      if (parts[i].empty()) bad(spec, kEmptyOption);
-      const auto eq = parts[i].find('=');
-      if (eq == std::string::npos) bad(spec, "option '" + parts[i] + "' is not key=value");
-      const std::string key = parts[i].substr(0, eq), val = parts[i].substr(eq + 1);
-      if (val.empty()) bad(spec, "option '" + key + "=' has no value");
-      if (std::find(seen.begin(), seen.end(), key) != seen.end()) repeated(spec, key + "=");
-      seen.push_back(key);
-      if (key == "state") {
-        state = parse_state(spec, val);
-        continue;
-      }
-      if (!sj) {
-        if (key != "tail") bad(spec, "KVarN arms take only tail=N (the exact fp16 tail) and state=, not '" + key + "'");
-        if (val.find('/') != std::string::npos) bad(spec, key + "=" + val + " is not a non-negative integer");  // fixed tail
-      }
-      if (key == "axis") seen_axis = true;
-      if (key == "D") {
-        bad(spec, "unknown option '" + key + "'");
-      } else if (key == "tier") {
-        if (val != "edge") bad(spec, "tier must be edge");
-        opt.tier_edge = true;
-      } else if (key == "kmean") {
-        if (val != "sink") bad(spec, "kmean must be sink (one K mean per head, from the first sink keys)");
-        opt.kmean = true;
-      } else if (key == "exact") {
-        if (val != "k" && val != "v") bad(spec, "exact must be k or v");
-        opt.exact = val[0];
-      } else if (key == "wide") {
-        for (const std::string& l : split(val, '+')) {
-          const uint32_t id = parse_u32(spec, key, l);
-          if (opt.is_wide(id)) bad(spec, "wide= lists a layer twice");
-          opt.wide.push_back(id);
-        }
-      } else if (key == "layers") {
-        for (const std::string& l : split(val, '+')) {
-          const uint32_t id = parse_u32(spec, key, l);
-          if (std::find(opt.layers.begin(), opt.layers.end(), id) != opt.layers.end()) bad(spec, "layers= lists a layer twice");
-          opt.layers.push_back(id);
-        }
-      } else if (key == "cb" && (val == "reference" || find_table_set(val))) {
-        // The format's tables, or a shipped set's (sjkv/io/table_set.h): names before file names.
-        auto books = std::make_shared<ArmCodebooks>();
-        books->named = val;
-        if (const TableSet* set = find_table_set(val))
-          for (const CodebookContainer& t : set->tables) books->pairs.push_back(t.table);
-        cb = books;
-      } else if (key == "cb") {
-        auto books = std::make_shared<ArmCodebooks>();
-        for (const std::string& f : split(val, '+')) {
-          if (f.empty()) bad(spec, "cb=FILE[+FILE]: an empty file name");
-          try {
-            books->pairs.push_back(read_raw_codebook(f));
-          } catch (const FileError& e) {
-            bad(spec, e.what());
-          }
-          for (size_t i = 0; i + 1 < books->pairs.size(); ++i)
-            if (books->pairs[i].bits == books->pairs.back().bits)
-              bad(spec, "cb= names two " + std::to_string(books->pairs.back().bits) + "-bit tables");
-        }
-        cb = books;
-      } else {
-        switch (parse_config_field(key, val, !sj, &c, &err)) {
-          case ConfigField::applied: break;
-          case ConfigField::unknown: bad(spec, "unknown option '" + key + "'");
-          case ConfigField::invalid: bad(spec, err);
-        }
-      }
-    }
-    if (cb) {
-      if (c.body != Body::trellis) bad(spec, "cb= applies to trellis bodies (e.g. sj:3/2t:cb=FILE)");
-      if (c.trellis_axis == TrellisAxis::channel) bad(spec, "cb= tables are token-axis tables; axis=channel keeps its own");
-      if (cb->named == "reference") {
-        named_reference = true;
-        cb = nullptr;
-      } else if (!cb->of(c.bits_k) && !cb->of(c.bits_v) && !cb->named.empty())
-        bad(spec, "table set " + cb->named + " holds no " + std::to_string(c.bits_k) + "-bit or " +
-                      std::to_string(c.bits_v) + "-bit table");
-      else if (!cb->of(c.bits_k) && !cb->of(c.bits_v))
-        bad(spec, "cb= holds no " + std::to_string(c.bits_k) + "-bit or " + std::to_string(c.bits_v) + "-bit table");
-    }
-    if (seen_axis && c.body != Body::trellis && c.trellis_axis == TrellisAxis::channel)
-      bad(spec, "axis=channel needs a trellis body (e.g. sj:3/2t:axis=channel)");
-    // Geometry that does not depend on the model: checked at a head_dim of 128 now, and
-    // again against the real head_dim when the layer is made.
-    CodecConfig probe = c;
-    probe.head_dim = 128;
-    const Unsupported why = can_implement(probe);
-    if (why != Unsupported::none) bad(spec, describe(why));
-    opt.cb = cb;
-    opt.sealers = sealers;
-    auto arm = std::make_unique<SjArm>(spec, c, opt, state);
-    if (named_reference) arm->set_named_reference();
-    return arm;
-  }
-  bad(spec, "unknown arm '" + head + "' (known: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl [:rot], turbo3 turbo4 tq5_0 tq6_0, kvarn:K/V, sj:K/V[t])");
+  opt.sealers = sealers;
+  auto arm = std::make_unique<SjArm>(spec, c, opt, a.state);
+  if (a.cb_reference()) arm->set_named_reference();
+  return arm;
 }
 
 }  // namespace
 
-std::unique_ptr<KvArm> make_arm(const std::string& spec, const SealerSource& sealers) { return parse(spec, sealers); }
+std::unique_ptr<KvArm> make_arm(const std::string& spec, const SealerSource& sealers) { return build(spec, sealers); }
 
 std::string arm_engine_settings(const std::string& spec, uint32_t head_dim) {
-  const std::unique_ptr<KvArm> arm = parse(spec, {});
+  const std::unique_ptr<KvArm> arm = build(spec, {});
   const auto* sj = dynamic_cast<const SjArm*>(arm.get());
   if (!sj) return "";
   CodecConfig c = sj->config();
@@ -876,17 +728,18 @@ std::string arm_engine_settings(const std::string& spec, uint32_t head_dim) {
 }
 
 std::string arm_identity(const std::string& spec) {
-  const std::unique_ptr<KvArm> arm = parse(spec, {});
+  const std::unique_ptr<KvArm> arm = build(spec, {});
   const auto* sj = dynamic_cast<const SjArm*>(arm.get());
   if (!sj) return spec;
-  std::string id = (spec.rfind("kvarn:", 0) == 0 ? "kvarn " : "sj ") + arm_engine_settings(spec) + sj->options().suffix();
+  std::string id = (ArmSpec::parse(spec).family == ArmFamily::kvarn ? "kvarn " : "sj ") + arm_engine_settings(spec) +
+                   sj->options().suffix();
   for (uint32_t l : sj->options().layers) id += ":layer" + std::to_string(l);
   if (arm->state_format() != StateFormat::f32) id += std::string(":state=") + state_format_name(arm->state_format());
   return id;
 }
 
 std::string arm_with_tables(const std::string& spec, const TableChoice& choice, const ModelGeometry* g) {
-  const std::unique_ptr<KvArm> arm = parse(spec, {});
+  const std::unique_ptr<KvArm> arm = build(spec, {});
   const auto* sj = dynamic_cast<const SjArm*>(arm.get());
   if (!sj || !sj->takes_tables() || sj->names_tables()) return spec;
   const CodecConfig& c = sj->config();

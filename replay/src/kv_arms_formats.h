@@ -22,6 +22,7 @@
 #include "sjkv/decode_fast.h"
 #include "sjkv/fp16.h"
 #include "sjkv/layout.h"
+#include "sjkv/replay/arm_spec.h"
 #include "sjkv/staging.h"
 #include "tq5_tables.h"
 
@@ -29,7 +30,7 @@ namespace sjkv {
 namespace replay {
 namespace fmt {
 
-enum class RowFormat : uint32_t { f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, turbo3, turbo4, tq5_0, tq6_0 };
+using RowFormat = replay::RowFormat;  // named by the arm specs (arm_spec.h)
 
 // The formats that are codec staging rows, and their staging type.
 inline bool codec_staging(RowFormat f, StagingType* t) {
