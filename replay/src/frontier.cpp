@@ -113,6 +113,83 @@ class Store {
 
 }  // namespace
 
+double geomean_kl(const std::vector<std::vector<double>>& kl) {
+  if (kl.empty()) return std::numeric_limits<double>::quiet_NaN();
+  double logs = 0;
+  for (const std::vector<double>& t : kl) {
+    if (t.empty()) return std::numeric_limits<double>::quiet_NaN();
+    double s = 0;
+    for (double x : t) s += x;
+    if (!(s > 0)) return 0;
+    logs += std::log(s / static_cast<double>(t.size()));
+  }
+  return std::exp(logs / static_cast<double>(kl.size()));
+}
+
+namespace {
+
+LowerTest lower_test(double budget, const RuleCandidate& c, const RuleCandidate& lower, const BootstrapOptions& opt) {
+  LowerTest t;
+  t.budget = budget;
+  t.ratio = t.high = std::numeric_limits<double>::quiet_NaN();
+  if (c.kl.size() != lower.kl.size()) throw std::logic_error("frontier: candidates scored on different trajectories");
+  // Each trajectory scaled to the lower pick's sum 1 there: compare_arms' ratio of sums is then
+  // the mean of the per-trajectory ratios, and its bootstraps resample that.
+  std::vector<std::vector<double>> a = c.kl, b = lower.kl;
+  for (size_t k = 0; k < b.size(); ++k) {
+    double s = 0;
+    for (double x : b[k]) s += x;
+    if (!(s > 0)) return t;  // nothing is below a KL of 0 there
+    for (double& x : a[k]) x /= s;
+    for (double& x : b[k]) x /= s;
+  }
+  const Comparison cmp = compare_arms(c.arm, lower.arm, a, b, opt);
+  t.ratio = cmp.ratio;
+  t.high = cmp.ci_high;
+  if (std::isfinite(cmp.ci_high_traj)) t.high = std::max(t.high, cmp.ci_high_traj);
+  return t;
+}
+
+}  // namespace
+
+FrontierRule frontier_rule(const std::vector<double>& budgets, const std::vector<RuleCandidate>& candidates,
+                           const BootstrapOptions& bootstrap) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  FrontierRule r;
+  r.picks.assign(budgets.size(), kNoPick);
+  r.tests.assign(candidates.size(), LowerTest{nan, nan, nan});
+  for (const RuleCandidate& c : candidates) r.geomean.push_back(geomean_kl(c.kl));
+  std::vector<uint8_t> tested(candidates.size(), 0);
+  for (size_t k = 0; k < budgets.size(); ++k) {
+    const size_t lower = k ? r.picks[k - 1] : kNoPick;
+    size_t best = lower;
+    LowerTest best_test{budgets[k], nan, 1};  // a pick must be below 1 with confidence
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (i == lower || !(candidates[i].bits <= budgets[k] + 1e-9) || std::isnan(r.geomean[i])) continue;
+      if (lower == kNoPick) {
+        if (best == kNoPick || r.geomean[i] < r.geomean[best]) best = i;
+        continue;
+      }
+      const LowerTest t = lower_test(budgets[k], candidates[i], candidates[lower], bootstrap);
+      if (!tested[i]) {
+        r.tests[i] = t;
+        tested[i] = 1;
+      }
+      if (!(t.high < 1) || !(r.geomean[i] < r.geomean[lower])) continue;
+      if (best == lower || t.high < best_test.high || (t.high == best_test.high && r.geomean[i] < r.geomean[best])) {
+        best = i;
+        best_test = t;
+      }
+    }
+    if (best != lower) {
+      r.tests[best] = lower == kNoPick ? LowerTest{budgets[k], nan, nan} : best_test;
+      tested[best] = 1;
+    }
+    r.picks[k] = best;
+  }
+  return r;
+}
+
 std::string store_arm_name(const std::string& spec) {
   // Options are ':'-separated and only a cb= value is free text; elsewhere the grammar puts '/'
   // and '_' where the other cannot stand, so '/' -> '_' alone is one-to-one there. A cb= value
@@ -250,7 +327,8 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
     p.family = arm_family(s);
     p.bits = allocated_bits(m, *arms[s], res.context, bits_ubatch);
     p.fits = p.bits <= opt.budgets.back() + 1e-9;
-    p.tuning_kl = std::numeric_limits<double>::quiet_NaN();
+    p.tuning_kl = p.tuning_geomean = std::numeric_limits<double>::quiet_NaN();
+    p.test = LowerTest{p.tuning_kl, p.tuning_kl, p.tuning_kl};
     res.points.push_back(p);
   }
   auto point = [&](const std::string& s) -> FrontierPoint& {
@@ -379,7 +457,9 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
     used = upto;
     for (const std::string& a : alive) {
       FrontierPoint& p = point(a);
-      p.tuning_kl = pooled_mean(gathered(tuning, upto, a));
+      const auto rows = gathered(tuning, upto, a);
+      p.tuning_kl = pooled_mean(rows);
+      p.tuning_geomean = geomean_kl(kl_of(rows));
       p.trajectories = static_cast<uint32_t>(upto);
     }
     if (used == n_tune) break;
@@ -388,7 +468,8 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
       std::vector<const FrontierPoint*> in;
       for (const std::string& a : alive)
         if (point(a).bits <= b + 1e-9) in.push_back(&point(a));
-      std::stable_sort(in.begin(), in.end(), [](const FrontierPoint* x, const FrontierPoint* y) { return x->tuning_kl < y->tuning_kl; });
+      std::stable_sort(in.begin(), in.end(),
+                       [](const FrontierPoint* x, const FrontierPoint* y) { return x->tuning_geomean < y->tuning_geomean; });
       for (size_t k = 0; k < in.size() && k < opt.keep; ++k) keep.insert(in[k]->arm);
       // The budget's best plain format stays too: the held-out comparison needs it fully scored.
       for (const FrontierPoint* q : in)
@@ -403,22 +484,27 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
     alive = next;
   }
 
-  // The frontier: per budget the best fully scored candidate, and the best plain format.
-  for (double b : opt.budgets) {
-    FrontierPick pk;
-    pk.budget = b;
-    double best = INFINITY, best_plain = INFINITY;
-    for (const FrontierPoint& p : res.points) {
-      if (p.trajectories != n_tune || !(p.bits <= b + 1e-9) || !std::isfinite(p.tuning_kl)) continue;
-      if (p.tuning_kl < best) {
-        best = p.tuning_kl;
-        pk.arm = p.arm;
-      }
-      if (plain_format(p.arm) && p.tuning_kl < best_plain) {
-        best_plain = p.tuning_kl;
-        pk.plain = p.arm;
-      }
+  // The frontier: frontier_rule over the fully scored candidates, and per budget the plain
+  // format of lowest geomean_kl (the held-out comparison's baseline, not nested).
+  std::vector<RuleCandidate> scored;
+  std::vector<FrontierPoint*> scored_point;
+  for (FrontierPoint& p : res.points)
+    if (p.trajectories == n_tune && std::isfinite(p.tuning_geomean)) {
+      scored.push_back({p.arm, p.bits, kl_of(gathered(tuning, n_tune, p.arm))});
+      scored_point.push_back(&p);
     }
+  const FrontierRule rule = frontier_rule(opt.budgets, scored, opt.bootstrap);
+  for (size_t i = 0; i < scored.size(); ++i) scored_point[i]->test = rule.tests[i];
+  for (size_t k = 0; k < opt.budgets.size(); ++k) {
+    FrontierPick pk;
+    pk.budget = opt.budgets[k];
+    if (rule.picks[k] != kNoPick) pk.arm = scored[rule.picks[k]].arm;
+    double best_plain = INFINITY;
+    for (const FrontierPoint* p : scored_point)
+      if (plain_format(p->arm) && p->bits <= pk.budget + 1e-9 && p->tuning_geomean < best_plain) {
+        best_plain = p->tuning_geomean;
+        pk.plain = p->arm;
+      }
     res.picks.push_back(pk);
   }
 
@@ -453,7 +539,8 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
 std::string frontier_csv(const FrontierResult& r) {
   std::ostringstream o;
   o << "arm,family,bits_allocated,fits,tuning_trajectories,tuning_mean_kl,frontier_at,heldout_mean_kl,"
-       "ratio_vs_default,ci_low,ci_high,ci_low_traj,ci_high_traj\n";
+       "ratio_vs_default,ci_low,ci_high,ci_low_traj,ci_high_traj,tuning_geomean_kl,tested_at,vs_lower_pick,"
+       "vs_lower_pick_high\n";
   auto num = [](double x) { return std::isfinite(x) ? fmt("%.9g", x) : std::string(); };
   for (const FrontierPoint& p : r.points) {
     std::string at;
@@ -473,7 +560,8 @@ std::string frontier_csv(const FrontierResult& r) {
       o << num(r.heldout_default.mean_kl) << ",1,,,,";
     else
       o << ",,,,,";
-    o << "\n";
+    o << "," << num(p.tuning_geomean) << "," << (std::isfinite(p.test.budget) ? fmt("%g", p.test.budget) : "") << ","
+      << num(p.test.ratio) << "," << num(p.test.high) << "\n";
   }
   return o.str();
 }
@@ -489,29 +577,48 @@ std::string recommend_markdown(const FrontierResult& r) {
   for (size_t i = 0; i < r.heldout.size(); ++i) o << (i ? ", " : "") << r.heldout[i];
   o << "). Ratios are held-out mean KL over the other arm's; 95% CIs by paired block bootstrap over positions "
        "(and over whole trajectories when there are several). Default: `"
-    << r.default_arm << "`, held-out mean KL " << fmt("%.4g", r.heldout_default.mean_kl) << ".\n\n";
-  o << "| budget (bits) | arm | bits | held-out mean KL | vs default | 95% CI | best plain format | its mean KL | arm vs plain | 95% CI |\n"
-    << "|--:|---|--:|--:|--:|---|---|--:|--:|---|\n";
+    << r.default_arm << "`, held-out mean KL " << fmt("%.4g", r.heldout_default.mean_kl) << ".\n\n"
+    << "The picks are nested: at the lowest budget with a candidate, the one of lowest geometric mean over the tuning "
+       "trajectories of its mean KL (each trajectory counts alike); at each larger budget, the pick of the budget below "
+       "stays unless a candidate that fits is better than it with confidence on the tuning trajectories (the 95% "
+       "bootstrap interval of its KL over that pick's, the mean of the per-trajectory ratios, over positions and over "
+       "trajectories, ends below 1), and of those the one whose interval ends lowest is taken. So a larger budget never "
+       "takes an arm that is better only by noise. The best plain format is the plain format of lowest geometric mean "
+       "within the budget. `frontier.csv` has every candidate's statistic and test.\n\n";
+  o << "| budget (bits) | arm | bits | held-out mean KL | vs default | 95% CI | best plain format | its mean KL | arm vs plain | "
+       "95% CI | chosen on tuning |\n"
+    << "|--:|---|--:|--:|--:|---|---|--:|--:|---|---|\n";
   auto ci = [](const Comparison& c) {
     std::string s = fmt("%.3f", c.ci_low) + " .. " + fmt("%.3f", c.ci_high);
     if (std::isfinite(c.ci_low_traj)) s += " (trajectories " + fmt("%.3f", c.ci_low_traj) + " .. " + fmt("%.3f", c.ci_high_traj) + ")";
     return s;
   };
-  for (const FrontierPick& pk : r.picks) {
+  for (size_t k = 0; k < r.picks.size(); ++k) {
+    const FrontierPick& pk = r.picks[k];
     if (pk.arm.empty()) {
-      o << "| " << fmt("%g", pk.budget) << " | none fits | | | | | | | | |\n";
+      o << "| " << fmt("%g", pk.budget) << " | none fits | | | | | | | | | |\n";
       continue;
     }
     double bits = 0;
+    const FrontierPoint* pt = nullptr;
     for (const FrontierPoint& p : r.points)
-      if (p.arm == pk.arm) bits = p.bits;
+      if (p.arm == pk.arm) {
+        bits = p.bits;
+        pt = &p;
+      }
+    std::string why = "lowest geometric mean";
+    if (k > 0 && r.picks[k - 1].arm == pk.arm)
+      why = "the " + fmt("%g", r.picks[k - 1].budget) + "-bit pick: none better with confidence";
+    else if (k > 0 && pt && std::isfinite(pt->test.ratio))
+      why = fmt("%.3f", pt->test.ratio) + " of the " + fmt("%g", r.picks[k - 1].budget) + "-bit pick's (95% up to " +
+            fmt("%.3f", pt->test.high) + ")";
     o << "| " << fmt("%g", pk.budget) << " | `" << pk.arm << "` | " << fmt("%.3f", bits) << " | "
       << fmt("%.4g", pk.heldout.mean_kl) << " | " << (pk.arm == r.default_arm ? "1" : fmt("%.3f", pk.vs_default.ratio))
       << " | " << (pk.arm == r.default_arm ? "" : ci(pk.vs_default)) << " | "
       << (pk.plain.empty() ? "none" : "`" + pk.plain + "`") << " | "
       << (pk.plain.empty() ? "" : fmt("%.4g", pk.heldout_plain.mean_kl)) << " | "
       << (pk.plain.empty() || pk.plain == pk.arm ? "" : fmt("%.3f", pk.vs_plain.ratio)) << " | "
-      << (pk.plain.empty() || pk.plain == pk.arm ? "" : ci(pk.vs_plain)) << " |\n";
+      << (pk.plain.empty() || pk.plain == pk.arm ? "" : ci(pk.vs_plain)) << " | " << why << " |\n";
   }
   o << "\nWhat an engine needs for each pick:\n\n";
   std::set<std::string> said;

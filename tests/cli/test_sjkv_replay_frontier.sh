@@ -1,7 +1,9 @@
 #!/bin/sh
 # sjkv-replay frontier --quick on the qwen3 test model (scripts/make-test-models.py): four short
-# trajectories, three to tune and one held out. Checks the three files, that each budget's pick
-# is the lowest tuning KL among the fully scored candidates that fit it, that its best plain
+# trajectories, three to tune and one held out. Checks the three files, that the picks follow
+# the nested rule (frontier_rule: the lowest budget's is the lowest geometric mean among the
+# fully scored candidates that fit it, a larger budget's is the one below's or passed the
+# confidence test there, and their geometric means never rise), that its best plain
 # format is fully scored too (also when --keep 1 would drop it), that the halving left
 # some candidates on fewer trajectories, the CIs bracket the ratios, that a second run reads
 # every row from the store (no replay) and writes the same bytes, 2 MPI ranks the same bytes
@@ -37,6 +39,7 @@ for r in rows:
     assert (r["fits"] == "1") == (float(r["bits_allocated"]) <= 18.0 + 1e-9), r
     if r["fits"] == "0":
         assert r["tuning_trajectories"] == "0", r  # never scored
+prev = None
 for b in budgets:
     cands = [r for r in rows if int(r["tuning_trajectories"]) == full and float(r["bits_allocated"]) <= b + 1e-9]
     picks = [r for r in rows if r["frontier_at"] and str(int(b)) in r["frontier_at"].split("+")]
@@ -48,9 +51,22 @@ for b in budgets:
              and float(r["bits_allocated"]) <= b + 1e-9]
     if plain:
         assert any(int(r["tuning_trajectories"]) == full for r in plain), (b, plain)
-    best = min(cands, key=lambda r: float(r["tuning_mean_kl"]))
-    assert len(picks) == 1 and picks[0]["arm"] == best["arm"], (b, picks, best["arm"])
+    assert len(picks) == 1, (b, picks)
     p = picks[0]
+    geo = float(p["tuning_geomean_kl"])
+    if prev is None:
+        best = min(cands, key=lambda r: float(r["tuning_geomean_kl"]))
+        assert p["arm"] == best["arm"], (b, p["arm"], best["arm"])
+        assert p["tested_at"] == str(int(b)) and not p["vs_lower_pick"], p
+    elif p["arm"] != prev["arm"]:
+        assert p["tested_at"] == str(int(b)) and float(p["vs_lower_pick_high"]) < 1, p
+        assert float(p["vs_lower_pick"]) <= float(p["vs_lower_pick_high"]), p
+        assert geo < float(prev["tuning_geomean_kl"]), (p, prev)
+    # a candidate whose first test was at this budget and failed it is not the pick
+    for r in cands:
+        if r["tested_at"] == str(int(b)) and r["vs_lower_pick_high"] and float(r["vs_lower_pick_high"]) >= 1:
+            assert r["arm"] != p["arm"], r
+    prev = p
     if p["ratio_vs_default"] and p["ci_low"]:
         assert float(p["ci_low"]) <= float(p["ratio_vs_default"]) <= float(p["ci_high"]), p
 md = open(d + "/recommend.md").read()
@@ -60,6 +76,12 @@ for b in ("| 5 |", "| 9 |", "| 18 |"):
     assert "| none |" not in line, line
 svg = open(d + "/frontier.svg").read()
 assert svg.startswith("<svg") and "polyline" in svg
+for r in rows:
+    scored = int(r["tuning_trajectories"]) > 0
+    assert bool(r["tuning_geomean_kl"]) == scored, r
+    if scored:
+        assert float(r["tuning_geomean_kl"]) <= float(r["tuning_mean_kl"]) * (1 + 1e-9), r  # geometric <= arithmetic
+assert "The picks are nested" in open(d + "/recommend.md").read()
 print("frontier ok:", [(r["arm"], r["frontier_at"]) for r in rows if r["frontier_at"]])
 PY
 # the halving keeps the budget's best plain format for the held-out comparison even when

@@ -5,11 +5,14 @@
 // Search: successive halving over the tuning trajectories. A replay's cost is mostly its
 // prefill, so a round adds trajectories, not positions: round r scores the surviving
 // candidates on the first min(n, 2^r) tuning trajectories (each (arm, trajectory) once: the
-// store keeps its rows), ranks them by mean KL over every position scored so far, and keeps,
-// for each budget, the `keep` best candidates that fit it. Candidates above the largest budget
-// are never scored. The frontier is the best survivor per budget; it is rescored on the
-// held-out trajectories beside the default arm and the best plain (block or f16) format of the
-// same budget, with bootstrap CIs over positions and trajectories.
+// store keeps its rows), ranks them by the geometric mean over those trajectories of each one's
+// mean KL (every trajectory counts alike: a pooled mean follows the trajectory of largest KL),
+// and keeps, for each budget, the `keep` best candidates that fit it. Candidates above the
+// largest budget are never scored. The frontier is nested (frontier_rule): a budget keeps the
+// pick of the budget below unless a fully scored candidate that fits is better than it with
+// confidence on the tuning trajectories. The picks are rescored on the held-out trajectories
+// beside the default arm and the best plain (block or f16) format of the same budget, with
+// bootstrap CIs over positions and trajectories.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +57,47 @@ constexpr uint32_t kMaxFrontierContext = 1u << 24;
 // as they were (stores made before keep being read).
 std::string store_arm_name(const std::string& spec);
 
+// The geometric mean over trajectories of each one's mean KL, kl[t][i] being position i of
+// trajectory t: scaling one trajectory's KL for every arm (a harder history) moves every arm's
+// score by the same factor, so the ranking is each trajectory counting alike. 0 when a
+// trajectory's mean is 0; NaN with no trajectory or an empty one.
+double geomean_kl(const std::vector<std::vector<double>>& kl);
+
+// A fully scored candidate of the pick rule: its allocated bits and its tuning KL rows.
+struct RuleCandidate {
+  std::string arm;
+  double bits = 0;
+  std::vector<std::vector<double>> kl;  // [tuning trajectory][position]
+};
+
+// A candidate against the pick of the budget below (the lower pick), on the tuning rows: ratio
+// is the mean over trajectories of its mean KL over the lower pick's (each trajectory alike),
+// high the upper end of its 95% paired block-bootstrap interval (compare_arms on the rows
+// scaled by 1 / the lower pick's sum on each trajectory), the larger of the interval over
+// positions and, with two trajectories or more, over whole trajectories. NaN: not compared.
+struct LowerTest {
+  double budget = 0;  // where it was compared (NaN: never)
+  double ratio = 0, high = 0;
+};
+
+struct FrontierRule {
+  std::vector<size_t> picks;    // per budget, an index into the candidates (kNoPick: none fits)
+  std::vector<double> geomean;  // per candidate, geomean_kl
+  // Per candidate: for a pick, the test that made it the pick (ratio and high NaN where it was
+  // taken by geomean_kl, nothing being picked below); for any other, its first test.
+  std::vector<LowerTest> tests;
+};
+constexpr size_t kNoPick = static_cast<size_t>(-1);
+
+// The pick rule. Where no budget below has a pick (the lowest budget, or only empty ones below),
+// the candidate of lowest geomean_kl that fits. Above that, the budget below's pick stays
+// unless a candidate that fits has high < 1 and a lower geomean_kl than it; of those, the one
+// of lowest high (its worst plausible ratio is the best; then geomean_kl, then list order) is
+// the pick. So a larger budget never takes an arm that is better only by noise, and the picks'
+// geomean_kl falls (or stays) as the budget grows. Deterministic: the bootstrap's fixed seed.
+FrontierRule frontier_rule(const std::vector<double>& budgets, const std::vector<RuleCandidate>& candidates,
+                           const BootstrapOptions& bootstrap);
+
 struct FrontierOptions {
   std::vector<double> budgets;        // allocated bits per value, ascending
   uint32_t context = 0;               // n_ctx of the budgets (0: the longest held-out trajectory)
@@ -69,14 +113,16 @@ struct FrontierPoint {
   std::string arm, family;
   double bits = 0;                    // allocated at the context
   double tuning_kl = 0;               // mean over its scored tuning positions (NaN: never scored)
+  double tuning_geomean = 0;          // geomean_kl over its scored tuning trajectories (NaN: never)
+  LowerTest test;                     // frontier_rule's test (NaN fields: none; fully scored only)
   uint32_t trajectories = 0;          // tuning trajectories it was scored on
   bool fits = true;                   // bits <= the largest budget
 };
 
 struct FrontierPick {
   double budget = 0;
-  std::string arm;                    // lowest tuning KL within the budget (empty: none fits)
-  std::string plain;                  // the best plain format within the budget (empty: none)
+  std::string arm;                    // frontier_rule's pick (empty: none fits)
+  std::string plain;                  // the plain format of lowest geomean_kl within the budget (empty: none)
   ArmStats heldout, heldout_plain;
   Comparison vs_default, vs_plain;    // held-out mean-KL ratios with CIs
 };
