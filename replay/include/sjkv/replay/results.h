@@ -130,10 +130,8 @@ struct PositionRow {
   std::string source;  // the positions.csv it was read from (empty when made in memory)
   uint64_t line = 0;   // and its line there
 };
-// Reads a positions.csv that positions_csv() wrote: the header, seven fields a line, a finite
-// KL >= 0 (or "inf"), same_top 0 or 1, finite bits >= 0, a line end after the last row (a file
-// cut inside its last number is refused). FileError naming the file and the line on a defect;
-// a FIFO or other non-regular file is refused without blocking.
+// Reads a positions.csv that positions_csv() wrote, checked as sjkv/io/positions_csv.h's
+// read_positions_csv_rows checks it (FileError naming the file and the line on a defect).
 std::vector<PositionRow> read_positions_csv(const std::string& path);
 
 }  // namespace replay

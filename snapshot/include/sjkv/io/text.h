@@ -71,7 +71,7 @@ std::string json_number(double v);
 std::string hex64(uint64_t v);
 
 // A CSV field (RFC 4180): quoted, with quotes doubled, when it holds a comma, quote or line
-// break; as it is otherwise. read_positions_csv splits what this writes.
+// break; as it is otherwise. read_positions_csv_rows (positions_csv.h) splits what this writes.
 inline std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
   std::string o = "\"";
