@@ -1,9 +1,9 @@
-// sjkv-replay frontier: the search, the store of scored rows and the report (frontier.h).
+// sjkv-replay frontier: the search and the report (frontier.h); the store of scored rows is
+// sjkv/io/frontier_store.h's.
 #include "sjkv/replay/frontier.h"
 
 #include <algorithm>
 #include <chrono>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -12,12 +12,12 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
-#include <sys/stat.h>
 
 #include "sjkv/cluster.h"
-#include "sjkv/io/atomic_file.h"
+#include "sjkv/io/frontier_store.h"
 #include "sjkv/io/paths.h"
 #include "sjkv/io/sha256.h"
+#include "sjkv/replay/arm_spec.h"
 #include "sjkv/replay/arms.h"
 #include "sjkv/replay/engine.h"
 #include "sjkv/replay/run.h"
@@ -30,18 +30,6 @@ std::string fmt(const char* f, double x) {
   char b[64];
   std::snprintf(b, sizeof b, f, x);
   return b;
-}
-
-void make_dirs(const std::string& path) {
-  std::string cur;
-  std::stringstream ss(path);
-  std::string part;
-  if (!path.empty() && path[0] == '/') cur = "/";
-  while (std::getline(ss, part, '/')) {
-    if (part.empty()) continue;
-    cur += part + "/";
-    if (::mkdir(cur.c_str(), 0777) != 0 && errno != EEXIST) throw FileError(cur, "cannot create the folder");
-  }
 }
 
 double pooled_mean(const std::vector<std::vector<ScoreRow>>& rows) {
@@ -64,52 +52,39 @@ std::vector<std::vector<double>> kl_of(const std::vector<std::vector<ScoreRow>>&
   return out;
 }
 
-// The scored rows of (arm, trajectory), kept as a one-trajectory positions.csv under
-// store/<model>-e<engine>/<trajectory>-<its sha256>/<arm>-u<ubatch>.csv: the key covers what
-// changes the rows (the model file, the engine's arithmetic, the trajectory's bytes, the arm,
-// the ubatch its journal policy sees).
-class Store {
- public:
-  Store(std::string dir, const std::string& model_sha256) : dir_(std::move(dir)) {
-    if (!dir_.empty()) dir_ += "/" + model_sha256.substr(0, 16) + "-e" + kEngineVersion;
+// The store's rows (sjkv/io/frontier_store.h) as the search keeps them, and back.
+std::vector<ScoreRow> score_rows(const std::vector<PositionsCsvRow>& rows) {
+  std::vector<ScoreRow> out;
+  for (const PositionsCsvRow& r : rows) {
+    ScoreRow x;
+    x.kl = r.kl;
+    x.same_top = r.same_top;
+    x.bits_occupied = r.bits_occupied;
+    x.bits_allocated = r.bits_allocated;
+    out.push_back(x);
   }
-  std::string path(const std::string& traj_key, const std::string& arm, uint32_t ubatch) const {
-    return dir_ + "/" + traj_key + "/" + store_arm_name(arm) + "-u" + std::to_string(ubatch) + ".csv";
-  }
-  bool has(const std::string& traj_key, const std::string& arm, uint32_t ubatch) const {
-    struct stat st;
-    return !dir_.empty() && ::stat(path(traj_key, arm, ubatch).c_str(), &st) == 0;
-  }
-  // Rows read back, or false when absent; a damaged file is a FileError naming it.
-  bool get(const std::string& traj_key, const std::string& arm, uint32_t ubatch, uint32_t generated,
-           std::vector<ScoreRow>* rows) const {
-    if (dir_.empty()) return false;
-    const std::string p = path(traj_key, arm, ubatch);
-    struct stat st;
-    if (::stat(p.c_str(), &st) != 0) return false;
-    const std::vector<PositionRow> got = read_positions_csv(p);
-    if (got.size() != generated) throw FileError(p, "holds " + std::to_string(got.size()) + " rows, expected " + std::to_string(generated));
-    rows->clear();
-    for (const PositionRow& r : got) {
-      if (r.arm != arm) throw FileError(p, "holds rows of arm '" + r.arm + "', expected '" + arm + "'");
-      rows->push_back(r.row);
-    }
-    return true;
-  }
-  void put(const std::string& traj_key, const std::string& arm, uint32_t ubatch, const Trajectory& t,
-           const std::string& name, const std::vector<ScoreRow>& rows) const {
-    if (dir_.empty()) return;
-    make_dirs(dir_ + "/" + traj_key);
-    Results one;
-    one.trajectories.push_back(trajectory_info(name, t));
-    one.arms.push_back({arm, {rows}, ""});
-    const std::string text = positions_csv(one);
-    write_file_atomic(path(traj_key, arm, ubatch), text.data(), text.size());
-  }
+  return out;
+}
 
- private:
-  std::string dir_;
-};
+std::vector<PositionsCsvRow> store_rows(const std::string& arm, const Trajectory& t, const std::string& name,
+                                        const std::vector<ScoreRow>& rows) {
+  const TrajectoryInfo info = trajectory_info(name, t);
+  std::vector<PositionsCsvRow> out;
+  for (size_t j = 0; j < rows.size(); ++j) {
+    PositionsCsvRow r;
+    r.trajectory = info.name;
+    r.position = info.positions[j];
+    r.arm = arm;
+    r.kl = rows[j].kl;
+    r.same_top = rows[j].same_top;
+    r.bits_occupied = rows[j].bits_occupied;
+    r.bits_allocated = rows[j].bits_allocated;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+bool plain_format(const std::string& spec) { return ArmSpec::parse(spec).plain_format(); }
 
 }  // namespace
 
@@ -190,38 +165,6 @@ FrontierRule frontier_rule(const std::vector<double>& budgets, const std::vector
   return r;
 }
 
-std::string store_arm_name(const std::string& spec) {
-  // Options are ':'-separated and only a cb= value is free text; elsewhere the grammar puts '/'
-  // and '_' where the other cannot stand, so '/' -> '_' alone is one-to-one there. A cb= value
-  // without '_' or '%' keeps that rule too; one with either is escaped, and only escaped names
-  // hold a '%'.
-  std::string out;
-  size_t start = 0;
-  for (;;) {
-    const size_t end = spec.find(':', start);
-    const std::string part = spec.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    const bool escape = part.rfind("cb=", 0) == 0 && part.find_first_of("_%", 3) != std::string::npos;
-    for (size_t i = 0; i < part.size(); ++i) {
-      const char c = part[i];
-      if (escape && i >= 3 && (c == '%' || c == '_' || c == '/')) {
-        char b[4];
-        std::snprintf(b, sizeof b, "%%%02X", static_cast<unsigned char>(c));
-        out += b;
-      } else {
-        out += c == '/' ? '_' : c;
-      }
-    }
-    if (end == std::string::npos) break;
-    out += ':';
-    start = end + 1;
-  }
-  // A name past what a folder entry holds (a long cb= path) keeps its first 160 bytes and
-  // gains a hash of the whole spec; every shorter name, every committed store's, is as above.
-  constexpr size_t kMaxName = 200;  // + "-u<ubatch>.csv" stays within NAME_MAX (255)
-  if (out.size() > kMaxName) out = out.substr(0, 160) + "~" + sha256_hex(spec.data(), spec.size()).substr(0, 24);
-  return out;
-}
-
 std::vector<std::string> frontier_candidates(bool quick) {
   if (quick)
     return {"f16", "q8_0", "q4_0", "q4_0:rot", "kvarn:4/4:tail=0", "sj:4/4:tail=128", "sj:3/2t:tail=128",
@@ -243,25 +186,6 @@ std::vector<std::string> frontier_wide_candidates(bool quick, const std::vector<
   for (const char* base : {"sj:3/2t:tail=512/1024:staging=q8_0", "sj:2/2t:tail=512/1024:staging=q8_0"})
     for (uint32_t l : full_layers) out.push_back(std::string(base) + ":wide=" + std::to_string(l));
   return out;
-}
-
-std::string arm_family(const std::string& spec) {
-  if (spec.rfind("kvarn:", 0) == 0) return "kvarn";
-  if (spec.rfind("sj:", 0) == 0) {
-    const size_t c = spec.find(':', 3);
-    const std::string widths = spec.substr(3, c == std::string::npos ? std::string::npos : c - 3);
-    return !widths.empty() && widths.back() == 't' ? "sj trellis" : "sj scalar";
-  }
-  const size_t c = spec.find(':');
-  if (c != std::string::npos && spec.compare(c, 4, ":rot") == 0) return spec.substr(0, c) + ":rot";
-  return spec.substr(0, c);
-}
-
-bool plain_format(const std::string& spec) {
-  const std::string f = arm_family(spec);
-  static const std::set<std::string> plain = {"f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl",
-                                              "q8_0:rot", "q5_1:rot", "q5_0:rot", "q4_1:rot", "q4_0:rot", "iq4_nl:rot"};
-  return plain.count(f) > 0;
 }
 
 double allocated_bits(const Model& m, const KvArm& arm, uint32_t n_ctx, uint32_t n_ubatch) {
@@ -324,7 +248,7 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
     arms[s] = make_arm(s, opt.sealers);
     FrontierPoint p;
     p.arm = s;
-    p.family = arm_family(s);
+    p.family = ArmSpec::parse(s).family_name();
     p.bits = allocated_bits(m, *arms[s], res.context, bits_ubatch);
     p.fits = p.bits <= opt.budgets.back() + 1e-9;
     p.tuning_kl = p.tuning_geomean = std::numeric_limits<double>::quiet_NaN();
@@ -343,7 +267,7 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
     if (!fresh) throw std::invalid_argument("candidates '" + it->second + "' and '" + s + "' would share a store file");
   }
 
-  const Store store(opt.store, model_sha256);
+  const FrontierStore store(opt.store, model_sha256, kEngineVersion);
   std::map<std::string, std::string> traj_key;  // path -> store key
   std::map<std::string, std::string> sha;       // path -> SHA-256 of its bytes
   for (const ScoreSet* set : {&tuning, &heldout})
@@ -355,7 +279,7 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
   auto key_of = [&](const std::string& path) {
     auto it = traj_key.find(path);
     if (it != traj_key.end()) return it->second;
-    return traj_key[path] = base_name(path) + "-" + sha.at(path).substr(0, 16);
+    return traj_key[path] = FrontierStore::trajectory_key(path, sha.at(path));
   };
   // rows[arm][set index][trajectory]
   std::map<std::string, std::vector<ScoreRow>> cache;  // "arm\ttrajectory path" -> rows
@@ -369,9 +293,9 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
     for (const std::string& a : want) {
       const std::string ck = a + "\t" + path;
       if (cache.count(ck)) continue;
-      std::vector<ScoreRow> rows;
+      std::vector<PositionsCsvRow> rows;
       if (store.get(key, a, ub, t.generated(), &rows)) {
-        cache[ck] = std::move(rows);
+        cache[ck] = score_rows(rows);
         ++res.jobs_cached;
       } else {
         missing.push_back(a);
@@ -403,7 +327,7 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
             fmt("%.0f", el / static_cast<double>(r + 1) * static_cast<double>(run.size() - r - 1)) +
             " s left on this trajectory)");
         // Stored at once by the rank that scored it: a run stopped now keeps every finished arm.
-        store.put(key, missing[index[r]], ub, t, base_name(path), rows);
+        store.put(key, missing[index[r]], ub, store_rows(missing[index[r]], t, base_name(path), rows));
         mine.u64(index[r]).u64(rows.size());
         for (const ScoreRow& x : rows) mine.f64(x.kl).u64(x.same_top).f64(x.bits_occupied).f64(x.bits_allocated);
         if (r + 1 < run.size()) jkey = first_job + index[r + 1];
@@ -424,7 +348,7 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
           x.bits_occupied = in.f64();
           x.bits_allocated = in.f64();
         }
-        if (comm.root() && !store.has(key, missing[k], ub)) store.put(key, missing[k], ub, t, base_name(path), rows);
+        if (comm.root() && !store.has(key, missing[k], ub)) store.put(key, missing[k], ub, store_rows(missing[k], t, base_name(path), rows));
         cache[missing[k] + "\t" + path] = std::move(rows);
         ++res.jobs_scored;
       }

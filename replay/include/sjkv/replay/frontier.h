@@ -36,12 +36,8 @@ std::vector<std::string> frontier_candidates(bool quick);
 // multiply the list; name such arms with --also). Empty under --quick.
 constexpr size_t kMaxWideLayers = 4;
 std::vector<std::string> frontier_wide_candidates(bool quick, const std::vector<uint32_t>& full_layers);
-// The family of an arm spec, for tables and plots: "f16", "q4_0:rot", "kvarn", "sj scalar",
-// "sj trellis" (options after the widths do not change it).
-std::string arm_family(const std::string& spec);
-// True for the formats an engine has without sjkv: f16, bf16, the ggml blocks with or without
-// :rot.
-bool plain_format(const std::string& spec);
+// An arm's family (FrontierPoint::family) and whether it is a plain format are ArmSpec's
+// (sjkv/replay/arm_spec.h: family_name, plain_format).
 
 // Bits per value the arm allocates over the model's compressed layers for a sequence of n_ctx
 // positions (cache_bits' allocated), from the caches' reservations: the model does not run.
@@ -51,11 +47,8 @@ double allocated_bits(const Model& m, const KvArm& arm, uint32_t n_ctx, uint32_t
 // the bits come from caches reserved for that many positions.
 constexpr uint32_t kMaxFrontierContext = 1u << 24;
 
-// The file name of an arm's rows in the store, without the "-uUBATCH.csv": the spec with '/'
-// written '_', except that a cb= value holding '_' or '%' is written with %XX escapes ('%' '_'
-// '/'), so that no two arms share a name (cb=a/b against cb=a_b) and names without those stay
-// as they were (stores made before keep being read).
-std::string store_arm_name(const std::string& spec);
+// The store of scored rows (FrontierOptions::store) and its file names (store_arm_name) are
+// sjkv/io/frontier_store.h's.
 
 // The geometric mean over trajectories of each one's mean KL, kl[t][i] being position i of
 // trajectory t: scaling one trajectory's KL for every arm (a harder history) moves every arm's
