@@ -169,6 +169,124 @@ def svg_forest(tab, pairs, path, title):
     return True
 
 
+def svg_lines(series, xlabels, path, title, ylabel):
+    """One line per arm over categorical x (bins or distances), y on a log scale; points with no
+    positive value are left out."""
+    pts = {a: [(i, y) for i, y in v if y == y and y > 0] for a, v in series.items()}
+    pts = {a: v for a, v in pts.items() if v}
+    if not pts:
+        return False
+    W, H, L, R, T, B = 860, 480, 70, 250, 40, 50
+    ys = [math.log10(y) for v in pts.values() for _, y in v]
+    y0, y1 = math.floor(min(ys)), math.ceil(max(ys))
+    if y1 == y0:
+        y1 += 1
+    n = max(1, len(xlabels) - 1)
+    X = lambda i: L + i / n * (W - L - R)
+    Y = lambda y: T + (y1 - y) / (y1 - y0) * (H - T - B)
+    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
+         f'<rect width="{W}" height="{H}" fill="white"/>',
+         f'<text x="{L}" y="20" font-size="14">{html.escape(title)}</text>']
+    for i, lab in enumerate(xlabels):
+        o.append(f'<line x1="{X(i):.1f}" y1="{T}" x2="{X(i):.1f}" y2="{H - B}" stroke="#ddd"/>')
+        o.append(f'<text x="{X(i):.1f}" y="{H - B + 15}" text-anchor="middle">{html.escape(lab)}</text>')
+    for yv in range(y0, y1 + 1):
+        o.append(f'<line x1="{L}" y1="{Y(yv):.1f}" x2="{W - R}" y2="{Y(yv):.1f}" stroke="#ddd"/>')
+        o.append(f'<text x="{L - 5}" y="{Y(yv) + 4:.1f}" text-anchor="end">1e{yv}</text>')
+    o.append(f'<text x="16" y="{(T + H - B) / 2}" transform="rotate(-90 16 {(T + H - B) / 2})" text-anchor="middle">'
+             f'{html.escape(ylabel)}</text>')
+    palette = ["#c0392b", "#2c3e50", "#27ae60", "#8e44ad", "#d35400", "#16a085", "#7f8c8d", "#2980b9", "#f39c12"]
+    for k, (a, v) in enumerate(sorted(pts.items())):
+        c = palette[k % len(palette)]
+        o.append(f'<polyline fill="none" stroke="{c}" stroke-width="1.5" points="'
+                 + " ".join(f"{X(i):.1f},{Y(math.log10(y)):.1f}" for i, y in v) + '"/>')
+        for i, y in v:
+            o.append(f'<circle cx="{X(i):.1f}" cy="{Y(math.log10(y)):.1f}" r="3" fill="{c}"/>')
+        o.append(f'<text x="{W - R + 10}" y="{T + 14 * k + 10}" fill="{c}">{html.escape(a)}</text>')
+    o.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(o) + "\n")
+    return True
+
+
+def read_csv(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def kilo(x):
+    x = int(x)
+    return f"{x // 1000}K" if x and x % 1000 == 0 else str(x)
+
+
+def depth_section(rows, s, plots):
+    """KL by depth in the context for set s (study/depth.csv)."""
+    rows = [r for r in rows if r["set"] == s]
+    if not rows:
+        return []
+    bins = sorted({(int(r["from"]), r["to"]) for r in rows})
+    labels = [f"{kilo(a)}-{kilo(b)}" if b else f"{kilo(a)}+" for a, b in bins]
+    arms = list(dict.fromkeys(r["arm"] for r in rows))
+    cell = {(r["arm"], int(r["from"])): r for r in rows}
+    o = [f"### KL by depth in the context (set `{s}`)", "",
+         "Mean KL of the generated positions by their absolute position in the context (from `study/depth.csv`; 95% CI "
+         "of the mean by a block bootstrap within each history; positions per bin in the header).", ""]
+    counts = [cell.get((arms[0], a), {}).get("positions", "0") for a, _ in bins]
+    o += ["| arm | " + " | ".join(f"{lab} ({int(c):,})" for lab, c in zip(labels, counts)) + " |",
+          "|---|" + "--:|" * len(bins)]
+    for arm in arms:
+        cells = []
+        for a, _ in bins:
+            r = cell.get((arm, a))
+            cells.append("-" if not r else f"{g(float(r['mean_kl']))} ({g(float(r['ci_low']))}-{g(float(r['ci_high']))})")
+        o.append(f"| `{arm}` | " + " | ".join(cells) + " |")
+    svg = f"kl-by-depth-{s}.svg"
+    series = {arm: [(i, float(cell[(arm, a)]["mean_kl"])) for i, (a, _) in enumerate(bins) if (arm, a) in cell] for arm in arms}
+    if svg_lines(series, labels, os.path.join(plots, svg), f"set {s}: mean KL by position in the context", "mean KL (nats)"):
+        o += ["", f"![mean KL by depth, set {s}](results/{svg})"]
+    return o + [""]
+
+
+def needles_section(rows, s, plots):
+    """Answer-token KL and gold top-1 by look-back distance for set s (study/needles.csv)."""
+    rows = [r for r in rows if r["set"] == s]
+    if not rows:
+        return []
+    dists = sorted({int(r["distance"]) for r in rows if r["distance"] != "0"})
+    arms = list(dict.fromkeys(r["arm"] for r in rows))
+    cell = {(r["arm"], int(r["distance"])): r for r in rows}
+    any_row = rows[0]
+    o = [f"### Needles by look-back distance (set `{s}`)", "",
+         f"Answer positions of {any_row['documents']} documents (from `study/needles.csv`): mean KL at each needle's "
+         "distance (tokens between the planted code and the end of the document), and over all needles with its 95% CI "
+         "by a nested bootstrap (documents, then needles within each). Top-1 = share of answer positions whose most "
+         "likely token is the code's digit; the reference's own share is in its row.", ""]
+    o += ["| arm | " + " | ".join(kilo(d) for d in dists) + " | all (95% CI) | top-1 |", "|---|" + "--:|" * (len(dists) + 2)]
+    ref_top = None
+    for arm in arms:
+        cells = [g(float(cell[(arm, d)]["mean_kl"])) if (arm, d) in cell else "-" for d in dists]
+        r0 = cell.get((arm, 0))
+        all_cell = f"{g(float(r0['mean_kl']))} ({g(float(r0['ci_low']))}-{g(float(r0['ci_high']))})" if r0 else "-"
+        o.append(f"| `{arm}` | " + " | ".join(cells) + f" | {all_cell} | {pct(float(r0['gold_top'])) if r0 else '-'} |")
+        ref_top = r0["ref_gold_top"] if r0 else ref_top
+    if ref_top is not None:
+        o.append("| reference (f32) | " + " | ".join("0" for _ in dists) + f" | 0 | {pct(float(ref_top))} |")
+    o += ["", "Top-1 by distance:", "", "| arm | " + " | ".join(kilo(d) for d in dists) + " |", "|---|" + "--:|" * len(dists)]
+    for arm in arms:
+        o.append(f"| `{arm}` | " + " | ".join(pct(float(cell[(arm, d)]["gold_top"])) if (arm, d) in cell else "-"
+                                             for d in dists) + " |")
+    refs = [cell[(arms[0], d)]["ref_gold_top"] if (arms[0], d) in cell else "nan" for d in dists]
+    o.append("| reference (f32) | " + " | ".join(pct(float(x)) for x in refs) + " |")
+    svg = f"needles-{s}.svg"
+    series = {arm: [(i, float(cell[(arm, d)]["mean_kl"])) for i, d in enumerate(dists) if (arm, d) in cell] for arm in arms}
+    if svg_lines(series, [kilo(d) for d in dists], os.path.join(plots, svg),
+                 f"set {s}: answer-token KL by look-back distance", "mean KL of the answer tokens (nats)"):
+        o += ["", f"![answer KL by distance, set {s}](results/{svg})"]
+    return o + [""]
+
+
 def frontier_section(arms_cfg, study_dir, report_dir):
     """The [[frontier]] entries: each one's recommend.md (written by sjkv-replay frontier into
     study/frontier/NAME) and its plot, copied next to the report's plots."""
@@ -207,6 +325,8 @@ def frontier_section(arms_cfg, study_dir, report_dir):
 def write(csv_path, histories, arms_cfg, sets, report_dir, cmd, manifest, study_dir, expected, left_out=(),
           engine=None, timing=None):
     t = load(csv_path)
+    depth_rows = read_csv(os.path.join(os.path.dirname(csv_path), "depth.csv"))
+    needle_rows = read_csv(os.path.join(os.path.dirname(csv_path), "needles.csv"))
     plots = os.path.join(report_dir, "results")
     os.makedirs(plots, exist_ok=True)
     rel_csv = os.path.relpath(csv_path, report_dir)
@@ -252,12 +372,14 @@ def write(csv_path, histories, arms_cfg, sets, report_dir, cmd, manifest, study_
     o += ["## Histories", "", "| history | kind | model | sets | prompt tokens | scored positions |", "|---|---|---|---|--:|--:|"]
     for h in histories:
         model = "Gemma 3 270M" if h.get("model", "default") == "default" else h["model"]
-        o.append(f"| `{h['name']}` | {h['kind']} | {model} | {', '.join(h['sets'])} | {h['tokens']:,} | {h['generate']} |")
-    o += ["", "Files the histories quote, each checked by SHA-256 before the study starts:", ""]
+        scored = h.get("scored", "-" if "transcript" in h else h["generate"])
+        o.append(f"| `{h['name']}` | {h['kind']} | {model} | {', '.join(h['sets'])} | {h['tokens']:,} | {scored} |")
+    o += ["", "Prompt tokens of a transcript (agent session or needle document) are its context: the given and answer "
+          "tokens plus its turn cap for each regenerated turn.", "",
+          "Files the histories quote, each checked by SHA-256 before the study starts:", ""]
     used = set()
     for h in histories:
-        with open(h["template_path"], encoding="utf-8") as f:
-            used |= set(re.findall(r"^\{\{file ([a-z0-9-]+)", f.read(), re.M))
+        used |= set(h["file_ids"])
     for f in manifest.get("file", []):
         if f["id"] in used:
             o.append(f"- `{f['path']}` ({f.get('package', '?')}), SHA-256 `{f['sha256']}`")
@@ -281,6 +403,8 @@ def write(csv_path, histories, arms_cfg, sets, report_dir, cmd, manifest, study_
         if svg_scatter(tab, arms, os.path.join(plots, svg), f"set {s}: mean KL against bits per value allocated"):
             o += ["", f"![mean KL against bits, set {s}](results/{svg})"]
         o.append("")
+        o += depth_section(depth_rows, s, plots)
+        o += needles_section(needle_rows, s, plots)
         for c in arms_cfg.get("comparison", []):
             if s not in c.get("sets", []):
                 continue

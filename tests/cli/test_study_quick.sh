@@ -3,8 +3,9 @@
 # the report and the table hold every arm and comparison, a second run recomputes nothing and
 # gives the same bytes, a fresh work folder resumes from the store of scores (a history whose
 # prompt changed is dropped from it; a damaged store file stops it, exit 2, by name), a
-# damaged recording or scored arm in the work folder is made again, and a manifest whose file hash
-# differs is refused by name before any work. Usage: test_study_quick.sh SOURCE_DIR BUILD_DIR SCRATCH
+# damaged recording or scored arm in the work folder is made again, a transcript history (an agent
+# session) gives KL by depth, and a manifest whose file hash differs is refused by name before any
+# work. Usage: test_study_quick.sh SOURCE_DIR BUILD_DIR SCRATCH
 set -euo pipefail
 # shellcheck source=study_common.sh
 . "$(dirname "$0")/study_common.sh"
@@ -16,14 +17,23 @@ csv=$scratch/out/results.csv md=$scratch/out/RESULTS.md
 [ -s "$csv" ] && [ -s "$md" ] || fail "no results.csv or RESULTS.md"
 [ "$(head -1 "$csv")" = "set,history,arm,baseline,statistic,value" ] || fail "results.csv header"
 for arm in f16 kvarn:4/4:tail=0 sj:4/4:tail=128 sj:4/4:tail=128:staging=q8_0; do
-  for h in quick-retr-cc0-1 quick-code-shells-1 all; do
+  for h in quick-retr-cc0-1 quick-code-shells-1 quick-agent-1 all; do
     grep -q "^quick,$h,$arm,,mean_kl," "$csv" || fail "no mean_kl row for $h x $arm"
   done
   grep -q "| \`$arm\` |" "$md" || fail "RESULTS.md has no row for $arm"
 done
 grep -q '^quick,all,sj:4/4:tail=128,kvarn:4/4:tail=0,ci_low_histories,' "$csv" || fail "no comparison row"
-grep -q '^quick,all,sj:4/4:tail=128,kvarn:4/4:tail=0,histories,2$' "$csv" || fail "the comparison does not span 2 histories"
+grep -q '^quick,all,sj:4/4:tail=128,kvarn:4/4:tail=0,histories,3$' "$csv" || fail "the comparison does not span 3 histories"
 [ -s "$scratch/out/results/kl-vs-bits-quick.svg" ] || fail "no plot"
+# The transcript history (an agent session, sampled, idle steps between requests): KL by depth.
+[ "$(head -1 "$scratch/out/depth.csv")" = "set,arm,from,to,histories,positions,mean_kl,ci_low,ci_high,same_top" ] ||
+  fail "depth.csv header"
+for arm in f16 kvarn:4/4:tail=0 sj:4/4:tail=128 sj:4/4:tail=128:staging=q8_0; do
+  grep -q "^quick,$arm,[0-9]*,[0-9]*,1,[1-9]" "$scratch/out/depth.csv" || fail "no depth row for $arm"
+done
+grep -q 'KL by depth in the context (set `quick`)' "$md" || fail "RESULTS.md has no depth table"
+[ -s "$scratch/out/results/kl-by-depth-quick.svg" ] || fail "no depth plot"
+grep -q '| `quick-agent-1` | agentic |' "$md" || fail "RESULTS.md does not list the transcript history"
 # f16 against the f32 recording: tiny but not zero; every KL finite.
 "$py" - "$csv" <<'PY' || fail "implausible numbers"
 import csv, math, sys
@@ -40,7 +50,7 @@ grep -q " 0 replays to run" "$scratch/second.log" || { cat "$scratch/second.log"
 cmp -s "$csv" "$scratch/first.csv" || fail "the second run's table differs"
 
 # The store has every history x arm; a fresh work folder (a clean clone) scores nothing.
-for h in quick-retr-cc0-1 quick-code-shells-1; do
+for h in quick-retr-cc0-1 quick-code-shells-1 quick-agent-1; do
   [ -s "$scratch/store/$h/key.txt" ] || fail "no store key for $h"
   [ "$(ls "$scratch/store/$h" | grep -vc '^key.txt$')" -eq 4 ] || fail "the store does not hold 4 arms of $h"
   [ -s "$scratch/store/$h/sj:4_4:tail=128/positions.csv" ] || fail "no stored positions.csv for $h"
