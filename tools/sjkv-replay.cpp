@@ -214,6 +214,15 @@ void check_transcript_context(const TranscriptPlan& tp, uint32_t generate, const
   if (!why.empty()) throw cli::UsageError(why);
 }
 
+// --idle as the idle steps' keep_recent: none for "none", 0 when not given.
+std::optional<uint32_t> idle_keep(const RecordArgs& ra) {
+  if (ra.idle == "none") return std::nullopt;
+  if (ra.idle.empty()) return 0u;
+  const bool digits = ra.idle.size() <= 9 && ra.idle.find_first_not_of("0123456789") == std::string::npos;
+  if (!digits) throw cli::UsageError("--idle '" + ra.idle + "': give keep_recent (a count of tokens, e.g. 0) or none");
+  return static_cast<uint32_t>(std::stoul(ra.idle));
+}
+
 void check_record_args(const RecordArgs& ra) {
   if (ra.generate == 0) throw cli::UsageError("--generate must be at least 1");
   if (!(ra.temperature > 0.0 && std::isfinite(ra.temperature)))
@@ -226,10 +235,7 @@ void check_record_args(const RecordArgs& ra) {
     throw cli::UsageError(std::string("--reference-encoding: ") + e.what());
   }
   (void)arm_or_usage(ra.reference, "--reference");
-  if (!ra.idle.empty() && ra.idle != "none") {
-    const bool digits = ra.idle.size() <= 9 && ra.idle.find_first_not_of("0123456789") == std::string::npos;
-    if (!digits) throw cli::UsageError("--idle '" + ra.idle + "': give keep_recent (a count of tokens, e.g. 0) or none");
-  }
+  (void)idle_keep(ra);
 }
 
 // Records one trajectory and writes it (and the capture when asked).
@@ -257,8 +263,7 @@ Trajectory do_record(const ModelArgs& ma, const RecordArgs& ra, Loaded& l, const
   const uint64_t n_train = l.model->info().n_ctx_train;
   if (tp) {
     check_transcript_context(*tp, ra.generate, l.path, n_train);  // as before loading, with the model's figure
-    in.plan = with_idle_steps(tp->plan, ra.idle == "none" ? std::nullopt
-                                                          : std::optional<uint32_t>(ra.idle.empty() ? 0u : static_cast<uint32_t>(std::stoul(ra.idle))));
+    in.plan = with_idle_steps(tp->plan, idle_keep(ra));
     n_ctx = tp->context(ra.generate);
   } else {
     in.prompt = ra.special ? tok->encode_special(text, true) : tok->encode(text, true);

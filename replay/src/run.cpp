@@ -191,7 +191,9 @@ Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput
     }
     if (p.tokens.empty()) throw std::invalid_argument(p.kind == SegmentKind::given ? "the prompt has no token" : "plan: an empty answer");
     for (int32_t id : p.tokens)
-      if (id < 0 || static_cast<uint32_t>(id) >= V) throw std::invalid_argument("prompt token " + std::to_string(id) + " is out of the vocabulary");
+      if (id < 0 || static_cast<uint32_t>(id) >= V)
+        throw std::invalid_argument(std::string(p.kind == SegmentKind::given ? "prompt" : "answer") + " token " +
+                                    std::to_string(id) + " is out of the vocabulary");
     ctx += p.tokens.size();
     if (p.kind == SegmentKind::answer) scored_max += p.tokens.size();
   }
