@@ -92,6 +92,28 @@ def value(kind, a, b, tab, whole):
     return whole
 
 
+def svg_open(W, H, x_title, title):
+    return [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
+            f'<rect width="{W}" height="{H}" fill="white"/>',
+            f'<text x="{x_title}" y="20" font-size="14">{html.escape(title)}</text>']
+
+
+def svg_log_grid(y0, y1, Y, x_left, x_right):
+    """Horizontal lines at the powers of ten y0..y1 (log10 units), labelled on the left."""
+    o = []
+    for yv in range(y0, y1 + 1):
+        o.append(f'<line x1="{x_left}" y1="{Y(yv):.1f}" x2="{x_right}" y2="{Y(yv):.1f}" stroke="#ddd"/>')
+        o.append(f'<text x="{x_left - 5}" y="{Y(yv) + 4:.1f}" text-anchor="end">1e{yv}</text>')
+    return o
+
+
+def svg_save(o, path):
+    o.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(o) + "\n")
+    return True
+
+
 def svg_scatter(tab, arms, path, title):
     """Mean KL (log) against bits per value allocated, one labelled point per arm."""
     pts = [(tab.stat(a, "bits_allocated"), tab.stat(a, "mean_kl"), a) for a in arms]
@@ -108,15 +130,11 @@ def svg_scatter(tab, arms, path, title):
         y1 += 1
     X = lambda x: L + (x - x0) / (x1 - x0) * (W - L - R)
     Y = lambda y: T + (y1 - y) / (y1 - y0) * (H - T - B)
-    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
-         f'<rect width="{W}" height="{H}" fill="white"/>',
-         f'<text x="{L}" y="20" font-size="14">{html.escape(title)}</text>']
+    o = svg_open(W, H, L, title)
     for xv in range(x0, x1 + 1):
         o.append(f'<line x1="{X(xv):.1f}" y1="{T}" x2="{X(xv):.1f}" y2="{H - B}" stroke="#ddd"/>')
         o.append(f'<text x="{X(xv):.1f}" y="{H - B + 15}" text-anchor="middle">{xv}</text>')
-    for yv in range(y0, y1 + 1):
-        o.append(f'<line x1="{L}" y1="{Y(yv):.1f}" x2="{W - R}" y2="{Y(yv):.1f}" stroke="#ddd"/>')
-        o.append(f'<text x="{L - 5}" y="{Y(yv) + 4:.1f}" text-anchor="end">1e{yv}</text>')
+    o += svg_log_grid(y0, y1, Y, L, W - R)
     o.append(f'<text x="{(L + W - R) / 2}" y="{H - 12}" text-anchor="middle">bits per value allocated (compressed layers)</text>')
     o.append(f'<text x="16" y="{(T + H - B) / 2}" transform="rotate(-90 16 {(T + H - B) / 2})" text-anchor="middle">mean KL (nats)</text>')
     for i, (x, y, a) in enumerate(sorted(pts, key=lambda p: p[1])):
@@ -124,10 +142,7 @@ def svg_scatter(tab, arms, path, title):
         cx, cy = X(x), Y(math.log10(y))
         o.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="3.5" fill="{color}"/>')
         o.append(f'<text x="{cx + 6:.1f}" y="{cy + 4:.1f}" fill="{color}">{html.escape(a)}</text>')
-    o.append("</svg>")
-    with open(path, "w") as f:
-        f.write("\n".join(o) + "\n")
-    return True
+    return svg_save(o, path)
 
 
 def svg_forest(tab, pairs, path, title):
@@ -145,8 +160,7 @@ def svg_forest(tab, pairs, path, title):
     W, L, R, T, rowh = 900, 430, 30, 40, 22
     H = T + rowh * len(rows) + 40
     X = lambda v: L + (math.log10(v) - lo) / (hi - lo) * (W - L - R)
-    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
-         f'<rect width="{W}" height="{H}" fill="white"/>', f'<text x="10" y="20" font-size="14">{html.escape(title)}</text>']
+    o = svg_open(W, H, 10, title)
     for e in range(lo, hi + 1):
         for m in (1, 2, 5):
             v = m * 10.0 ** e
@@ -163,10 +177,7 @@ def svg_forest(tab, pairs, path, title):
         o.append(f'<circle cx="{X(r):.1f}" cy="{y:.1f}" r="4" fill="#2c3e50"/>')
     o.append(f'<text x="10" y="{H - 2}" fill="#555">KL ratio (arm / baseline); thick: 95% CI over positions, thin: over histories; '
              f'left of 1: the arm is better</text>')
-    o.append("</svg>")
-    with open(path, "w") as f:
-        f.write("\n".join(o) + "\n")
-    return True
+    return svg_save(o, path)
 
 
 def svg_lines(series, xlabels, path, title, ylabel):
@@ -184,15 +195,11 @@ def svg_lines(series, xlabels, path, title, ylabel):
     n = max(1, len(xlabels) - 1)
     X = lambda i: L + i / n * (W - L - R)
     Y = lambda y: T + (y1 - y) / (y1 - y0) * (H - T - B)
-    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
-         f'<rect width="{W}" height="{H}" fill="white"/>',
-         f'<text x="{L}" y="20" font-size="14">{html.escape(title)}</text>']
+    o = svg_open(W, H, L, title)
     for i, lab in enumerate(xlabels):
         o.append(f'<line x1="{X(i):.1f}" y1="{T}" x2="{X(i):.1f}" y2="{H - B}" stroke="#ddd"/>')
         o.append(f'<text x="{X(i):.1f}" y="{H - B + 15}" text-anchor="middle">{html.escape(lab)}</text>')
-    for yv in range(y0, y1 + 1):
-        o.append(f'<line x1="{L}" y1="{Y(yv):.1f}" x2="{W - R}" y2="{Y(yv):.1f}" stroke="#ddd"/>')
-        o.append(f'<text x="{L - 5}" y="{Y(yv) + 4:.1f}" text-anchor="end">1e{yv}</text>')
+    o += svg_log_grid(y0, y1, Y, L, W - R)
     o.append(f'<text x="16" y="{(T + H - B) / 2}" transform="rotate(-90 16 {(T + H - B) / 2})" text-anchor="middle">'
              f'{html.escape(ylabel)}</text>')
     palette = ["#c0392b", "#2c3e50", "#27ae60", "#8e44ad", "#d35400", "#16a085", "#7f8c8d", "#2980b9", "#f39c12"]
@@ -203,10 +210,7 @@ def svg_lines(series, xlabels, path, title, ylabel):
         for i, y in v:
             o.append(f'<circle cx="{X(i):.1f}" cy="{Y(math.log10(y)):.1f}" r="3" fill="{c}"/>')
         o.append(f'<text x="{W - R + 10}" y="{T + 14 * k + 10}" fill="{c}">{html.escape(a)}</text>')
-    o.append("</svg>")
-    with open(path, "w") as f:
-        f.write("\n".join(o) + "\n")
-    return True
+    return svg_save(o, path)
 
 
 def read_csv(path):
