@@ -137,7 +137,7 @@ def needle_table(sets, histories, arms_of_set, folder_of, needles_json):
                 for r in read_rows(os.path.join(f, "answers.csv"), ("segment", "kl", "gold_top", "ref_gold_top")):
                     segs.setdefault(int(r["segment"]), []).append((float(r["kl"]), int(r["gold_top"]), int(r["ref_gold_top"])))
                 if len(segs) != len(dist):
-                    raise ValueError(f"{h['name']}: {len(segs)} answer segments scored, study/needles.json has {len(dist)} needles")
+                    raise ValueError(f"{h['name']}: {len(segs)} answer segments scored, study/needles.json has {len(dist)} for it")
                 for d, k in zip(dist, sorted(segs)):
                     for key in (d, 0):
                         by_dist.setdefault(key, {}).setdefault(h["name"], []).append(segs[k])
