@@ -138,7 +138,8 @@ FrontierRule frontier_rule(const std::vector<double>& budgets, const std::vector
   for (size_t k = 0; k < budgets.size(); ++k) {
     const size_t lower = k ? r.picks[k - 1] : kNoPick;
     size_t best = lower;
-    LowerTest best_test{budgets[k], nan, 1};  // a pick must be below 1 with confidence
+    std::vector<size_t> passed;  // better than the lower pick with confidence
+    std::vector<LowerTest> passed_test(candidates.size());
     for (size_t i = 0; i < candidates.size(); ++i) {
       if (i == lower || !(candidates[i].bits <= budgets[k] + 1e-9) || std::isnan(r.geomean[i])) continue;
       if (lower == kNoPick) {
@@ -150,14 +151,29 @@ FrontierRule frontier_rule(const std::vector<double>& budgets, const std::vector
         r.tests[i] = t;
         tested[i] = 1;
       }
-      if (!(t.high < 1) || !(r.geomean[i] < r.geomean[lower])) continue;
-      if (best == lower || t.high < best_test.high || (t.high == best_test.high && r.geomean[i] < r.geomean[best])) {
-        best = i;
-        best_test = t;
+      if (t.high < 1 && r.geomean[i] < r.geomean[lower]) {
+        passed.push_back(i);
+        passed_test[i] = t;
       }
     }
-    if (best != lower) {
-      r.tests[best] = lower == kNoPick ? LowerTest{budgets[k], nan, nan} : best_test;
+    if (!passed.empty()) {
+      // Of those, the one that spends the most bits (then lowest geomean_kl), unless a cheaper
+      // one of them is better than it with confidence too (then the lowest geomean_kl of those).
+      best = passed[0];
+      for (size_t i : passed)
+        if (candidates[i].bits > candidates[best].bits ||
+            (candidates[i].bits == candidates[best].bits && r.geomean[i] < r.geomean[best]))
+          best = i;
+      const size_t most = best;
+      for (size_t i : passed) {
+        if (!(candidates[i].bits < candidates[most].bits) || !(r.geomean[i] < r.geomean[most])) continue;
+        if (!(lower_test(budgets[k], candidates[i], candidates[most], bootstrap).high < 1)) continue;
+        if (best == most || r.geomean[i] < r.geomean[best]) best = i;
+      }
+      r.tests[best] = passed_test[best];
+      tested[best] = 1;
+    } else if (best != lower) {
+      r.tests[best] = LowerTest{budgets[k], nan, nan};
       tested[best] = 1;
     }
     r.picks[k] = best;
@@ -506,7 +522,8 @@ std::string recommend_markdown(const FrontierResult& r) {
        "trajectories of its mean KL (each trajectory counts alike); at each larger budget, the pick of the budget below "
        "stays unless a candidate that fits is better than it with confidence on the tuning trajectories (the 95% "
        "bootstrap interval of its KL over that pick's, the mean of the per-trajectory ratios, over positions and over "
-       "trajectories, ends below 1), and of those the one whose interval ends lowest is taken. So a larger budget never "
+       "trajectories, ends below 1); of those, the one of most bits is taken unless a cheaper one of them is better than "
+       "it with confidence too (then the lowest geometric mean of those). So a larger budget never "
        "takes an arm that is better only by noise. The best plain format is the plain format of lowest geometric mean "
        "within the budget. `frontier.csv` has every candidate's statistic and test.\n\n";
   o << "| budget (bits) | arm | bits | held-out mean KL | vs default | 95% CI | best plain format | its mean KL | arm vs plain | "

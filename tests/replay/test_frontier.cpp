@@ -106,6 +106,31 @@ TEST(FrontierRule, NoiseBetterIsNotEnough) {
   EXPECT_EQ(c[r2.picks[1]].arm, "better");
 }
 
+// Of the arms that pass the test, the one of most bits, though a cheaper one's sample mean is
+// a little lower (two trajectories do not tell them apart)...
+TEST(FrontierRule, OfThoseThatPassTheMostBits) {
+  std::mt19937_64 g(11);
+  const RuleCandidate low = candidate(g, "low", 4, {0.01, 0.02});
+  const RuleCandidate cheap = candidate(g, "cheap", 5, {0.0058, 0.0116}), full = candidate(g, "full", 7, {0.006, 0.012});
+  const FrontierRule r = frontier_rule({4, 8}, {low, cheap, full}, fast());
+  ASSERT_LT(r.tests[1].high, 1.0);
+  ASSERT_LT(r.tests[2].high, 1.0);
+  ASSERT_LT(r.geomean[1], r.geomean[2]);
+  EXPECT_EQ(r.picks[1], 2u);
+  EXPECT_EQ(r.tests[2].budget, 8.0);
+}
+
+// ...unless the cheaper one is better than it with confidence too.
+TEST(FrontierRule, CheaperBetterWithConfidenceWins) {
+  std::mt19937_64 g(12);
+  const RuleCandidate low = candidate(g, "low", 4, {0.01, 0.02});
+  const RuleCandidate cheap = candidate(g, "cheap", 5, {0.003, 0.006}), full = candidate(g, "full", 7, {0.0085, 0.017});
+  const FrontierRule r = frontier_rule({4, 8}, {low, cheap, full}, fast());
+  ASSERT_LT(r.tests[2].high, 1.0);  // both pass
+  EXPECT_EQ(r.picks[1], 1u);
+  EXPECT_LT(r.tests[1].high, 1.0);
+}
+
 // Random candidate sets: every pick fits its budget, the lowest budget's is the lowest
 // geomean_kl, a pick changes only by a confident test at that budget, the picks' geomean_kl
 // never rises with the budget, and the same rows give the same result.

@@ -84,10 +84,13 @@ constexpr size_t kNoPick = static_cast<size_t>(-1);
 
 // The pick rule. Where no budget below has a pick (the lowest budget, or only empty ones below),
 // the candidate of lowest geomean_kl that fits. Above that, the budget below's pick stays
-// unless a candidate that fits has high < 1 and a lower geomean_kl than it; of those, the one
-// of lowest high (its worst plausible ratio is the best; then geomean_kl, then list order) is
-// the pick. So a larger budget never takes an arm that is better only by noise, and the picks'
-// geomean_kl falls (or stays) as the budget grows. Deterministic: the bootstrap's fixed seed.
+// unless a candidate that fits has high < 1 and a lower geomean_kl than it (it passes). Of
+// those that pass, the one of most bits (then lowest geomean_kl), unless cheaper ones that pass
+// are better than it with the same test: then the lowest geomean_kl of those. Between arms that
+// all beat the lower pick, two tuning trajectories rarely tell a few percent apart, and within a
+// family more bits (a wider code, a longer full-precision tail) is the lower KL. So a larger
+// budget never takes an arm that is better only by noise, and the picks' geomean_kl falls (or
+// stays) as the budget grows. Deterministic: the bootstrap's fixed seed; ties: list order.
 FrontierRule frontier_rule(const std::vector<double>& budgets, const std::vector<RuleCandidate>& candidates,
                            const BootstrapOptions& bootstrap);
 
