@@ -11,8 +11,9 @@ numpy's version nor the CPU changes them. The writer is the PyPI package gguf, p
   python3 scripts/make-test-models.py --out DIR [--only NAME...] \\
       [--check tests/golden/arch/models.sha256] [--write-hashes FILE]
 
-Models: 4 layers (the hybrids 8), n_ff 512, rms eps 1e-6, every tensor F32 (BPE: byte-level
-with merges, SPM: SentencePiece-style pieces with byte fallback; both learned from TEXT below).
+Models: 4 layers (the hybrids 8, gemma4 6), n_ff 512, rms eps 1e-6, every tensor F32 (BPE:
+byte-level with merges, SPM: SentencePiece-style pieces with byte fallback; both learned from
+TEXT below).
 
   name     arch    n_embd  heads q/kv x size  vocab                 context  rope base
   qwen2    qwen2   256     2/1 x 128          BPE, pre qwen2, 500   32768    1e6
@@ -23,6 +24,7 @@ with merges, SPM: SentencePiece-style pieces with byte fallback; both learned fr
   phi3     phi3    384     4/2 x 96           SPM, 460              131072   1e4
   qwen35   qwen35  256     4/2 x 256          BPE, pre qwen35, 500  32768    1e7
   qwen35moe qwen35moe 256  4/2 x 256          BPE, pre qwen35, 500  32768    1e7
+  gemma4   gemma4  256     4/1 x 512, 4/2 x 128 SPM, 520            32768    1e6, sliding 1e4
 
   qwen2    q/k/v biases; tied output (no output.weight); no BOS added
   qwen3    attn_q_norm/attn_k_norm [128]; attn_q [256, 512]; untied
@@ -47,6 +49,14 @@ with merges, SPM: SentencePiece-style pieces with byte fallback; both learned fr
   qwen35moe the same layers without MTP (block_count 8) and without recurrent_layers (the
            interval decides); MoE FFN: 8 experts, top 2, expert n_ff 128, a shared expert of
            n_ff 256 gated by sigmoid(ffn_gate_inp_shexp . x); no feed_forward_length; untied
+
+  gemma4   6 layers, full attention at 2 and 5 (sliding_window_pattern array), window 48;
+           full layers 1 KV head of 512 (key_length), rope.dimension_count 512 with rope_freqs
+           [256] (64 ones, 192 x 1e30: proportional RoPE); sliding layers 2 KV heads of 128
+           (key_length_swa, head_count_kv array), rope.dimension_count_swa 128; attn_q_norm /
+           attn_k_norm (scale 1 attention: their weights set the scores); no attn_v at layer 5
+           (V from K); layer_output_scale on every layer but 3; post norms; final soft-cap 30;
+           tied, small embeddings and a final norm of mean 12 as gemma2; Gemma's SPM vocabulary
 
 Written only when named (--only qwen35-0.8b; never by default, and not in models.sha256):
 
@@ -100,6 +110,9 @@ MODELS = {
     "qwen35moe": dict(arch="qwen35moe", n_embd=256, n_head=4, n_head_kv=2, head=256, vocab="bpe-qwen35",
                       n_vocab=500, ctx=32768, rope_base=1e7, n_layer=8, n_mtp=0, recurrent_array=False,
                       moe=dict(n_expert=8, n_used=2, n_ff_exp=128, n_ff_shexp=256)),
+    # Gemma 4 dense (build_gemma4): the layer pattern and shapes in GEMMA4 below
+    "gemma4":  dict(arch="gemma4", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="spm-gemma", n_vocab=520,
+                    ctx=32768, rope_base=1e6, tied=True, gemma4=True),
     # Written only when named (--only): the published shape of Qwen 3.5 0.8B (docs/design/qwen35.md
     # section 10) in Q8_0, for timing at long context (scripts/bench-hybrid-long). About 0.8 GB.
     "qwen35-0.8b": dict(arch="qwen35", n_embd=1024, n_head=8, n_head_kv=2, head=256, vocab="bpe-qwen35",
@@ -115,6 +128,15 @@ FULL_ATTN_INTERVAL = 4
 GDN_HK, GDN_HV, GDN_S, GDN_CONV = 2, 4, 64, 4
 ROPE_DIMS = 64
 ROPE_SECTIONS = [11, 11, 10, 0]
+
+# gemma4: 6 layers, full attention at 2 and 5 (pattern as the converter writes it, true =
+# sliding), sliding window 48; full layers 1 KV head of 512 values (key_length), proportional
+# RoPE over the whole head (rope.dimension_count 512) with rope_freqs holding 64 ones and 192 x
+# 1e30 (partial factor 0.25), base 1e6; sliding layers 2 KV heads of 128 (key_length_swa),
+# rope.dimension_count_swa 128, base 1e4. attn_v absent on layer 5 (V from K); layer_output_scale
+# on every layer but 3; final soft-cap 30 written.
+GEMMA4 = dict(swa=[True, True, False, True, True, False], window=48, d_full=512, d_swa=128, kv_full=1, kv_swa=2,
+              rope_swa=1e4, partial=0.25, no_v=[5], out_scale=[0.7, 1.3, 0.6, None, 1.4, 0.8], softcap=30.0)
 
 # Scales of the random weights, chosen by measuring llama.cpp's logits and a float64 forward
 # pass on these files. A std of c/sqrt(n_in) gives outputs of rms about c for inputs of rms 1
@@ -473,6 +495,8 @@ def build(name, spec, path, seed):
 
     if "n_layer" in spec:
         return build_hybrid(name, spec, path, seed)
+    if spec.get("gemma4"):
+        return build_gemma4(name, spec, path, seed)
     w = gguf.GGUFWriter(path, spec["arch"])
     arch = spec["arch"]
     attn_factor = 1.0
@@ -712,6 +736,82 @@ def build_hybrid(name, spec, path, seed):
             w.write_tensor_data(make())
     else:
         w.write_tensors_to_file()
+    w.close()
+
+
+def build_gemma4(name, spec, path, seed):
+    """gemma4 dense: sliding and full layers of different head sizes (GEMMA4), q/k norms whose
+    weights set the attention scores (the attention scale is 1), V normed without a weight,
+    post norms, a GELU-gated FFN, layer_output_scale; tied, inputs times sqrt(n_embd) (small
+    embeddings and a large final norm as gemma2)."""
+    import gguf
+
+    g = GEMMA4
+    E, H = spec["n_embd"], spec["n_head"]
+    n = len(g["swa"])
+    heads_kv = [g["kv_swa"] if sl else g["kv_full"] for sl in g["swa"]]
+    w = gguf.GGUFWriter(path, spec["arch"])
+    w.add_name(name)
+    w.add_context_length(spec["ctx"])
+    w.add_embedding_length(E)
+    w.add_block_count(n)
+    w.add_feed_forward_length(N_FF)
+    w.add_head_count(H)
+    w.add_head_count_kv(heads_kv)
+    w.add_key_length(g["d_full"])
+    w.add_value_length(g["d_full"])
+    w.add_key_length_swa(g["d_swa"])
+    w.add_value_length_swa(g["d_swa"])
+    w.add_layer_norm_rms_eps(RMS_EPS)
+    w.add_rope_freq_base(spec["rope_base"])
+    w.add_rope_freq_base_swa(g["rope_swa"])
+    w.add_rope_dimension_count(g["d_full"])
+    w.add_rope_dimension_count_swa(g["d_swa"])
+    w.add_sliding_window(g["window"])
+    w.add_sliding_window_pattern(g["swa"])
+    w.add_embedding_length_per_layer_input(0)
+    w.add_final_logit_softcapping(g["softcap"])
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    n_vocab = add_vocab(w, spec)
+
+    unit_in = 1 / math.sqrt(E)
+
+    def t(tname, shape, std, mean=0.0):
+        w.add_tensor(tname, rand_tensor(seed, name + "/" + tname, shape, std, mean))
+
+    def norm(tname, n, mean=1.0):
+        t(tname, (n,), NORM_STD * mean, mean)
+
+    t("token_embd.weight", (n_vocab, E), 0.02)
+    rot = int(g["d_full"] * g["partial"]) // 2
+    w.add_tensor("rope_freqs.weight", np.array([1.0] * rot + [1e30] * (g["d_full"] // 2 - rot), dtype=np.float32))
+    for il in range(n):
+        b = "blk.%d." % il
+        D = g["d_swa"] if g["swa"][il] else g["d_full"]
+        KV = heads_kv[il]
+        # q and k are normed per head: scores q.k of std SCORE_STD need weights of sqrt(SCORE_STD / sqrt(D))
+        qk_w = math.sqrt(SCORE_STD / math.sqrt(D))
+        norm(b + "attn_norm.weight", E)
+        t(b + "attn_q.weight", (H * D, E), unit_in)
+        t(b + "attn_k.weight", (KV * D, E), unit_in)
+        if il not in g["no_v"]:
+            t(b + "attn_v.weight", (KV * D, E), unit_in)
+        norm(b + "attn_q_norm.weight", D, qk_w)
+        norm(b + "attn_k_norm.weight", D, qk_w)
+        t(b + "attn_output.weight", (E, H * D), 1 / math.sqrt(H * D))
+        norm(b + "post_attention_norm.weight", E)
+        norm(b + "ffn_norm.weight", E)
+        t(b + "ffn_gate.weight", (N_FF, E), unit_in)
+        t(b + "ffn_up.weight", (N_FF, E), unit_in)
+        t(b + "ffn_down.weight", (E, N_FF), 1 / math.sqrt(N_FF))
+        norm(b + "post_ffw_norm.weight", E)
+        if g["out_scale"][il] is not None:
+            w.add_tensor(b + "layer_output_scale.weight", np.array([g["out_scale"][il]], dtype=np.float32))
+    norm("output_norm.weight", E, 12.0)
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
     w.close()
 
 

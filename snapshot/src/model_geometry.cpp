@@ -183,6 +183,8 @@ class GeometryReader {
     bool any_swa = false;
     const std::string pkey = key("attention.sliding_window_pattern");
     if (const GgufValue* pv = f_.find(pkey)) {
+      // llama.cpp's gemma4 reads the pattern as an array and refuses a period.
+      if (arch_ == "gemma4" && !pv->is_array()) fail("key '" + pkey + "' must be an array of " + std::to_string(n) + " bools (one per layer)");
       if (pv->is_array()) {
         if (pv->count() != n)
           fail("key '" + pkey + "' has " + std::to_string(pv->count()) + " entries for " + std::to_string(n) + " layers");
@@ -201,6 +203,8 @@ class GeometryReader {
       for (uint32_t i = 0; i < n_main; ++i) any_swa = any_swa || (swa[i] && kind[i] == LayerKind::full_attention);
       if (any_swa && g.sliding_window == 0)
         fail("'" + pkey + "' marks sliding layers but '" + key("attention.sliding_window") + "' is missing or 0");
+    } else if (arch_ == "gemma4") {
+      fail("missing key '" + pkey + "' (gemma4's sliding layers, one bool per layer)");
     } else if (g.sliding_window > 0) {
       uint32_t p = 0;
       if (arch_ == "gemma3") p = 6;
@@ -319,7 +323,7 @@ constexpr SupportedArch kSupported[] = {
     {"gemma2", true, false},     {"gemma3", true, false},    {"llama", true, false},
     {"phi3", true, false},       {"qwen2", true, false},     {"qwen3", true, false},
     {"cohere2", false, false},   {"qwen35", true, true},     {"qwen35moe", true, true},
-    {"qwen3next", false, true},
+    {"qwen3next", false, true},  {"gemma4", true, false},
 };
 
 }  // namespace

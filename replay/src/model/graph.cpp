@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "sjkv/fp16.h"
 #include "sjkv/io/model_geometry.h"
 #include "sjkv/io/paths.h"
 #include "sjkv/parallel.h"
@@ -30,6 +31,20 @@ std::string dims_str(const std::vector<uint64_t>& d) {
 float gelu_tanh(float x) {
   const double xd = x;
   return static_cast<float>(0.5 * xd * (1.0 + std::tanh(0.7978845608028654 * (xd + 0.044715 * xd * xd * xd))));
+}
+// ggml's table: gelu of each fp16 value, computed in f32 as ggml_gelu_f32 does, stored as fp16.
+float gelu_fp16(float x) {
+  static const std::vector<uint16_t> table = [] {
+    std::vector<uint16_t> t(65536);
+    for (uint32_t i = 0; i < 65536; ++i) {
+      const float f = f16_to_f32(static_cast<uint16_t>(i));
+      t[i] = f32_to_f16(0.5f * f * (1.0f + std::tanh(0.79788456080286535587989211986876f * f * (1.0f + 0.044715f * f * f))));
+    }
+    return t;
+  }();
+  if (x <= -10.0f) return 0.0f;
+  if (x >= 10.0f) return x;
+  return f16_to_f32(table[f32_to_f16(x)]);
 }
 float silu(float x) { return static_cast<float>(static_cast<double>(x) / (1.0 + std::exp(-static_cast<double>(x)))); }
 float sigmoid(float x) { return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(x)))); }
@@ -115,14 +130,14 @@ Mat GraphModel::load_mat(const GgufTensorInfo& t) {
   return m;
 }
 
-uint64_t GraphModel::dim(Dim d) const {
-  const uint64_t D = info_.head_dim;
+uint64_t GraphModel::dim(Dim d, const Layer* L) const {
+  const uint64_t D = L ? L->head_dim : info_.head_dim, Hkv = L ? L->n_head_kv : info_.n_head_kv;
   switch (d) {
     case Dim::embd: return info_.n_embd;
     case Dim::head: return D;
     case Dim::q: return uint64_t(info_.n_head) * D;
-    case Dim::kv: return uint64_t(info_.n_head_kv) * D;
-    case Dim::qkv: return uint64_t(info_.n_head + 2 * info_.n_head_kv) * D;
+    case Dim::kv: return Hkv * D;
+    case Dim::qkv: return (info_.n_head + 2 * Hkv) * D;
     case Dim::ff: return info_.n_ff;
     case Dim::ff2: return uint64_t(2) * info_.n_ff;
     case Dim::q2: return uint64_t(2) * info_.n_head * D;
@@ -195,7 +210,7 @@ void GraphModel::load_moe(const std::string& p) {
 
 // RoPE: rotated dimensions, the global and sliding configurations, the linear scaling, the
 // frequency factors and the attention factor, as llama.cpp reads them.
-void GraphModel::load_rope(const std::string& p) {
+void GraphModel::load_rope(const std::string& p, const ModelGeometry& g) {
   const uint32_t D = info_.head_dim;
   n_rot_ = f_.has(p + "rope.dimension_count") ? static_cast<uint32_t>(f_.get_uint(p + "rope.dimension_count")) : D;
   if (n_rot_ == 0 || n_rot_ > D || n_rot_ % 2 != 0) fail("rope.dimension_count " + std::to_string(n_rot_) + " out of range");
@@ -217,10 +232,24 @@ void GraphModel::load_rope(const std::string& p) {
   RopeConfig global;
   global.base = hp_.rope_base;
   global.scale = factor == 0.0f ? 1.0 : 1.0 / static_cast<double>(factor);
+  global.n_rot = n_rot_;
   RopeConfig local = global;
-  if (table_.swa_rope == SwaRope::gemma3) {
+  if (table_.swa_rope == SwaRope::gemma3 || table_.swa_rope == SwaRope::gemma4) {
     local.base = hp_.rope_base_swa != 0.0f ? hp_.rope_base_swa : 10000.0f;
     local.scale = 1.0;
+  }
+  if (table_.swa_rope == SwaRope::gemma4) {
+    // Sliding layers have their own head size; llama.cpp defaults their rotated dims to the
+    // full layers' count, which a smaller head cannot hold.
+    local.factors = false;
+    local.n_rot = f_.has(p + "rope.dimension_count_swa") ? static_cast<uint32_t>(f_.get_uint(p + "rope.dimension_count_swa"))
+                                                         : n_rot_;
+    uint32_t d_swa = 0;
+    for (const LayerInfo& li : g.layers)
+      if (li.kind == LayerKind::sliding_window) d_swa = li.head_dim_k;
+    if (d_swa && (local.n_rot == 0 || local.n_rot > d_swa || local.n_rot % 2 != 0))
+      fail("rope.dimension_count_swa " + std::to_string(local.n_rot) + " out of range for sliding heads of " +
+           std::to_string(d_swa));
   } else if (table_.swa_rope == SwaRope::gemma2 && hp_.rope_base_swa != 0.0f) {
     local.base = hp_.rope_base_swa;
   }
@@ -284,6 +313,14 @@ void GraphModel::load() {
     if (li.kind != LayerKind::full_attention && li.kind != LayerKind::sliding_window)
       fail("layer " + std::to_string(il) + " is a " + layer_kind_name(li.kind) + " layer, which " + arch +
            " does not have");
+    if (table_.layer_shapes) {  // per layer, checked below; the model's shape is the first full layer's
+      if (li.head_dim_v != li.head_dim_k) fail("layer " + std::to_string(il) + ": key and value head sizes differ; not supported");
+      if (li.head_dim_k == 0 || li.head_dim_k % 2 != 0 || li.head_dim_k > 1024)
+        fail("layer " + std::to_string(il) + ": head dimension " + std::to_string(li.head_dim_k) + " out of range");
+      if (li.n_head != g.layers[0].n_head) fail("layers with differing head_count are not supported");
+      if (!first || (first->kind != LayerKind::full_attention && li.kind == LayerKind::full_attention)) first = &li;
+      continue;
+    }
     if (!first) first = &li;
     if (li.n_head != first->n_head || li.n_head_kv != first->n_head_kv || li.head_dim_k != first->head_dim_k ||
         li.head_dim_v != first->head_dim_v)
@@ -311,7 +348,7 @@ void GraphModel::load() {
     if (!std::isfinite(v) || v < 0.0f) fail(p + k.key + " must be finite and non-negative");
     hp_.*k.field = v;
   }
-  load_rope(p);
+  load_rope(p, g);
 
   // Embeddings: [n_embd, n_vocab].
   tok_embd_ = f_.find_tensor("token_embd.weight");
@@ -345,12 +382,18 @@ void GraphModel::load() {
     L.sliding = g.layers[il].kind == LayerKind::sliding_window;
     L.recurrent = g.layers[il].kind == LayerKind::recurrent;
     L.rope = (L.sliding && ropes_.size() > 1) ? 1 : 0;
+    L.n_head_kv = Hkv;
+    L.head_dim = D;
+    if (table_.layer_shapes && !L.recurrent) {
+      L.n_head_kv = g.layers[il].n_head_kv;
+      L.head_dim = g.layers[il].head_dim_k;
+    }
     for (const TensorSlot& s : table_.tensors) {
       if ((s.sel == LayerSel::attention && L.recurrent) || (s.sel == LayerSel::recurrent && !L.recurrent)) continue;
       const std::string name = b + s.name;
-      std::vector<uint64_t> dims{dim(s.in)};
-      if (s.experts) dims = {dim(s.in), dim(s.out), dim(Dim::n_expert)};
-      else if (s.mat ? s.out != Dim::one : s.out != s.in) dims.push_back(dim(s.out));
+      std::vector<uint64_t> dims{dim(s.in, &L)};
+      if (s.experts) dims = {dim(s.in, &L), dim(s.out, &L), dim(Dim::n_expert)};
+      else if (s.mat ? s.out != Dim::one : s.out != s.in) dims.push_back(dim(s.out, &L));
       const GgufTensorInfo* t = optional(name, dims);
       if (!t) {
         if (s.required) fail("missing tensor '" + name + "'");
@@ -365,7 +408,7 @@ void GraphModel::load() {
       } else L.*s.mat = load_mat(*t);
     }
     if (L.recurrent) continue;
-    if (L.wqkv.rows == 0 && (L.wq.rows == 0 || L.wk.rows == 0 || L.wv.rows == 0))
+    if (L.wqkv.rows == 0 && (L.wq.rows == 0 || L.wk.rows == 0 || (L.wv.rows == 0 && !table_.layer_shapes)))
       fail("missing tensor '" + b + "attn_q.weight', '" + b + "attn_k.weight', '" + b + "attn_v.weight' or '" + b +
            "attn_qkv.weight'");
   }
@@ -379,8 +422,8 @@ void GraphModel::load() {
     s.full_attention = !layers_[il].sliding && !s.recurrent;
     s.window = layers_[il].sliding ? g.sliding_window : 0;
     s.n_head = H;
-    s.n_head_kv = Hkv;
-    s.head_dim = D;
+    s.n_head_kv = layers_[il].n_head_kv;
+    s.head_dim = layers_[il].head_dim;
     s.softcap = hp_.attn_softcap;
     info_.layers.push_back(s);
   }
@@ -420,7 +463,7 @@ void GraphModel::norm(const float* x, float* y, uint32_t rows, uint32_t dim, con
 
 void GraphModel::qkv(const Layer& L, Ubatch& u) const {
   const uint32_t m = u.m;
-  const size_t nq = dim(Dim::q), nkv = dim(Dim::kv);
+  const size_t nq = dim(Dim::q, &L), nkv = dim(Dim::kv, &L);
   if (L.wqkv.rows) {
     std::vector<float> f(size_t(m) * (nq + 2 * nkv));
     matmul(L.wqkv, u.h.data(), m, f.data());
@@ -433,7 +476,8 @@ void GraphModel::qkv(const Layer& L, Ubatch& u) const {
   } else {
     matmul(L.wq, u.h.data(), m, u.q.data());
     matmul(L.wk, u.h.data(), m, u.k.data());
-    matmul(L.wv, u.h.data(), m, u.v.data());
+    if (L.wv.rows) matmul(L.wv, u.h.data(), m, u.v.data());
+    else std::copy_n(u.k.data(), size_t(m) * nkv, u.v.data());  // Gemma 4: V is the K projection
   }
   auto add_bias = [m](float* rows, size_t width, const std::vector<float>& b) {
     if (b.empty()) return;
@@ -446,13 +490,26 @@ void GraphModel::qkv(const Layer& L, Ubatch& u) const {
 }
 
 void GraphModel::head_norms(const Layer& L, Ubatch& u) const {
-  const uint32_t D = info_.head_dim;
+  const uint32_t D = L.head_dim;
   norm(u.q.data(), u.q.data(), u.m * info_.n_head, D, L.q_norm);
-  norm(u.k.data(), u.k.data(), u.m * info_.n_head_kv, D, L.k_norm);
+  norm(u.k.data(), u.k.data(), u.m * L.n_head_kv, D, L.k_norm);
+}
+
+void GraphModel::rms(float* x, uint32_t rows, uint32_t dim) const {
+  parallel_for_ranges(rows, rows_per_item(kParallelGrain, dim), threads(), [&](long r0, long r1) {
+    for (long r = r0; r < r1; ++r) {
+      float* xr = x + static_cast<size_t>(r) * dim;
+      double s = 0.0;
+      for (uint32_t i = 0; i < dim; ++i) s += static_cast<double>(xr[i]) * xr[i];
+      const float mean = static_cast<float>(s / dim);
+      const float sc = 1.0f / std::sqrt(mean + eps_);
+      for (uint32_t i = 0; i < dim; ++i) xr[i] = xr[i] * sc;
+    }
+  });
 }
 
 void GraphModel::rope(const Layer& L, Ubatch& u) const {
-  const uint32_t D = info_.head_dim, half = n_rot_ / 2;
+  const uint32_t D = L.head_dim, half = ropes_[L.rope].n_rot / 2;
   const bool neox = table_.rope == RopeStyle::neox;
   auto apply = [&](float* rows, uint32_t heads) {
     for (uint32_t i = 0; i < u.m; ++i)
@@ -469,7 +526,7 @@ void GraphModel::rope(const Layer& L, Ubatch& u) const {
       }
   };
   apply(u.q.data(), info_.n_head);
-  apply(u.k.data(), info_.n_head_kv);
+  apply(u.k.data(), L.n_head_kv);
 }
 
 void GraphModel::scale_q(Ubatch& u, float s) const {
@@ -479,9 +536,9 @@ void GraphModel::scale_q(Ubatch& u, float s) const {
 void GraphModel::attend(uint32_t il, Ubatch& u, Kv& kv, float scale) const {
   // Finite weights can still overflow binary32 (values near the type's limit): that is the
   // model file's defect, named here before an arm meets the rows and calls it its own.
-  const size_t row = dim(Dim::kv);
+  const size_t row = dim(Dim::kv, &layers_[il]);
   for (const std::vector<float>* side : {&u.k, &u.v})
-    for (size_t i = 0; i < side->size(); ++i)
+    for (size_t i = 0; i < size_t(u.m) * row; ++i)
       if (!std::isfinite((*side)[i]))
         fail("layer " + std::to_string(il) + " computes a non-finite " + (side == &u.k ? "K" : "V") +
              " value at position " + std::to_string(u.pos + i / row) + " (weights out of range)");
@@ -510,6 +567,10 @@ void GraphModel::ffn(const Layer& L, Act act, Ubatch& u) const {
       parallel_for_ranges(gn, kActivationGrain, nt, [&](long i0, long i1) {
         for (long i = i0; i < i1; ++i) g[i] = gelu_tanh(g[i]) * up[i];
       });
+    } else if (act == Act::gelu_fp16) {
+      parallel_for_ranges(gn, kActivationGrain, nt, [&](long i0, long i1) {
+        for (long i = i0; i < i1; ++i) g[i] = gelu_fp16(g[i]) * up[i];
+      });
     } else {
       parallel_for_ranges(gn, kActivationGrain, nt, [&](long i0, long i1) {
         for (long i = i0; i < i1; ++i) g[i] = silu(g[i]) * up[i];
@@ -524,7 +585,7 @@ void GraphModel::ffn(const Layer& L, Act act, Ubatch& u) const {
       for (long i = i0; i < i1; ++i)
         for (uint32_t c = 0; c < F; ++c) {
           const float gv = up[size_t(i) * 2 * F + c], uv = up[size_t(i) * 2 * F + F + c];
-          g[size_t(i) * F + c] = (act == Act::gelu_tanh ? gelu_tanh(gv) : silu(gv)) * uv;
+          g[size_t(i) * F + c] = (act == Act::gelu_tanh ? gelu_tanh(gv) : act == Act::gelu_fp16 ? gelu_fp16(gv) : silu(gv)) * uv;
         }
     });
   }
@@ -791,10 +852,15 @@ void GraphModel::ubatch(const Span& sp, uint32_t m, uint32_t pos, Kv& kv, float*
   u.x.resize(m * E);
   u.h.resize(m * E);
   u.a.resize(m * E);
-  u.q.resize(m * dim(Dim::q));
-  u.att.resize(m * dim(Dim::q));
-  u.k.resize(m * dim(Dim::kv));
-  u.v.resize(m * dim(Dim::kv));
+  size_t nq = dim(Dim::q), nkv = dim(Dim::kv);  // the widest layer's
+  for (const Layer& L : layers_) {
+    nq = std::max<size_t>(nq, dim(Dim::q, &L));
+    nkv = std::max<size_t>(nkv, dim(Dim::kv, &L));
+  }
+  u.q.resize(m * nq);
+  u.att.resize(m * nq);
+  u.k.resize(m * nkv);
+  u.v.resize(m * nkv);
   u.g.resize(m * F);
   u.u.resize(m * F * (layers_.empty() || layers_[0].gate.rows ? 1 : 2));
 
@@ -812,18 +878,34 @@ void GraphModel::ubatch(const Span& sp, uint32_t m, uint32_t pos, Kv& kv, float*
   }
 
   // RoPE tables per configuration: [m][n_rot / 2] cos and sin.
-  const uint32_t half = n_rot_ / 2;
   const float mscale = hp_.rope_attn_factor;
   u.rcos.resize(ropes_.size());
   u.rsin.resize(ropes_.size());
   for (size_t c = 0; c < ropes_.size(); ++c) {
+    const uint32_t n_rot = ropes_[c].n_rot, half = n_rot / 2;
+    const bool ff = ropes_[c].factors && !rope_ff_.empty();
     u.rcos[c].resize(size_t(m) * half);
     u.rsin[c].resize(size_t(m) * half);
+    if (table_.ggml_angles) {
+      // ggml_rope_cache_init: theta_j = p * s^j as a running f32 product, s = powf(base, -2 / n_rot),
+      // divided by the factor, times the scale, then cosf/sinf.
+      const float step = std::pow(static_cast<float>(ropes_[c].base), -2.0f / static_cast<float>(n_rot));
+      const float fscale = static_cast<float>(ropes_[c].scale);
+      for (uint32_t i = 0; i < m; ++i) {
+        float th = static_cast<float>(pos + i);
+        for (uint32_t j = 0; j < half; ++j, th = th * step) {
+          const float theta = (ff ? th / rope_ff_[j] : th) * fscale;
+          u.rcos[c][size_t(i) * half + j] = std::cos(theta) * mscale;
+          u.rsin[c][size_t(i) * half + j] = std::sin(theta) * mscale;
+        }
+      }
+      continue;
+    }
     for (uint32_t i = 0; i < m; ++i)
       for (uint32_t j = 0; j < half; ++j) {
         double theta = static_cast<double>(pos + i) * ropes_[c].scale *
-                       std::pow(ropes_[c].base, -2.0 * j / static_cast<double>(n_rot_));
-        if (!rope_ff_.empty()) theta /= rope_ff_[j];
+                       std::pow(ropes_[c].base, -2.0 * j / static_cast<double>(n_rot));
+        if (ff) theta /= rope_ff_[j];
         float cs = static_cast<float>(std::cos(theta)), sn = static_cast<float>(std::sin(theta));
         if (mscale != 1.0f) {
           cs = cs * mscale;
@@ -909,7 +991,7 @@ std::vector<TensorSlot> join(std::initializer_list<std::vector<TensorSlot>> part
 }
 
 const std::vector<ArchEntry>& architectures() {
-  static const std::vector<ArchEntry> all{gemma2(), gemma3(), llama(), phi3(), qwen2(), qwen3(), qwen35(), qwen35moe()};
+  static const std::vector<ArchEntry> all{gemma2(), gemma3(), llama(), phi3(), qwen2(), qwen3(), qwen35(), qwen35moe(), gemma4()};
   return all;
 }
 

@@ -36,9 +36,12 @@ struct Layer {
   // Mixture of experts: the router, each expert's gate/up/down, the shared expert and its gate.
   Mat router, gate_sh, up_sh, down_sh, gate_inp_sh;
   std::vector<Mat> gate_exps, up_exps, down_exps;
+  std::vector<float> out_scale;  // Gemma 4's layer_output_scale: multiplies the residual stream, empty when absent
   bool sliding = false;
   bool recurrent = false;
   uint32_t rope = 0;  // index into the model's RoPE configurations
+  // This layer's attention shape (the model's, unless the table allows it per layer).
+  uint32_t n_head_kv = 0, head_dim = 0;
 };
 
 // A tensor dimension, in terms of the model's shape.
@@ -115,9 +118,10 @@ struct KeySlot {
 
 enum class RopeStyle : uint8_t { norm, neox };  // adjacent pairs (llama.cpp NORM) or halves (NEOX)
 // The RoPE of sliding layers: the global one; gemma3's (freq_base_swa, default 10,000, never
-// scaled: llama.cpp's rope_freq_scale_train_swa = 1); or gemma2's (freq_base_swa, default the
-// global base, scaled as the global one).
-enum class SwaRope : uint8_t { global, gemma3, gemma2 };
+// scaled: llama.cpp's rope_freq_scale_train_swa = 1); gemma2's (freq_base_swa, default the
+// global base, scaled as the global one); or gemma4's (gemma3's base and scale, over
+// rope.dimension_count_swa dims, default the global count, and without frequency factors).
+enum class SwaRope : uint8_t { global, gemma3, gemma2, gemma4 };
 // RoPE frequency factors: none, one rope_freqs tensor (llama 3), or Phi-3's long and short
 // factors (long when the context exceeds rope.scaling.original_context_length).
 enum class RopeFactors : uint8_t { none, freqs, long_short };
@@ -132,6 +136,13 @@ struct ArchTable {
   std::vector<TensorSlot> tensors;  // per layer
   bool hybrid = false;  // recurrent layers (ssm.* keys) and trailing draft (nextn) layers allowed
   bool moe = false;     // expert_count and the experts' widths read
+  // Gemma 4: head size and KV heads may differ between sliding and full layers, and a layer
+  // without attn_v takes V from the K projection.
+  bool layer_shapes = false;
+  // RoPE angles as ggml builds them (a running f32 product) rather than exact: Gemma 4's full
+  // layers rotate only high frequencies, so at position 4096 every rotated pair carries
+  // ggml's drift (test_arch: KL 1.9e-5 exact, 1.9e-6 so).
+  bool ggml_angles = false;
 };
 
 // A hybrid's Gated DeltaNet shape (<arch>.ssm.*): Hk key heads and Hv value heads of S values,
@@ -182,6 +193,8 @@ class GraphModel : public Model {
   void norm(const float* x, float* y, uint32_t rows, uint32_t dim, const std::vector<float>& w) const;
   void norm(Ubatch& u, const std::vector<float>& w) const { norm(u.x.data(), u.h.data(), u.m, info_.n_embd, w); }
   void norm_out(Ubatch& u, const std::vector<float>& w) const { norm(u.a.data(), u.a.data(), u.m, info_.n_embd, w); }
+  // RMS norm without a weight, in place (llama.cpp's ggml_rms_norm alone).
+  void rms(float* x, uint32_t rows, uint32_t dim) const;
   void matmul(const Mat& w, const float* x, uint32_t n, float* y) const { gemm(w, x, n, y, w.rows, opt_.n_threads); }
   // q, k, v from u.h: separate matrices or the fused one, then the biases.
   void qkv(const Layer& L, Ubatch& u) const;
@@ -206,7 +219,9 @@ class GraphModel : public Model {
   // From u.h into u.a: the routed experts (softmax, top-k, weights renormalised) plus the
   // shared expert times sigmoid of its gate.
   void moe_ffn(const Layer& L, Ubatch& u) const;
-  enum class Act : uint8_t { silu, gelu_tanh };
+  // gelu_fp16: ggml's CPU GELU, its input rounded to fp16 and looked up in an fp16 table of
+  // the tanh GELU (GGML_GELU_FP16), identity from 10 and 0 from -10 down.
+  enum class Act : uint8_t { silu, gelu_tanh, gelu_fp16 };
   // From u.h into u.a: down(act(gate h) * up h), or with the fused matrix act(first half) * second.
   void ffn(const Layer& L, Act act, Ubatch& u) const;
   void residual(Ubatch& u) const;  // x += a
@@ -233,7 +248,11 @@ class GraphModel : public Model {
   struct RopeConfig {
     double base = 10000.0;
     double scale = 1.0;  // multiplies positions (1 / linear scaling factor)
-    bool operator==(const RopeConfig& o) const { return base == o.base && scale == o.scale; }
+    uint32_t n_rot = 0;
+    bool factors = true;  // the frequency factors in use apply
+    bool operator==(const RopeConfig& o) const {
+      return base == o.base && scale == o.scale && n_rot == o.n_rot && factors == o.factors;
+    }
   };
   [[noreturn]] void fail(const std::string& what) const { throw FileError(f_.path(), what); }
   const GgufTensorInfo* optional(const std::string& name, std::vector<uint64_t> dims) const;
@@ -243,8 +262,8 @@ class GraphModel : public Model {
   std::vector<Mat> load_experts(const GgufTensorInfo& t);
   void load_hybrid(const std::string& p, const ModelGeometry& g);
   void load_moe(const std::string& p);
-  uint64_t dim(Dim d) const;
-  void load_rope(const std::string& p);
+  uint64_t dim(Dim d, const Layer* L = nullptr) const;  // L: that layer's attention shape
+  void load_rope(const std::string& p, const ModelGeometry& g);
   void check_eval(const int32_t* tokens, uint32_t n, uint32_t n_ubatch, const Kv& kv) const;
   void run_ubatches(const int32_t* tokens, const float* x_in, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
                     uint32_t l0, uint32_t l1, Kv& kv, float* x_out, float* hidden, float* logits, bool all_logits);
@@ -271,6 +290,7 @@ struct ArchEntry {
 const std::vector<ArchEntry>& architectures();
 ArchEntry gemma2();
 ArchEntry gemma3();
+ArchEntry gemma4();
 ArchEntry llama();
 ArchEntry phi3();
 ArchEntry qwen2();
