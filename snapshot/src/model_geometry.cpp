@@ -22,7 +22,7 @@ const char* layer_kind_name(LayerKind k) {
 std::vector<uint32_t> ModelGeometry::full_attention_layers() const {
   std::vector<uint32_t> v;
   for (uint32_t i = 0; i < layers.size(); ++i)
-    if (layers[i].kind == LayerKind::full_attention) v.push_back(i);
+    if (layers[i].kind == LayerKind::full_attention && layers[i].kv_source < 0) v.push_back(i);
   return v;
 }
 
@@ -63,7 +63,8 @@ uint64_t ModelGeometry::recurrent_state_bytes(uint32_t bits_per_value) const {
 CacheGeometry ModelGeometry::cache_geometry() const {
   CacheGeometry g;
   for (const LayerInfo& l : layers)
-    if (l.kind == LayerKind::full_attention) g.layers.push_back(LayerGeometry{l.n_head_kv, l.head_dim_k, l.head_dim_v});
+    if (l.kind == LayerKind::full_attention && l.kv_source < 0)
+      g.layers.push_back(LayerGeometry{l.n_head_kv, l.head_dim_k, l.head_dim_v});
   return g;
 }
 
@@ -184,7 +185,8 @@ class GeometryReader {
     const std::string pkey = key("attention.sliding_window_pattern");
     if (const GgufValue* pv = f_.find(pkey)) {
       // llama.cpp's gemma4 reads the pattern as an array and refuses a period.
-      if (arch_ == "gemma4" && !pv->is_array()) fail("key '" + pkey + "' must be an array of " + std::to_string(n) + " bools (one per layer)");
+      if (arch_ == "gemma4" && !pv->is_array())
+        fail("key '" + pkey + "' must be an array of " + std::to_string(n) + " bools (one per layer)");
       if (pv->is_array()) {
         if (pv->count() != n)
           fail("key '" + pkey + "' has " + std::to_string(pv->count()) + " entries for " + std::to_string(n) + " layers");
@@ -226,6 +228,9 @@ class GeometryReader {
       if (swa[i] && kind[i] == LayerKind::full_attention) kind[i] = LayerKind::sliding_window;
     if (qwen_hybrid && std::count(kind.begin(), kind.end(), LayerKind::recurrent) > 0)
       g.recurrent = recurrent_shape();
+    const uint32_t shared = arch_ == "gemma4" ? opt_u32(key("attention.shared_kv_layers")).value_or(0) : 0;
+    if (shared) rule += "the last " + std::to_string(shared) + " layers read the KV of the last own-KV layer of their kind (" +
+                        key("attention.shared_kv_layers") + "); ";
     g.hybrid_memory = qwen_hybrid;
     g.state_cell_ext = arch_ == "qwen35" || arch_ == "qwen35moe";  // iM-RoPE (llama.cpp's rope type)
     if (rule.empty()) rule = "every layer has full attention; ";
@@ -265,6 +270,24 @@ class GeometryReader {
       if (attention && l.n_head % l.n_head_kv != 0)
         fail("layer " + std::to_string(i) + ": head_count " + std::to_string(l.n_head) +
              " is not a multiple of head_count_kv " + std::to_string(l.n_head_kv));
+    }
+    if (shared) {
+      // llama.cpp maps a shared layer to K0 - 2 if it slides, else K0 - 1, and views that cache
+      // with the shared layer's own shape: anything else fails there.
+      if (shared > n - 2)
+        fail("'" + key("attention.shared_kv_layers") + "' is " + std::to_string(shared) + " of " + std::to_string(n) +
+             " layers; at least 2 must keep their own KV");
+      const uint32_t k0 = n - shared;
+      for (uint32_t i = k0; i < n; ++i) {
+        LayerInfo& l = g.layers[i];
+        const bool sl = l.kind == LayerKind::sliding_window;
+        const uint32_t src = sl ? k0 - 2 : k0 - 1;
+        const LayerInfo& s = g.layers[src];
+        if (s.kind != l.kind || s.n_head_kv != l.n_head_kv || s.head_dim_k != l.head_dim_k || s.head_dim_v != l.head_dim_v)
+          fail("shared-KV layer " + std::to_string(i) + " (" + layer_kind_name(l.kind) + ") would read layer " +
+               std::to_string(src) + ", which is " + layer_kind_name(s.kind) + " or of another shape");
+        l.kv_source = static_cast<int32_t>(src);
+      }
     }
     return g;
   }

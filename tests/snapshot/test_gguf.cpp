@@ -969,6 +969,62 @@ TEST(GgufGeometry, SlidingWindowPatternKey) {
   EXPECT_EQ(sjkv::check(cg, sjkv::CacheOption::sjkv(4, 4)), "");  // D 512: two 256-point rotations
 }
 
+// Gemma 4 geometry (docs/design/gemma4.md sections 1, 4, 8 and 9): n layers, full every
+// `period`-th (il % period == period - 1), KV heads and head sizes per kind.
+Writer gemma4(uint32_t n, uint32_t period, uint32_t kv_swa, uint32_t kv_full, uint32_t shared, bool array = true) {
+  std::vector<bool> swa(n);
+  std::vector<uint32_t> kv(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    swa[i] = i % period != period - 1;
+    kv[i] = swa[i] ? kv_swa : kv_full;
+  }
+  Writer w;
+  w.str("general.architecture", "gemma4").u32("gemma4.block_count", n).u32("gemma4.attention.head_count", 32);
+  w.arr_u32("gemma4.attention.head_count_kv", kv).u32("gemma4.attention.sliding_window", 1024);
+  w.u32("gemma4.attention.key_length", 512).u32("gemma4.attention.value_length", 512);
+  w.u32("gemma4.attention.key_length_swa", 256).u32("gemma4.attention.value_length_swa", 256);
+  if (array) w.arr_bool("gemma4.attention.sliding_window_pattern", swa);
+  else w.u32("gemma4.attention.sliding_window_pattern", period);
+  if (shared) w.u32("gemma4.attention.shared_kv_layers", shared);
+  return w;
+}
+
+TEST(GgufGeometry, Gemma4KeepsKvInOwnFullLayers) {
+  // The 31B: 60 layers, every sixth full with 4 KV heads of 512; the note's memory rule is 10
+  // layers x 4 x 512 x 2 values a token: 80 KiB at f16, 20 GiB at 262,144 tokens.
+  const sjkv::ModelGeometry big = sjkv::geometry_from_gguf(gemma4(60, 6, 16, 4, 0).parse());
+  EXPECT_EQ(big.full_attention_layers().size(), 10u);
+  EXPECT_EQ(big.cache_geometry().values_per_token(), 40960u);
+  EXPECT_EQ(big.cache_geometry().values_per_token() * 2 * 262144, 21474836480ull);
+  // E2B: 35 layers, full at 4, 9, ..., 34; the last 20 share: K0 = 15, sliding ones read layer
+  // 13, full ones layer 14 (llama.cpp's reuse rule, not i - 20). Only 4, 9 and 14 keep a full cache.
+  const sjkv::ModelGeometry e = sjkv::geometry_from_gguf(gemma4(35, 5, 1, 1, 20).parse());
+  EXPECT_EQ(e.full_attention_layers(), (std::vector<uint32_t>{4, 9, 14}));
+  EXPECT_EQ(e.cache_geometry().layers.size(), 3u);
+  for (uint32_t i = 0; i < 35; ++i) EXPECT_EQ(e.layers[i].kv_source, i < 15 ? -1 : i % 5 == 4 ? 14 : 13) << i;
+  EXPECT_NE(e.layer_rule.find("the last 20 layers read the KV"), std::string::npos) << e.layer_rule;
+  const auto defect = [](const Writer& w) {
+    try {
+      sjkv::geometry_from_gguf(w.parse());
+    } catch (const FileError& x) {
+      return x.defect();
+    }
+    return std::string();
+  };
+  // llama.cpp's gemma4 reads the pattern as an array only.
+  const Writer period = gemma4(6, 6, 2, 1, 0, false);
+  EXPECT_NE(defect(period).find("must be an array of 6 bools"), std::string::npos) << defect(period);
+  Writer none;
+  none.str("general.architecture", "gemma4").u32("gemma4.block_count", 2).u32("gemma4.attention.head_count", 2);
+  none.u32("gemma4.embedding_length", 256);
+  EXPECT_NE(defect(none).find("missing key 'gemma4.attention.sliding_window_pattern'"), std::string::npos) << defect(none);
+  // Full at 2 and 5, K0 = 4: the sliding layer 4 would read layer 2, which is full.
+  EXPECT_NE(defect(gemma4(6, 3, 2, 1, 2)).find("shared-KV layer 4 (sliding) would read layer 2, which is full"),
+            std::string::npos)
+      << defect(gemma4(6, 3, 2, 1, 2));
+  EXPECT_NE(defect(gemma4(6, 3, 2, 1, 5)).find("at least 2 must keep their own KV"), std::string::npos);
+}
+
 TEST(GgufGeometry, HybridQwen) {
   // Qwen3.8 27B's shape: 64 main layers, full attention every 4th, plus one nextn draft block.
   Writer w;

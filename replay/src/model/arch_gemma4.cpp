@@ -27,9 +27,8 @@ class Gemma4Model final : public GraphModel {
   void check_arch() override {
     const std::string p = info_.architecture + ".";
     auto refuse = [&](const std::string& what) { throw FileError(f_.path(), what); };
-    // What the E-series and 26B-A4B files add, not run yet: refused rather than ignored.
-    if (f_.has(p + "attention.shared_kv_layers") && f_.get_uint(p + "attention.shared_kv_layers") > 0)
-      refuse("shared-KV layers (" + p + "attention.shared_kv_layers) are not supported yet");
+    // What the E-series and 26B-A4B files add, not run yet, is refused rather than ignored
+    // (shared-KV layers by the loader).
     if (f_.has(p + "embedding_length_per_layer_input") && f_.get_uint(p + "embedding_length_per_layer_input") > 0)
       refuse("per-layer embeddings (" + p + "embedding_length_per_layer_input) are not supported yet");
     if (!f_.has(p + "attention.key_length_swa") || !f_.has(p + "attention.value_length_swa"))

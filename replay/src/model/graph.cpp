@@ -314,6 +314,9 @@ void GraphModel::load() {
       fail("layer " + std::to_string(il) + " is a " + layer_kind_name(li.kind) + " layer, which " + arch +
            " does not have");
     if (table_.layer_shapes) {  // per layer, checked below; the model's shape is the first full layer's
+      if (li.kv_source >= 0)
+        fail("layer " + std::to_string(il) + " reads the KV cache of layer " + std::to_string(li.kv_source) +
+             " (shared-KV layers); not supported yet");
       if (li.head_dim_v != li.head_dim_k) fail("layer " + std::to_string(il) + ": key and value head sizes differ; not supported");
       if (li.head_dim_k == 0 || li.head_dim_k % 2 != 0 || li.head_dim_k > 1024)
         fail("layer " + std::to_string(il) + ": head dimension " + std::to_string(li.head_dim_k) + " out of range");

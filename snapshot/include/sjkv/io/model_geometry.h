@@ -26,6 +26,8 @@ struct LayerInfo {
   uint32_t n_head_kv = 0;
   uint32_t head_dim_k = 0;
   uint32_t head_dim_v = 0;
+  // Gemma 4's shared-KV layers store no K/V and attend the cache of this earlier layer; -1: its own.
+  int32_t kv_source = -1;
 };
 
 // The state one sequence keeps in each recurrent (Gated DeltaNet) layer of the Qwen 3.5 family
@@ -66,6 +68,7 @@ struct ModelGeometry {
   // this model's state files: true for the M-RoPE / iM-RoPE architectures (qwen35, qwen35moe).
   bool state_cell_ext = false;
 
+  // Full-attention layers that store their own K/V (a shared-KV layer reads another's).
   std::vector<uint32_t> full_attention_layers() const;
   std::vector<uint32_t> recurrent_layers() const;
   // Layers outside the nextn draft blocks (llama.cpp's n_layer(): what a hybrid's recurrent
@@ -98,6 +101,10 @@ struct ModelGeometry {
 //                  <arch>.attention.sliding_window > 0: gemma3 6 (layers with (il + 1) % 6 == 0
 //                  are global), gemma2 2, cohere2 4
 //     full         every other layer
+//   shared KV      gemma4: the last <arch>.attention.shared_kv_layers layers keep no cache and
+//                  read the last own-KV layer of their kind (llama.cpp: layer K0 - 2 for sliding,
+//                  K0 - 1 for full, K0 = block_count - shared_kv_layers; refused unless those
+//                  two are of those kinds and of the same shape); the pattern must be an array
 //   recurrent state (qwen35, qwen35moe, qwen3next with recurrent layers; RecurrentShape):
 //                  <arch>.ssm.conv_kernel, ssm.inner_size, ssm.state_size, ssm.time_step_rank,
 //                  ssm.group_count, all required as llama.cpp requires them, non-zero, with
