@@ -11,7 +11,7 @@ numpy's version nor the CPU changes them. The writer is the PyPI package gguf, p
   python3 scripts/make-test-models.py --out DIR [--only NAME...] \\
       [--check tests/golden/arch/models.sha256] [--write-hashes FILE]
 
-Models: 4 layers (the hybrids 8, gemma4 6), n_ff 512, rms eps 1e-6, every tensor F32 (BPE:
+Models: 4 layers (the hybrids 8, gemma4 6, gemma4-e 8), n_ff 512, rms eps 1e-6, every tensor F32 (BPE:
 byte-level with merges, SPM: SentencePiece-style pieces with byte fallback; both learned from
 TEXT below).
 
@@ -25,6 +25,7 @@ TEXT below).
   qwen35   qwen35  256     4/2 x 256          BPE, pre qwen35, 500  32768    1e7
   qwen35moe qwen35moe 256  4/2 x 256          BPE, pre qwen35, 500  32768    1e7
   gemma4   gemma4  256     4/1 x 512, 4/2 x 128 SPM, 520            32768    1e6, sliding 1e4
+  gemma4-e gemma4  256     4/1 x 512, 4/1 x 128 SPM, 520            32768    1e6, sliding 1e4
 
   qwen2    q/k/v biases; tied output (no output.weight); no BOS added
   qwen3    attn_q_norm/attn_k_norm [128]; attn_q [256, 512]; untied
@@ -57,6 +58,12 @@ TEXT below).
            attn_k_norm (scale 1 attention: their weights set the scores); no attn_v at layer 5
            (V from K); layer_output_scale on every layer but 3; post norms; final soft-cap 30;
            tied, small embeddings and a final norm of mean 12 as gemma2; Gemma's SPM vocabulary
+  gemma4-e gemma4's features in the E2B/E4B form: 8 layers, full at 2, 4, 7; shared_kv_layers 3
+           (layers 5, 6 read layer 3's cache, layer 7 layer 4's; attn_k absent on 5 and 7,
+           present and unused on 6); per-layer embeddings of 64 (per_layer_token_embd [512, 520],
+           per_layer_model_proj [256, 512], per_layer_proj_norm [64]; inp_gate [256, 64], proj
+           [64, 256], post_norm per layer); feed_forward_length [512 x 5, 1024 x 3]; no
+           final_logit_softcapping key (llama.cpp's default 30 applies)
 
 Written only when named (--only qwen35-0.8b; never by default, and not in models.sha256):
 
@@ -112,7 +119,9 @@ MODELS = {
                       moe=dict(n_expert=8, n_used=2, n_ff_exp=128, n_ff_shexp=256)),
     # Gemma 4 dense (build_gemma4): the layer pattern and shapes in GEMMA4 below
     "gemma4":  dict(arch="gemma4", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="spm-gemma", n_vocab=520,
-                    ctx=32768, rope_base=1e6, tied=True, gemma4=True),
+                    ctx=32768, rope_base=1e6, tied=True, gemma4="dense"),
+    "gemma4-e": dict(arch="gemma4", n_embd=256, n_head=4, n_head_kv=1, head=128, vocab="spm-gemma", n_vocab=520,
+                     ctx=32768, rope_base=1e6, tied=True, gemma4="e"),
     # Written only when named (--only): the published shape of Qwen 3.5 0.8B (docs/design/qwen35.md
     # section 10) in Q8_0, for timing at long context (scripts/bench-hybrid-long). About 0.8 GB.
     "qwen35-0.8b": dict(arch="qwen35", n_embd=1024, n_head=8, n_head_kv=2, head=256, vocab="bpe-qwen35",
@@ -135,8 +144,21 @@ ROPE_SECTIONS = [11, 11, 10, 0]
 # 1e30 (partial factor 0.25), base 1e6; sliding layers 2 KV heads of 128 (key_length_swa),
 # rope.dimension_count_swa 128, base 1e4. attn_v absent on layer 5 (V from K); layer_output_scale
 # on every layer but 3; final soft-cap 30 written.
-GEMMA4 = dict(swa=[True, True, False, True, True, False], window=48, d_full=512, d_swa=128, kv_full=1, kv_swa=2,
-              rope_swa=1e4, partial=0.25, no_v=[5], out_scale=[0.7, 1.3, 0.6, None, 1.4, 0.8], softcap=30.0)
+# gemma4-e (the E2B/E4B features): 8 layers, full at 2, 4 and 7, 1 KV head everywhere; the last 3
+# share KV (K0 = 5: layers 5 and 6 read layer 3, layer 7 reads layer 4), attn_k/attn_k_norm
+# absent on 5 and 7 and present (unused) on 6; per-layer embeddings of 64
+# (per_layer_token_embd [512, V], per_layer_model_proj, per_layer_proj_norm; inp_gate, proj,
+# post_norm per layer); feed_forward_length per layer (1024 on the shared layers, as E2B's
+# double-wide MLP); no final soft-cap key (llama.cpp's default 30 applies).
+GEMMA4 = {
+    "dense": dict(swa=[True, True, False, True, True, False], window=48, d_full=512, d_swa=128, kv_full=1, kv_swa=2,
+                  rope_swa=1e4, partial=0.25, no_v=[5], out_scale=[0.7, 1.3, 0.6, None, 1.4, 0.8], softcap=30.0,
+                  shared=0, no_k=[], pe=0, n_ff=None),
+    "e": dict(swa=[True, True, False, True, False, True, True, False], window=48, d_full=512, d_swa=128, kv_full=1,
+              kv_swa=1, rope_swa=1e4, partial=0.25, no_v=[], out_scale=[0.8, 1.2, 0.7, 1.3, 0.9, 1.1, None, 1.25],
+              softcap=None, shared=3, no_k=[5, 7], pe=64, n_ff=[512] * 5 + [1024] * 3),
+}
+PE_GATE_STD = 0.5  # inp_gate on the raw residual (rms ~2): gelu inputs of rms ~1
 
 # Scales of the random weights, chosen by measuring llama.cpp's logits and a float64 forward
 # pass on these files. A std of c/sqrt(n_in) gives outputs of rms about c for inputs of rms 1
@@ -746,18 +768,23 @@ def build_gemma4(name, spec, path, seed):
     embeddings and a large final norm as gemma2)."""
     import gguf
 
-    g = GEMMA4
+    g = GEMMA4[spec["gemma4"]]
     E, H = spec["n_embd"], spec["n_head"]
     n = len(g["swa"])
+    k0 = n - g["shared"]
+    P = g["pe"]
+    n_ff = g["n_ff"] or [N_FF] * n
     heads_kv = [g["kv_swa"] if sl else g["kv_full"] for sl in g["swa"]]
     w = gguf.GGUFWriter(path, spec["arch"])
     w.add_name(name)
     w.add_context_length(spec["ctx"])
     w.add_embedding_length(E)
     w.add_block_count(n)
-    w.add_feed_forward_length(N_FF)
+    w.add_feed_forward_length(n_ff if g["n_ff"] else N_FF)
     w.add_head_count(H)
     w.add_head_count_kv(heads_kv)
+    if g["shared"]:
+        w.add_shared_kv_layers(g["shared"])
     w.add_key_length(g["d_full"])
     w.add_value_length(g["d_full"])
     w.add_key_length_swa(g["d_swa"])
@@ -769,8 +796,9 @@ def build_gemma4(name, spec, path, seed):
     w.add_rope_dimension_count_swa(g["d_swa"])
     w.add_sliding_window(g["window"])
     w.add_sliding_window_pattern(g["swa"])
-    w.add_embedding_length_per_layer_input(0)
-    w.add_final_logit_softcapping(g["softcap"])
+    w.add_embedding_length_per_layer_input(P)
+    if g["softcap"] is not None:
+        w.add_final_logit_softcapping(g["softcap"])
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     n_vocab = add_vocab(w, spec)
 
@@ -785,6 +813,11 @@ def build_gemma4(name, spec, path, seed):
     t("token_embd.weight", (n_vocab, E), 0.02)
     rot = int(g["d_full"] * g["partial"]) // 2
     w.add_tensor("rope_freqs.weight", np.array([1.0] * rot + [1e30] * (g["d_full"] // 2 - rot), dtype=np.float32))
+    if P:
+        # token rows of rms 1 / sqrt(P) (times sqrt(P) in the graph); the projection's output is normed
+        t("per_layer_token_embd.weight", (n_vocab, P * n), 1 / math.sqrt(P))
+        t("per_layer_model_proj.weight", (P * n, E), unit_in)
+        norm("per_layer_proj_norm.weight", P)
     for il in range(n):
         b = "blk.%d." % il
         D = g["d_swa"] if g["swa"][il] else g["d_full"]
@@ -793,18 +826,25 @@ def build_gemma4(name, spec, path, seed):
         qk_w = math.sqrt(SCORE_STD / math.sqrt(D))
         norm(b + "attn_norm.weight", E)
         t(b + "attn_q.weight", (H * D, E), unit_in)
-        t(b + "attn_k.weight", (KV * D, E), unit_in)
-        if il not in g["no_v"]:
+        if il not in g["no_k"]:
+            t(b + "attn_k.weight", (KV * D, E), unit_in)
+        if il not in g["no_v"] and il < k0:
             t(b + "attn_v.weight", (KV * D, E), unit_in)
         norm(b + "attn_q_norm.weight", D, qk_w)
-        norm(b + "attn_k_norm.weight", D, qk_w)
+        if il not in g["no_k"]:
+            norm(b + "attn_k_norm.weight", D, qk_w)
         t(b + "attn_output.weight", (E, H * D), 1 / math.sqrt(H * D))
         norm(b + "post_attention_norm.weight", E)
         norm(b + "ffn_norm.weight", E)
-        t(b + "ffn_gate.weight", (N_FF, E), unit_in)
-        t(b + "ffn_up.weight", (N_FF, E), unit_in)
-        t(b + "ffn_down.weight", (E, N_FF), 1 / math.sqrt(N_FF))
+        F = n_ff[il]
+        t(b + "ffn_gate.weight", (F, E), unit_in)
+        t(b + "ffn_up.weight", (F, E), unit_in)
+        t(b + "ffn_down.weight", (E, F), 1 / math.sqrt(F))
         norm(b + "post_ffw_norm.weight", E)
+        if P:
+            t(b + "inp_gate.weight", (P, E), PE_GATE_STD * unit_in)
+            t(b + "proj.weight", (E, P), 1 / math.sqrt(P))
+            norm(b + "post_norm.weight", E)
         if g["out_scale"][il] is not None:
             w.add_tensor(b + "layer_output_scale.weight", np.array([g["out_scale"][il]], dtype=np.float32))
     norm("output_norm.weight", E, 12.0)

@@ -1,18 +1,25 @@
-// Gemma 4, dense (GGUF architecture "gemma4"; docs/design/gemma4.md): embeddings times
-// sqrt(n_embd); sliding and full layers from the per-layer sliding_window_pattern, each kind
-// with its own head size (key_length_swa, key_length) and KV heads; q and k RMS-normed per head
-// with their weights, V per head without one; a layer without attn_v takes V from the raw K
-// projection (the 31B's full layers). RoPE on halves (NEOX): full layers over key_length dims
+// Gemma 4 (GGUF architecture "gemma4"; docs/design/gemma4.md), dense and E-series: embeddings
+// times sqrt(n_embd); sliding and full layers from the per-layer sliding_window_pattern, each
+// kind with its own head size (key_length_swa, key_length) and KV heads; q and k RMS-normed per
+// head with their weights, V per head without one; a layer without attn_v takes V from the raw
+// K projection (the 31B's full layers). RoPE on halves (NEOX): full layers over key_length dims
 // with rope.freq_base, their angles divided by rope_freqs (proportional RoPE: factors of 1e30
 // leave most pairs still), sliding layers over rope.dimension_count_swa dims with
 // rope.freq_base_swa (default 10,000); the angles as ggml builds them. Attention logits are
 // q.k (scale 1). Post-attention and post-FFN norms, a GELU-gated FFN (ggml's fp16 GELU table,
-// as llama.cpp computes it on the CPU), then the whole residual stream times
-// layer_output_scale when the layer has one. The final soft-cap defaults to 30 when the key is
-// absent, as llama.cpp's. Gemma 4's norms multiply as stored (no +1 folded in, none needed).
+// as llama.cpp computes it on the CPU) of the layer's own width, then (E2B/E4B) the per-layer
+// embedding block, then the whole residual stream times layer_output_scale when the layer has
+// one. The E-series' last attention.shared_kv_layers layers project q alone and attend the
+// cache of the last own-KV layer of their kind (model_geometry). The final soft-cap defaults
+// to 30 when the key is absent, as llama.cpp's. Gemma 4's norms multiply as stored (no +1
+// folded in, none needed). The 26B-A4B's experts are refused.
+#include <cmath>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "graph.h"
+#include "sjkv/replay/dequant.h"
 
 namespace sjkv {
 namespace replay {
@@ -27,35 +34,90 @@ class Gemma4Model final : public GraphModel {
   void check_arch() override {
     const std::string p = info_.architecture + ".";
     auto refuse = [&](const std::string& what) { throw FileError(f_.path(), what); };
-    // What the E-series and 26B-A4B files add, not run yet, is refused rather than ignored
-    // (shared-KV layers by the loader).
-    if (f_.has(p + "embedding_length_per_layer_input") && f_.get_uint(p + "embedding_length_per_layer_input") > 0)
-      refuse("per-layer embeddings (" + p + "embedding_length_per_layer_input) are not supported yet");
+    // llama.cpp requires the key (0: no per-layer embeddings) and both swa lengths.
+    if (!f_.has(p + "embedding_length_per_layer_input")) refuse("missing key '" + p + "embedding_length_per_layer_input'");
     if (!f_.has(p + "attention.key_length_swa") || !f_.has(p + "attention.value_length_swa"))
       refuse("missing key '" + p + "attention.key_length_swa' or '" + p + "attention.value_length_swa'");
     bool any_full = false;
     for (uint32_t il = 0; il < info_.n_layer; ++il) {
       const std::string b = "blk." + std::to_string(il) + ".";
+      const Layer& L = layers_[il];
       if (f_.find_tensor(b + "ffn_gate_inp.weight")) refuse("tensor '" + b + "ffn_gate_inp.weight': mixture-of-experts layers are not supported yet");
-      any_full = any_full || !layers_[il].sliding;
+      any_full = any_full || !L.sliding;
+      if (L.kv_src < 0 && L.wqkv.rows == 0 && L.wk.rows == 0) refuse("missing tensor '" + b + "attn_k.weight'");
+      if (L.kv_src < 0 && L.k_norm.empty()) refuse("missing tensor '" + b + "attn_k_norm.weight'");
+      if (L.kv_src >= 0 && L.wq.rows == 0) refuse("missing tensor '" + b + "attn_q.weight' (a shared-KV layer projects q alone)");
+      if (n_pe_ && (L.pe_gate.rows == 0 || L.pe_proj.rows == 0 || L.pe_norm.empty()))
+        refuse("missing tensor '" + b + "inp_gate.weight', '" + b + "proj.weight' or '" + b + "post_norm.weight'");
     }
     if (any_full && !f_.find_tensor("rope_freqs.weight")) refuse("missing tensor 'rope_freqs.weight'");
   }
 
+  // Per-layer inputs and shared-KV layers read beyond the residual stream (the tokens, earlier
+  // layers' caches), so the pass does not split there.
+  bool splits() const override {
+    for (const Layer& L : layers_)
+      if (L.kv_src >= 0) return false;
+    return n_pe_ == 0;
+  }
+
+  // The per-layer embedding inputs of every layer, from the tokens and the scaled embeddings x0
+  // (docs/design/gemma4.md section 3): ((norm(proj x0 / sqrt(E)) * w) + row * sqrt(P)) / sqrt(2).
+  void per_layer_inputs(Ubatch& u) const {
+    if (!u.tokens) throw std::logic_error("gemma4: per-layer embeddings need the ubatch's tokens");
+    const uint32_t m = u.m, P = n_pe_;
+    const size_t row = size_t(info_.n_layer) * P;
+    u.ple.resize(m * row);
+    matmul(pe_model_proj_, u.x.data(), m, u.ple.data());
+    const float s_proj = 1.0f / std::sqrt(static_cast<float>(info_.n_embd));
+    for (float& x : u.ple) x = x * s_proj;
+    norm(u.ple.data(), u.ple.data(), m * info_.n_layer, P, pe_proj_norm_);
+    const float s_tok = std::sqrt(static_cast<float>(P)), s_sum = 1.0f / std::sqrt(2.0f);
+    std::vector<float> t(row);
+    const uint8_t* table = f_.tensor_data(*pe_tok_);
+    for (uint32_t i = 0; i < m; ++i) {
+      dequantize_row(pe_tok_->type, table + size_t(u.tokens[i]) * pe_row_bytes_, t.data(), row);
+      float* r = u.ple.data() + i * row;
+      for (size_t j = 0; j < row; ++j) r[j] = (r[j] + t[j] * s_tok) * s_sum;
+    }
+  }
+
   void layer(uint32_t il, Ubatch& u, Kv& kv) const override {
     const Layer& L = layers_[il];
+    if (il == 0 && n_pe_) per_layer_inputs(u);
     norm(u, L.attn_norm);
-    qkv(L, u);
-    head_norms(L, u);
-    rms(u.v.data(), u.m * L.n_head_kv, L.head_dim);
-    rope(L, u);
-    attention(il, L, u, kv, 1.0f);
+    if (L.kv_src < 0) {
+      qkv(L, u);
+      head_norms(L, u);
+      rms(u.v.data(), u.m * L.n_head_kv, L.head_dim);
+      rope(L, u);
+      attend(il, u, kv, 1.0f);
+    } else {  // q alone, over the source layer's cache
+      matmul(L.wq, u.h.data(), u.m, u.q.data());
+      norm(u.q.data(), u.q.data(), u.m * info_.n_head, L.head_dim, L.q_norm);
+      rope(L, u);
+      attend_shared(il, u, kv, 1.0f);
+    }
+    attn_output(L, u);
     norm_out(u, L.post_attn_norm);
     residual(u);
     norm(u, L.ffn_norm);
     ffn(L, Act::gelu_fp16, u);
     norm_out(u, L.post_ffw_norm);
     residual(u);
+    if (n_pe_) {  // x += norm(proj(gelu(gate x) * ple[il])) * post_norm
+      const uint32_t P = n_pe_;
+      std::vector<float> g(size_t(u.m) * P);
+      matmul(L.pe_gate, u.x.data(), u.m, g.data());
+      gelu_fp16_inplace(g.data(), g.size());
+      for (uint32_t i = 0; i < u.m; ++i) {
+        const float* e = u.ple.data() + (size_t(i) * info_.n_layer + il) * P;
+        for (uint32_t j = 0; j < P; ++j) g[size_t(i) * P + j] = g[size_t(i) * P + j] * e[j];
+      }
+      matmul(L.pe_proj, g.data(), u.m, u.a.data());
+      norm_out(u, L.pe_norm);
+      residual(u);
+    }
     if (!L.out_scale.empty()) {
       const float s = L.out_scale[0];
       for (float& x : u.x) x = x * s;
@@ -77,11 +139,14 @@ ArchEntry gemma4() {
                           join({{vec("attn_norm.weight", Dim::embd, &Layer::attn_norm)},
                                 qkv_slots(false),
                                 {vec("attn_q_norm.weight", Dim::head, &Layer::q_norm),
-                                 vec("attn_k_norm.weight", Dim::head, &Layer::k_norm),
+                                 vec("attn_k_norm.weight", Dim::head, &Layer::k_norm, false),
                                  vec("post_attention_norm.weight", Dim::embd, &Layer::post_attn_norm),
                                  vec("ffn_norm.weight", Dim::embd, &Layer::ffn_norm),
                                  vec("post_ffw_norm.weight", Dim::embd, &Layer::post_ffw_norm),
-                                 vec("layer_output_scale.weight", Dim::one, &Layer::out_scale, false)},
+                                 vec("layer_output_scale.weight", Dim::one, &Layer::out_scale, false),
+                                 mat("inp_gate.weight", Dim::embd, Dim::pe, &Layer::pe_gate, false),
+                                 mat("proj.weight", Dim::pe, Dim::embd, &Layer::pe_proj, false),
+                                 vec("post_norm.weight", Dim::embd, &Layer::pe_norm, false)},
                                 gated_ffn_slots()}),
                           false,
                           false,

@@ -138,7 +138,7 @@ uint64_t GraphModel::dim(Dim d, const Layer* L) const {
     case Dim::q: return uint64_t(info_.n_head) * D;
     case Dim::kv: return Hkv * D;
     case Dim::qkv: return (info_.n_head + 2 * Hkv) * D;
-    case Dim::ff: return info_.n_ff;
+    case Dim::ff: return L ? L->n_ff : info_.n_ff;
     case Dim::ff2: return uint64_t(2) * info_.n_ff;
     case Dim::q2: return uint64_t(2) * info_.n_head * D;
     case Dim::ssm_conv: return ssm_.conv_dim();
@@ -149,6 +149,7 @@ uint64_t GraphModel::dim(Dim d, const Layer* L) const {
     case Dim::ff_exp: return moe_.ff_exp;
     case Dim::ff_shexp: return moe_.ff_shexp;
     case Dim::n_expert: return moe_.n_expert;
+    case Dim::pe: return n_pe_;
     case Dim::one: return 1;
   }
   return 0;
@@ -303,7 +304,21 @@ void GraphModel::load() {
   const uint64_t n_embd = f_.get_uint(p + "embedding_length");
   const bool ff_key = f_.has(p + "feed_forward_length");
   if (!ff_key && !table_.moe) fail("missing key '" + p + "feed_forward_length'");
-  const uint64_t n_ff = ff_key ? f_.get_uint(p + "feed_forward_length") : 0;
+  // Gemma 4 (E2B) writes one width per layer; the model's is the widest.
+  std::vector<uint64_t> ff_layers;
+  if (table_.layer_shapes && ff_key && f_.find(p + "feed_forward_length")->is_array()) {
+    const GgufValue& v = *f_.find(p + "feed_forward_length");
+    if (v.count() != g.n_layers) fail("key '" + p + "feed_forward_length' has " + std::to_string(v.count()) + " entries for " +
+                                      std::to_string(g.n_layers) + " layers");
+    for (uint64_t i = 0; i < v.count(); ++i) {
+      const std::optional<uint64_t> u = v.to_unsigned(i);
+      if (!u || *u == 0 || *u > 1048576) fail("feed_forward_length entry " + std::to_string(i) + " out of range");
+      ff_layers.push_back(*u);
+    }
+  }
+  const uint64_t n_ff = !ff_layers.empty() ? *std::max_element(ff_layers.begin(), ff_layers.end())
+                        : ff_key           ? f_.get_uint(p + "feed_forward_length")
+                                           : 0;
   if (n_embd == 0 || n_embd > 65536) fail("embedding_length " + std::to_string(n_embd) + " out of range");
   if ((ff_key && n_ff == 0) || n_ff > 1048576) fail("feed_forward_length " + std::to_string(n_ff) + " out of range");
   const LayerInfo* first = nullptr;
@@ -314,9 +329,6 @@ void GraphModel::load() {
       fail("layer " + std::to_string(il) + " is a " + layer_kind_name(li.kind) + " layer, which " + arch +
            " does not have");
     if (table_.layer_shapes) {  // per layer, checked below; the model's shape is the first full layer's
-      if (li.kv_source >= 0)
-        fail("layer " + std::to_string(il) + " reads the KV cache of layer " + std::to_string(li.kv_source) +
-             " (shared-KV layers); not supported yet");
       if (li.head_dim_v != li.head_dim_k) fail("layer " + std::to_string(il) + ": key and value head sizes differ; not supported");
       if (li.head_dim_k == 0 || li.head_dim_k % 2 != 0 || li.head_dim_k > 1024)
         fail("layer " + std::to_string(il) + ": head dimension " + std::to_string(li.head_dim_k) + " out of range");
@@ -378,6 +390,21 @@ void GraphModel::load() {
   if (const GgufTensorInfo* out = optional("output.weight", {n_embd, V})) output_ = load_mat(*out);
   else output_ = emb;  // tied: already counted in weight_bytes_
 
+  // Gemma 4's per-layer embeddings: the token table is read a row at a time, as llama.cpp reads
+  // it lazily; checked here like the token embeddings.
+  if (table_.layer_shapes && f_.has(p + "embedding_length_per_layer_input")) {
+    const uint64_t P = f_.get_uint(p + "embedding_length_per_layer_input");
+    if (P > 65536) fail("embedding_length_per_layer_input " + std::to_string(P) + " out of range");
+    n_pe_ = static_cast<uint32_t>(P);
+    if (P) {
+      pe_tok_ = &need("per_layer_token_embd.weight", {P * n_layer, V});
+      const Mat t = load_mat(*pe_tok_);
+      pe_row_bytes_ = t.row_bytes;
+      pe_model_proj_ = load_mat(need("per_layer_model_proj.weight", {n_embd, P * n_layer}));
+      pe_proj_norm_ = load_vec(need("per_layer_proj_norm.weight", {P}));
+    }
+  }
+
   layers_.resize(n_layer);
   for (uint32_t il = 0; il < n_layer; ++il) {
     Layer& L = layers_[il];
@@ -387,9 +414,11 @@ void GraphModel::load() {
     L.rope = (L.sliding && ropes_.size() > 1) ? 1 : 0;
     L.n_head_kv = Hkv;
     L.head_dim = D;
+    L.n_ff = static_cast<uint32_t>(ff_layers.empty() ? n_ff : ff_layers[il]);
     if (table_.layer_shapes && !L.recurrent) {
       L.n_head_kv = g.layers[il].n_head_kv;
       L.head_dim = g.layers[il].head_dim_k;
+      L.kv_src = g.layers[il].kv_source;
     }
     for (const TensorSlot& s : table_.tensors) {
       if ((s.sel == LayerSel::attention && L.recurrent) || (s.sel == LayerSel::recurrent && !L.recurrent)) continue;
@@ -411,7 +440,8 @@ void GraphModel::load() {
       } else L.*s.mat = load_mat(*t);
     }
     if (L.recurrent) continue;
-    if (L.wqkv.rows == 0 && (L.wq.rows == 0 || L.wk.rows == 0 || (L.wv.rows == 0 && !table_.layer_shapes)))
+    // Gemma 4: V from K where attn_v is absent; a shared-KV layer projects only q.
+    if (L.wqkv.rows == 0 && (L.wq.rows == 0 || (L.wk.rows == 0 && L.kv_src < 0) || (L.wv.rows == 0 && !table_.layer_shapes)))
       fail("missing tensor '" + b + "attn_q.weight', '" + b + "attn_k.weight', '" + b + "attn_v.weight' or '" + b +
            "attn_qkv.weight'");
   }
@@ -422,7 +452,8 @@ void GraphModel::load() {
     s.layer = il;
     s.recurrent = layers_[il].recurrent;
     if (s.recurrent) s.state = {ssm_.kernel - 1, static_cast<uint32_t>(ssm_.conv_dim()), ssm_.v_heads, ssm_.state};
-    s.full_attention = !layers_[il].sliding && !s.recurrent;
+    // A shared-KV layer's own cache is never written (it attends its source's), so no arm compresses it.
+    s.full_attention = !layers_[il].sliding && !s.recurrent && layers_[il].kv_src < 0;
     s.window = layers_[il].sliding ? g.sliding_window : 0;
     s.n_head = H;
     s.n_head_kv = layers_[il].n_head_kv;
@@ -550,6 +581,17 @@ void GraphModel::attend(uint32_t il, Ubatch& u, Kv& kv, float scale) const {
   kv[il]->attend(u.pos, u.m, u.q.data(), scale, u.att.data());
 }
 
+void GraphModel::attend_shared(uint32_t il, Ubatch& u, Kv& kv, float scale) const {
+  const int32_t src = layers_[il].kv_src;
+  kv[static_cast<size_t>(src)]->attend(u.pos, u.m, u.q.data(), scale, u.att.data());
+}
+
+void GraphModel::gelu_fp16_inplace(float* x, size_t n) const {
+  parallel_for_ranges(static_cast<long>(n), kActivationGrain, threads(), [&](long i0, long i1) {
+    for (long i = i0; i < i1; ++i) x[i] = gelu_fp16(x[i]);
+  });
+}
+
 void GraphModel::attn_output(const Layer& L, Ubatch& u) const {
   matmul(L.wo, u.att.data(), u.m, u.a.data());
   if (!L.bo.empty())
@@ -559,7 +601,7 @@ void GraphModel::attn_output(const Layer& L, Ubatch& u) const {
 
 void GraphModel::ffn(const Layer& L, Act act, Ubatch& u) const {
   const int nt = threads();
-  const uint32_t F = info_.n_ff;
+  const uint32_t F = L.n_ff;
   if (L.gate.rows) {
     matmul(L.gate, u.h.data(), u.m, u.g.data());
     matmul(L.up, u.h.data(), u.m, u.u.data());
@@ -852,6 +894,7 @@ void GraphModel::ubatch(const Span& sp, uint32_t m, uint32_t pos, Kv& kv, float*
   Ubatch u;
   u.m = m;
   u.pos = pos;
+  u.tokens = sp.tokens;
   u.x.resize(m * E);
   u.h.resize(m * E);
   u.a.resize(m * E);

@@ -42,6 +42,11 @@ struct Layer {
   uint32_t rope = 0;  // index into the model's RoPE configurations
   // This layer's attention shape (the model's, unless the table allows it per layer).
   uint32_t n_head_kv = 0, head_dim = 0;
+  uint32_t n_ff = 0;     // FFN width (Gemma 4's may differ per layer)
+  int32_t kv_src = -1;   // Gemma 4's shared-KV layers: the layer whose cache this one attends
+  // Gemma 4's per-layer embedding: gate [P][n_embd], projection [n_embd][P], its post norm.
+  Mat pe_gate, pe_proj;
+  std::vector<float> pe_norm;
 };
 
 // A tensor dimension, in terms of the model's shape.
@@ -58,6 +63,7 @@ enum class Dim : uint8_t {
   // (inner_size), value heads, head size, convolution taps.
   ssm_conv, ssm_inner, ssm_heads, ssm_state, ssm_kernel,
   ff_exp, ff_shexp, n_expert,  // an expert's width, the shared expert's, the expert count
+  pe,  // Gemma 4's per-layer embedding width
   one,
 };
 
@@ -181,6 +187,8 @@ class GraphModel : public Model {
     uint32_t m = 0, pos = 0;
     std::vector<float> x, h, a, q, k, v, att, g, u;
     std::vector<std::vector<float>> rcos, rsin;  // per RoPE configuration: [m][n_rot / 2]
+    const int32_t* tokens = nullptr;             // the ubatch's tokens (null when it starts from x rows)
+    std::vector<float> ple;                      // Gemma 4: per-layer embedding inputs [m][n_layer][P]
   };
   using Kv = std::vector<std::unique_ptr<LayerKv>>;
 
@@ -209,6 +217,8 @@ class GraphModel : public Model {
     attn_output(L, u);
   }
   void attend(uint32_t il, Ubatch& u, Kv& kv, float scale) const;
+  // A shared-KV layer (Gemma 4): q over its source layer's cache, which stores nothing new.
+  void attend_shared(uint32_t il, Ubatch& u, Kv& kv, float scale) const;
   void attn_output(const Layer& L, Ubatch& u) const;
   // Qwen 3.5's gated attention from u.h into u.a: the query projection yields each head's
   // query and, after it, its output gate; q/k head norms, RoPE, attention, the attention output
@@ -225,6 +235,8 @@ class GraphModel : public Model {
   // From u.h into u.a: down(act(gate h) * up h), or with the fused matrix act(first half) * second.
   void ffn(const Layer& L, Act act, Ubatch& u) const;
   void residual(Ubatch& u) const;  // x += a
+  // ggml's CPU GELU in place (the fp16 table of Act::gelu_fp16).
+  void gelu_fp16_inplace(float* x, size_t n) const;
 
   float default_attn_scale() const;  // hp_.attn_scale, else 1/sqrt(D)
 
@@ -237,6 +249,13 @@ class GraphModel : public Model {
   std::vector<Layer> layers_;
   SsmShape ssm_;
   MoeShape moe_;
+  // Gemma 4's per-layer embeddings (embedding_length_per_layer_input P > 0): the token table
+  // [n_vocab][n_layer P] read a row at a time, the projection [n_layer P][n_embd], its norm [P].
+  uint32_t n_pe_ = 0;
+  const GgufTensorInfo* pe_tok_ = nullptr;
+  size_t pe_row_bytes_ = 0;
+  Mat pe_model_proj_;
+  std::vector<float> pe_proj_norm_;
 
  private:
   struct Span {
@@ -262,7 +281,7 @@ class GraphModel : public Model {
   std::vector<Mat> load_experts(const GgufTensorInfo& t);
   void load_hybrid(const std::string& p, const ModelGeometry& g);
   void load_moe(const std::string& p);
-  uint64_t dim(Dim d, const Layer* L = nullptr) const;  // L: that layer's attention shape
+  uint64_t dim(Dim d, const Layer* L = nullptr) const;  // L: that layer's attention shape and FFN width
   void load_rope(const std::string& p, const ModelGeometry& g);
   void check_eval(const int32_t* tokens, uint32_t n, uint32_t n_ubatch, const Kv& kv) const;
   void run_ubatches(const int32_t* tokens, const float* x_in, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
