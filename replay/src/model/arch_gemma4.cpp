@@ -51,6 +51,11 @@ class Gemma4Model final : public GraphModel {
         refuse("missing tensor '" + b + "inp_gate.weight', '" + b + "proj.weight' or '" + b + "post_norm.weight'");
     }
     if (any_full && !f_.find_tensor("rope_freqs.weight")) refuse("missing tensor 'rope_freqs.weight'");
+    // llama.cpp multiplies products by optional per-tensor '.scale' tensors (NVFP4 files) that
+    // this pass does not apply: refused rather than ignored.
+    for (const GgufTensorInfo& t : f_.tensors())
+      if (t.name.size() > 6 && t.name.compare(t.name.size() - 6, 6, ".scale") == 0)
+        refuse("tensor '" + t.name + "': per-tensor scales are not supported");
   }
 
   // Per-layer inputs and shared-KV layers read beyond the residual stream (the tokens, earlier
