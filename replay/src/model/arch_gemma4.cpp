@@ -35,18 +35,21 @@ class Gemma4Model final : public GraphModel {
     const std::string p = info_.architecture + ".";
     auto refuse = [&](const std::string& what) { throw FileError(f_.path(), what); };
     // llama.cpp requires the key (0: no per-layer embeddings) and both swa lengths.
-    if (!f_.has(p + "embedding_length_per_layer_input")) refuse("missing key '" + p + "embedding_length_per_layer_input'");
+    if (!f_.has(p + "embedding_length_per_layer_input"))
+      refuse("missing key '" + p + "embedding_length_per_layer_input'");
     if (!f_.has(p + "attention.key_length_swa") || !f_.has(p + "attention.value_length_swa"))
       refuse("missing key '" + p + "attention.key_length_swa' or '" + p + "attention.value_length_swa'");
     bool any_full = false;
     for (uint32_t il = 0; il < info_.n_layer; ++il) {
       const std::string b = "blk." + std::to_string(il) + ".";
       const Layer& L = layers_[il];
-      if (f_.find_tensor(b + "ffn_gate_inp.weight")) refuse("tensor '" + b + "ffn_gate_inp.weight': mixture-of-experts layers are not supported yet");
+      if (f_.find_tensor(b + "ffn_gate_inp.weight"))
+        refuse("tensor '" + b + "ffn_gate_inp.weight': mixture-of-experts layers are not supported yet");
       any_full = any_full || !L.sliding;
       if (L.kv_src < 0 && L.wqkv.rows == 0 && L.wk.rows == 0) refuse("missing tensor '" + b + "attn_k.weight'");
       if (L.kv_src < 0 && L.k_norm.empty()) refuse("missing tensor '" + b + "attn_k_norm.weight'");
-      if (L.kv_src >= 0 && L.wq.rows == 0) refuse("missing tensor '" + b + "attn_q.weight' (a shared-KV layer projects q alone)");
+      if (L.kv_src >= 0 && L.wq.rows == 0)
+        refuse("missing tensor '" + b + "attn_q.weight' (a shared-KV layer projects q alone)");
       if (n_pe_ && (L.pe_gate.rows == 0 || L.pe_proj.rows == 0 || L.pe_norm.empty()))
         refuse("missing tensor '" + b + "inp_gate.weight', '" + b + "proj.weight' or '" + b + "post_norm.weight'");
     }

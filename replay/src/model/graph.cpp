@@ -38,7 +38,8 @@ float gelu_fp16(float x) {
     std::vector<uint16_t> t(65536);
     for (uint32_t i = 0; i < 65536; ++i) {
       const float f = f16_to_f32(static_cast<uint16_t>(i));
-      t[i] = f32_to_f16(0.5f * f * (1.0f + std::tanh(0.79788456080286535587989211986876f * f * (1.0f + 0.044715f * f * f))));
+      const float a = 0.79788456080286535587989211986876f * f * (1.0f + 0.044715f * f * f);
+      t[i] = f32_to_f16(0.5f * f * (1.0f + std::tanh(a)));
     }
     return t;
   }();
