@@ -261,9 +261,10 @@ def needles_section(rows, s, plots):
     dists = sorted({int(r["distance"]) for r in rows if r["distance"] != "0"})
     arms = list(dict.fromkeys(r["arm"] for r in rows))
     cell = {(r["arm"], int(r["distance"])): r for r in rows}
-    any_row = rows[0]
+    any_row = next((r for r in rows if r["distance"] == "0"), rows[0])
     o = [f"### Needles by look-back distance (set `{s}`)", "",
-         f"Answer positions of {any_row['documents']} documents (from `study/needles.csv`): mean KL at each needle's "
+         f"The answer positions ({int(any_row['positions']):,} per arm, documents: {any_row['documents']}; from "
+         "`study/needles.csv`): mean KL at each needle's "
          "distance (tokens between the planted code and the end of the document), and over all needles with its 95% CI "
          "by a nested bootstrap (documents, then needles within each). Top-1 = share of answer positions whose most "
          "likely token is the code's digit; the reference's own share is in its row.", ""]
