@@ -179,10 +179,12 @@ ArmSpec parse_codec(const std::string& spec, const std::vector<std::string>& par
   }
   if ((a.fields & kArmFieldAxis) && c.body != Body::trellis && c.trellis_axis == TrellisAxis::channel)
     refuse_arm(spec, "axis=channel needs a trellis body (e.g. sj:3/2t:axis=channel)");
-  // Geometry that does not depend on the model: checked at a head_dim of 128 now, and again
-  // against the real head_dim when the layer is made.
+  // Geometry that does not depend on the model: checked at a head_dim of 128 now (or at the
+  // rotation block when it is a larger power of two: rot=512 is one transform over a
+  // 512-value head), and again against the real head_dim when the layer is made.
   CodecConfig probe = c;
-  probe.head_dim = 128;
+  const uint32_t rb = c.rotation_block;
+  probe.head_dim = rb > 128 && (rb & (rb - 1)) == 0 ? rb : 128;
   const Unsupported why = can_implement(probe);
   if (why != Unsupported::none) refuse_arm(spec, describe(why));
   return a;

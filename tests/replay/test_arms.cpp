@@ -763,6 +763,108 @@ TEST(ArmAttention, CodecArmRowsEqualResolveRow) {
   }
 }
 
+// Gemma 4's full-attention heads hold 512 values. Every arm at D = 512 with a GQA group of 4
+// over one KV head (the gemma4 test model's full layers), fused against the reference over its
+// own rows; one arm of each rotation and body again over two KV heads and at D = 256 (where the
+// codec's rotation is one block). SJ arms without a tail get tail=128 so their bodies seal
+// within the 640 positions (tail=512/1024 and KVarN's tail=1024 only stage).
+TEST(ArmAttention, FusedMatchesReferenceAtHeadSize512) {
+  const uint32_t N = 640, ub = 64;
+  struct Case {
+    uint32_t D, H, Hkv;
+  };
+  for (const Case c : {Case{512, 4, 1}, Case{512, 4, 2}, Case{256, 4, 1}}) {
+    const Data d = make_data(N, c.D, c.H, c.Hkv, 71 + c.D + c.Hkv);
+    // Every arm on the first case; the others (CPU time) take one of each kind of rotation and body.
+    std::vector<std::string> specs = {"f16", "q8_0:rot", "q4_0:rot", "turbo4", "tq6_0", "kvarn:4/4:tail=0", "sj:4/4",
+                                      "sj:3/2t", "sj:3/2t:staging=q8_0:tail=128"};
+    if (c.Hkv == 1 && c.D == 512) {
+      specs = arm_examples();
+      for (const char* s : {"sj:4/4:staging=q8_0:tail=128", "sj:3/2t:staging=q8_0:tail=128", "kvarn:2/2:tail=0", "sj:4/4:rot=512:tail=128"})
+        specs.push_back(s);
+    }
+    for (std::string spec : specs) {
+      if (spec.rfind("sj:", 0) == 0 && spec.find("tail=") == std::string::npos) spec += ":tail=128";
+      if (spec.find("rot=512") != std::string::npos && c.D != 512) continue;
+      SCOPED_TRACE(spec + " D " + std::to_string(c.D) + " Hkv " + std::to_string(c.Hkv));
+      const RunResult r = run_arm(spec, d, N, ub, {0, 4, 9});
+      EXPECT_EQ(r.checks, 3u);
+      if (c.Hkv == 1)
+        std::printf("  D %u  %-40s max |fused - ref| %.2e  vs attention_ref %.2e  (max|V| %.1f)\n", c.D, spec.c_str(),
+                    r.max_err, r.max_err_codec, r.vmax);
+      EXPECT_LE(r.max_err, 2e-5 * r.vmax + 1e-6) << "vmax " << r.vmax;
+      const auto* kv = dynamic_cast<const InspectableKv*>(r.layer.get());
+      if (const SequenceCache* cc = kv->codec_cache()) {
+        EXPECT_LE(r.max_err_codec, 2e-5 * r.vmax + 1e-6);
+        const bool seals = spec.find("tail=128") != std::string::npos || spec.find("tail=0") != std::string::npos;
+        if (seals) {
+          EXPECT_GT(cc->policy().B, 128u) << "body not exercised";
+        }
+        // Two 256-point rotations per 512-value head unless the spec asks for one (rot=512).
+        EXPECT_EQ(kv->k_rotation(), spec.find("rot=512") != std::string::npos ? 512u : 256u);
+        EXPECT_NE(kv->storage_name().find(":D=" + std::to_string(c.D) + ":"), std::string::npos) << kv->storage_name();
+      }
+      // The arm's rows are near the inputs (nothing lost or shifted between the halves).
+      std::vector<float> k(c.D), v(c.D);
+      double num = 0, den = 0;
+      for (uint32_t p = 0; p < N; p += 5) {
+        kv->decode_row(c.Hkv - 1, p, k.data(), v.data());
+        const size_t o = (static_cast<size_t>(p) * c.Hkv + c.Hkv - 1) * c.D;
+        for (uint32_t i = 0; i < c.D; ++i) {
+          num += (k[i] - d.k[o + i]) * static_cast<double>(k[i] - d.k[o + i]) +
+                 (v[i] - d.v[o + i]) * static_cast<double>(v[i] - d.v[o + i]);
+          den += d.k[o + i] * static_cast<double>(d.k[o + i]) + d.v[o + i] * static_cast<double>(d.v[o + i]);
+        }
+      }
+      EXPECT_LT(std::sqrt(num / den), 0.5) << "relative RMS row error";
+      EXPECT_GT(kv->bits().occupied, 0.0);
+    }
+  }
+  // rot=512 is a spec of its own (checked at D = 512, not 128) that a 128-value head refuses;
+  // a block that is no power of two is refused by name.
+  EXPECT_THROW(make_arm("sj:4/4:rot=512")->make_layer(shape(128, 4, 2, 1024)), std::invalid_argument);
+  EXPECT_THROW(make_arm("sj:4/4:rot=1024")->make_layer(shape(512, 4, 2, 1024)), std::invalid_argument);
+  for (const char* bad : {"sj:4/4:rot=384", "sj:4/4:rot=16"}) {
+    try {
+      make_arm(bad);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("rotation block"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// At D = 512 the codec's rows are its own (resolve_row) bit for bit across sink, every body and
+// ring, and a sink row is the f16 of the row rotated by two 256-point Hadamard blocks (not one
+// 512-point block).
+TEST(ArmAttention, CodecArmRowsEqualResolveRowAt512) {
+  const uint32_t N = 520, D = 512;
+  const Data d = make_data(N, D, 4, 2, 83);
+  for (const std::string spec : {"sj:4/4:tail=128", "sj:4/2:tail=128", "sj:3/2t:tail=128", "sj:2/2t:tail=128",
+                                 "sj:3/3t:axis=channel:tail=128", "kvarn:4/4:tail=0", "sj:3/3t:staging=q8_0:tail=128"}) {
+    SCOPED_TRACE(spec);
+    const RunResult r = run_arm(spec, d, N, 64, {});
+    const InspectableKv* kv = dynamic_cast<const InspectableKv*>(r.layer.get());
+    const CacheView view = kv->codec_cache()->view(0);
+    ASSERT_GT(view.B, view.sink);
+    std::vector<float> K(static_cast<size_t>(N) * D), V(K.size()), kr(D), vr(D);
+    for (uint32_t h = 0; h < 2; ++h) {
+      kv->stored_rows(h, 0, N, K.data(), V.data());
+      for (uint32_t p = 0; p < N; ++p) {
+        resolve_row(view, p, h, kr.data(), vr.data());
+        ASSERT_EQ(std::memcmp(kr.data(), &K[static_cast<size_t>(p) * D], D * sizeof(float)), 0) << p;
+        ASSERT_EQ(std::memcmp(vr.data(), &V[static_cast<size_t>(p) * D], D * sizeof(float)), 0) << p;
+      }
+    }
+    std::vector<float> want(d.k.begin() + D, d.k.begin() + 2 * D), got_k(D), got_v(D);  // position 0, head 1
+    hadamard_blocks(want.data(), D, 256);
+    for (float& x : want) x = f16_to_f32(f32_to_f16(x));
+    hadamard_blocks(want.data(), D, 256);
+    kv->decode_row(1, 0, got_k.data(), got_v.data());
+    for (uint32_t i = 0; i < D; ++i) ASSERT_NEAR(got_k[i], want[i], 1e-5f * (1.0f + std::fabs(want[i]))) << i;
+  }
+}
+
 // cb=: the arm seals with the named tables (here the Gemma 3 270M ones data/codebooks ships),
 // its rows are the codec's rows decoded with those tables, and they differ from the reference
 // tables' rows.
