@@ -16,6 +16,10 @@ namespace replay {
 
 namespace {
 
+// A full-attention layer that stores its own K/V: what arms compress, captures hold and
+// cache_bits counts (a shared-KV layer reads another's).
+bool stores_full(const LayerShape& s) { return s.full_attention && s.kv_source < 0; }
+
 // Passes everything to the arm's store and keeps an fp16 copy of what the model stored.
 class CapturingKv : public LayerKv {
  public:
@@ -61,7 +65,7 @@ std::vector<std::unique_ptr<LayerKv>> make_cache(const Model& m, const KvArm& ar
 LayerBits cache_bits(const Model& m, const std::vector<std::unique_ptr<LayerKv>>& kv, uint32_t n) {
   const auto& layers = m.info().layers;
   bool any_full = false;
-  for (const LayerShape& s : layers) any_full = any_full || s.full_attention;
+  for (const LayerShape& s : layers) any_full = any_full || stores_full(s);
   // Positions held: the attention layers', as recurrent layers the arms share with the
   // reference (score_arms) never run in the arm's own cache; none for an arm with no
   // inspectable layer (f32), which is charged no state.
@@ -80,7 +84,7 @@ LayerBits cache_bits(const Model& m, const std::vector<std::unique_ptr<LayerKv>>
       }
       continue;
     }
-    if (any_full && !layers[i].full_attention) continue;
+    if (layers[i].kv_source >= 0 || (any_full && !layers[i].full_attention)) continue;  // shared: no K/V of its own
     const double w = static_cast<double>(layers[i].n_head_kv) * layers[i].head_dim;
     const LayerBits b = n == kAllStored ? kv[i]->bits() : kv[i]->bits_at(n);
     occ += w * b.occupied;
@@ -130,7 +134,7 @@ int32_t pick_token(const float* logits, uint32_t n, const TrajectorySettings& s,
 std::string capture_refusal(const ModelInfo& info) {
   const LayerShape* first = nullptr;
   for (const LayerShape& L : info.layers) {
-    if (!L.full_attention) continue;
+    if (!stores_full(L)) continue;
     if (!first) first = &L;
     else if (L.head_dim != first->head_dim || L.n_head_kv != first->n_head_kv)
       return "has full-attention layers of different shapes (layer " + std::to_string(first->layer) + ": " +
@@ -145,7 +149,7 @@ std::string capture_refusal(const ModelInfo& info) {
   c.head_dim = first->head_dim;
   c.kv_heads = first->n_head_kv;
   for (const LayerShape& L : info.layers)
-    if (L.full_attention) c.layers.push_back(CaptureLayer{L.layer, {}, {}});
+    if (stores_full(L)) c.layers.push_back(CaptureLayer{L.layer, {}, {}});
   try {
     c.check_consistent();
   } catch (const std::invalid_argument& e) {
@@ -229,7 +233,7 @@ Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput
     capture->source = "sjkv-replay:" + in.model_file;
     for (size_t i = 0; i < info.layers.size(); ++i) {
       const LayerShape& L = info.layers[i];
-      if (!L.full_attention) continue;
+      if (!stores_full(L)) continue;
       if (capture->layers.empty()) {
         capture->head_dim = L.head_dim;
         capture->kv_heads = L.n_head_kv;
@@ -238,7 +242,7 @@ Trajectory record_trajectory(Model& m, const KvArm& reference, const RecordInput
     }
     size_t c = 0;
     for (size_t i = 0; i < info.layers.size(); ++i)
-      if (info.layers[i].full_attention)
+      if (stores_full(info.layers[i]))
         kv[i] = std::make_unique<CapturingKv>(std::move(kv[i]), &capture->layers[c++],
                                               static_cast<size_t>(capture->kv_heads) * capture->head_dim);
   }

@@ -26,6 +26,8 @@
 #include "sjkv/policy.h"
 #include "sjkv/replay/arms.h"
 #include "sjkv/replay/kv.h"
+#include "sjkv/replay/model.h"
+#include "sjkv/replay/run.h"
 #include "sjkv/testgen.h"
 
 namespace sjkv {
@@ -949,6 +951,85 @@ TEST(ArmAttention, ShippedTableSetsAreTheirFilesAndResolvePerModel) {
   EXPECT_NE(arm_engine_settings("sj:3/2t:cb=gemma3-270m").find("shipped set gemma3-270m"), std::string::npos);
   EXPECT_NE(arm_engine_settings("sj:3/2t").find("the format's trellis tables"), std::string::npos);
   EXPECT_EQ(arm_engine_settings("q8_0"), "");
+}
+
+// ---------------------------------------------------------------- shared-KV layers
+
+// The layer shapes of a model and nothing else (make_cache, cache_bits and check_layers read
+// no more).
+class ShapesOnly final : public Model {
+ public:
+  explicit ShapesOnly(std::vector<LayerShape> layers) {
+    info_.architecture = "shapes";
+    info_.n_layer = static_cast<uint32_t>(layers.size());
+    info_.layers = std::move(layers);
+  }
+  const ModelInfo& info() const override { return info_; }
+  const GgufFile& gguf() const override { throw std::logic_error("ShapesOnly has no file"); }
+  void eval_hidden(const int32_t*, uint32_t, uint32_t, uint32_t, std::vector<std::unique_ptr<LayerKv>>&, float*, float*,
+                   bool) override {
+    throw std::logic_error("ShapesOnly does not run");
+  }
+  void project(const float*, uint32_t, float*) const override { throw std::logic_error("ShapesOnly does not run"); }
+
+ private:
+  ModelInfo info_;
+};
+
+// A shared-KV layer (Gemma 4's E series) keeps no cache in any arm: its store holds nothing,
+// costs nothing and cannot be attended (the forward pass attends its source's); cache_bits
+// counts only the layers that store K/V, so a model with shared layers is charged what its
+// own-KV layers hold, whether or not the shared layer is marked full-attention.
+TEST(ArmShared, SharedKvLayersKeepNoCacheAndCostNoBits) {
+  const uint32_t N = 520;
+  const Data d = make_data(N, 512, 4, 1, 91);
+  std::vector<LayerShape> own = {shape(128, 4, 1, N, 48, 0), shape(512, 4, 1, N, 0, 1)};
+  std::vector<LayerShape> with = own;
+  with.push_back(shape(128, 4, 1, N, 48, 2));
+  with.back().kv_source = 0;
+  with.push_back(shape(512, 4, 1, N, 0, 3));
+  with.back().kv_source = 1;  // marked full: still not counted
+  for (const std::string spec : {"f16", "q8_0", "sj:4/4:tail=128", "kvarn:4/4:tail=0"}) {
+    SCOPED_TRACE(spec);
+    const auto arm = make_arm(spec);
+    double bits[2][2];
+    for (int w = 0; w < 2; ++w) {
+      const ShapesOnly m(w ? with : own);
+      std::vector<std::unique_ptr<LayerKv>> kv = make_cache(m, *arm, N, 64);
+      ASSERT_EQ(kv.size(), m.info().layers.size());
+      std::vector<float> k128(static_cast<size_t>(64) * 128, 0.5f);
+      for (uint32_t pos0 = 0; pos0 < N; pos0 += 64) {
+        const uint32_t n = std::min(64u, N - pos0);
+        for (size_t i = 0; i < kv.size(); ++i) {
+          const bool wide = m.info().layers[i].head_dim == 512;
+          const float* k = wide ? &d.k[static_cast<size_t>(pos0) * 512] : k128.data();
+          const float* v = wide ? &d.v[static_cast<size_t>(pos0) * 512] : k128.data();
+          kv[i]->begin_ubatch(pos0, n);
+          kv[i]->store(pos0, n, k, v);  // dropped by a shared layer
+        }
+      }
+      const LayerBits b = cache_bits(m, kv);
+      bits[w][0] = b.occupied;
+      bits[w][1] = b.allocated;
+      if (!w) continue;
+      for (size_t i = 2; i < 4; ++i) {
+        EXPECT_EQ(dynamic_cast<InspectableKv*>(kv[i].get()), nullptr);  // no rows to inspect
+        EXPECT_EQ(kv[i]->bits().occupied, 0.0);
+        EXPECT_EQ(kv[i]->bits().allocated, 0.0);
+        EXPECT_EQ(kv[i]->decode_run(N, 7), 7u);
+        std::vector<float> q(static_cast<size_t>(4) * 512), out(q.size());
+        EXPECT_THROW(kv[i]->attend(N - 1, 1, q.data(), 1.0f, out.data()), std::logic_error);
+      }
+    }
+    EXPECT_GT(bits[0][0], 0.0);
+    EXPECT_EQ(bits[1][0], bits[0][0]);
+    EXPECT_EQ(bits[1][1], bits[0][1]);
+  }
+  LayerShape bad = shape(512, 4, 1, N, 0, 3);
+  for (const int32_t src : {3, 7}) {
+    bad.kv_source = src;
+    EXPECT_THROW(make_arm("f16")->make_layer(bad), std::invalid_argument) << src;
+  }
 }
 
 // wide=L: those full-attention layers at 4/4 scalar, the others at the arm's widths; a layer

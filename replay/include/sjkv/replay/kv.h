@@ -35,6 +35,10 @@ struct LayerShape {
   bool recurrent = false;       // a recurrent layer: no K/V, a fixed-size state (`state`) instead
   RecurrentShape state;
   uint32_t window = 0;          // sliding window in positions, 0 = none
+  // A shared-KV layer (Gemma 4's E series): the earlier layer whose stored rows it attends,
+  // compressed or not, as the engine does; it keeps no cache (make_layer gives it an empty
+  // store). -1: the layer stores its own K/V.
+  int32_t kv_source = -1;
   float softcap = 0.0f;         // attention logits soft-capped to cap * tanh(s / cap) (Gemma 2), 0 = none
   uint32_t n_head = 1;
   uint32_t n_head_kv = 1;
@@ -108,6 +112,11 @@ class RecurrentState : public LayerKv {
 // The store of a recurrent layer in format f; std::invalid_argument for a shape f cannot hold
 // (q8_0 needs conv_dim and head_dim multiples of 32).
 std::unique_ptr<LayerKv> make_state_layer(const LayerShape& s, StateFormat f);
+// The store of a shared-KV layer (LayerShape::kv_source >= 0): it holds nothing and costs no
+// bits; stores are dropped (the forward pass writes the source layer) and attend is a logic
+// error (the forward pass attends the source's store). std::invalid_argument unless the source
+// is an earlier layer.
+std::unique_ptr<LayerKv> make_shared_layer(const LayerShape& s);
 
 class KvArm {
  public:
@@ -116,9 +125,9 @@ class KvArm {
   // How recurrent layers keep their state (state=; f32 unless the spec says otherwise).
   StateFormat state_format() const { return state_; }
   // One store per layer; sliding layers get f16 unless the arm compresses them too, recurrent
-  // layers make_state_layer in the arm's state format.
+  // layers make_state_layer in the arm's state format, shared-KV layers make_shared_layer.
   std::unique_ptr<LayerKv> make_layer(const LayerShape& s) const {
-    return s.recurrent ? make_state_layer(s, state_) : make_attention_layer(s);
+    return s.recurrent ? make_state_layer(s, state_) : s.kv_source >= 0 ? make_shared_layer(s) : make_attention_layer(s);
   }
   // True when every sliding-window layer this arm makes stores plain f16 rows, unrotated (as
   // make_arm("f16") does), and recurrent layers keep an f32 state: the layers before the first
