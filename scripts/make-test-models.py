@@ -11,7 +11,7 @@ numpy's version nor the CPU changes them. The writer is the PyPI package gguf, p
   python3 scripts/make-test-models.py --out DIR [--only NAME...] \\
       [--check tests/golden/arch/models.sha256] [--write-hashes FILE]
 
-Models: 4 layers (the hybrids 8, gemma4 6, gemma4-e 8), n_ff 512, rms eps 1e-6, every tensor F32 (BPE:
+Models: 4 layers (the hybrids 8, gemma4 6, gemma4-e 8, gemma4moe 4), n_ff 512, rms eps 1e-6, every tensor F32 (BPE:
 byte-level with merges, SPM: SentencePiece-style pieces with byte fallback; both learned from
 TEXT below).
 
@@ -26,6 +26,7 @@ TEXT below).
   qwen35moe qwen35moe 256  4/2 x 256          BPE, pre qwen35, 500  32768    1e7
   gemma4   gemma4  256     4/1 x 512, 4/2 x 128 SPM, 520            32768    1e6, sliding 1e4
   gemma4-e gemma4  256     4/1 x 512, 4/1 x 128 SPM, 520            32768    1e6, sliding 1e4
+  gemma4moe gemma4 256     4/1 x 512, 4/2 x 128 SPM, 520            32768    1e6, sliding 1e4
 
   qwen2    q/k/v biases; tied output (no output.weight); no BOS added
   qwen3    attn_q_norm/attn_k_norm [128]; attn_q [256, 512]; untied
@@ -64,6 +65,12 @@ TEXT below).
            per_layer_model_proj [256, 512], per_layer_proj_norm [64]; inp_gate [256, 64], proj
            [64, 256], post_norm per layer); feed_forward_length [512 x 5, 1024 x 3]; no
            final_logit_softcapping key (llama.cpp's default 30 applies)
+  gemma4moe the 26B-A4B's experts: 4 layers, full at 1 and 3 (no attn_v: V from K), window 48;
+           a dense FFN of 256 (the shared expert, post_ffw_norm_1) and 8 experts of 128, top 2
+           (expert_count, expert_used_count, expert_feed_forward_length): ffn_gate_inp [256, 8]
+           and its .scale [256], pre_ffw_norm_2 / post_ffw_norm_2, ffn_gate_up_exps [256, 256, 8]
+           on layers 0-1, ffn_gate_exps / ffn_up_exps [256, 128, 8] on 2-3, ffn_down_exps
+           [128, 256, 8] and its .scale [8]; layer_output_scale on every layer but 2
 
 Written only when named (--only qwen35-0.8b; never by default, and not in models.sha256):
 
@@ -122,6 +129,8 @@ MODELS = {
                     ctx=32768, rope_base=1e6, tied=True, gemma4="dense"),
     "gemma4-e": dict(arch="gemma4", n_embd=256, n_head=4, n_head_kv=1, head=128, vocab="spm-gemma", n_vocab=520,
                      ctx=32768, rope_base=1e6, tied=True, gemma4="e"),
+    "gemma4moe": dict(arch="gemma4", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="spm-gemma", n_vocab=520,
+                      ctx=32768, rope_base=1e6, tied=True, gemma4="moe"),
     # Written only when named (--only): the published shape of Qwen 3.5 0.8B (docs/design/qwen35.md
     # section 10) in Q8_0, for timing at long context (scripts/bench-hybrid-long). About 0.8 GB.
     "qwen35-0.8b": dict(arch="qwen35", n_embd=1024, n_head=8, n_head_kv=2, head=256, vocab="bpe-qwen35",
@@ -150,6 +159,10 @@ ROPE_SECTIONS = [11, 11, 10, 0]
 # (per_layer_token_embd [512, V], per_layer_model_proj, per_layer_proj_norm; inp_gate, proj,
 # post_norm per layer); feed_forward_length per layer (1024 on the shared layers, as E2B's
 # double-wide MLP); no final soft-cap key (llama.cpp's default 30 applies).
+# gemma4moe (the 26B-A4B's experts): 4 layers, full at 1 and 3 (K-as-V, as the 26B's), a dense
+# FFN of 256 that is the shared expert in every layer, 8 experts of 128 with top 2: fused
+# ffn_gate_up_exps on layers 0-1, separate gate/up on 2-3; router scale, per-expert scale and
+# the three extra norms.
 GEMMA4 = {
     "dense": dict(swa=[True, True, False, True, True, False], window=48, d_full=512, d_swa=128, kv_full=1, kv_swa=2,
                   rope_swa=1e4, partial=0.25, no_v=[5], out_scale=[0.7, 1.3, 0.6, None, 1.4, 0.8], softcap=30.0,
@@ -157,7 +170,13 @@ GEMMA4 = {
     "e": dict(swa=[True, True, False, True, False, True, True, False], window=48, d_full=512, d_swa=128, kv_full=1,
               kv_swa=1, rope_swa=1e4, partial=0.25, no_v=[], out_scale=[0.8, 1.2, 0.7, 1.3, 0.9, 1.1, None, 1.25],
               softcap=None, shared=3, no_k=[5, 7], pe=64, n_ff=[512] * 5 + [1024] * 3),
+    "moe": dict(swa=[True, False, True, False], window=48, d_full=512, d_swa=128, kv_full=1, kv_swa=2,
+                rope_swa=1e4, partial=0.25, no_v=[1, 3], out_scale=[0.7, 1.3, None, 0.8], softcap=30.0,
+                shared=0, no_k=[], pe=0, n_ff=None, dense_ff=256,
+                moe=dict(n_expert=8, n_used=2, n_ff_exp=128, fused=[0, 1])),
 }
+EXP_SCALE_RANGE = (0.5, 1.5)  # gemma4moe's ffn_down_exps.scale (the converter's router.per_expert_scale)
+ROUTER_SCALE_STD = 0.3        # ffn_gate_inp.scale: mean 1, so each channel's weight in the routing differs
 PE_GATE_STD = 0.5  # inp_gate on the raw residual (rms ~2): gelu inputs of rms ~1
 
 # Scales of the random weights, chosen by measuring llama.cpp's logits and a float64 forward
@@ -773,14 +792,20 @@ def build_gemma4(name, spec, path, seed):
     n = len(g["swa"])
     k0 = n - g["shared"]
     P = g["pe"]
-    n_ff = g["n_ff"] or [N_FF] * n
+    dense_ff = g.get("dense_ff", N_FF)
+    n_ff = g["n_ff"] or [dense_ff] * n
+    moe = g.get("moe")
     heads_kv = [g["kv_swa"] if sl else g["kv_full"] for sl in g["swa"]]
     w = gguf.GGUFWriter(path, spec["arch"])
     w.add_name(name)
     w.add_context_length(spec["ctx"])
     w.add_embedding_length(E)
     w.add_block_count(n)
-    w.add_feed_forward_length(n_ff if g["n_ff"] else N_FF)
+    w.add_feed_forward_length(n_ff if g["n_ff"] else dense_ff)
+    if moe:
+        w.add_expert_count(moe["n_expert"])
+        w.add_expert_used_count(moe["n_used"])
+        w.add_expert_feed_forward_length(moe["n_ff_exp"])
     w.add_head_count(H)
     w.add_head_count_kv(heads_kv)
     if g["shared"]:
@@ -841,6 +866,23 @@ def build_gemma4(name, spec, path, seed):
         t(b + "ffn_up.weight", (F, E), unit_in)
         t(b + "ffn_down.weight", (E, F), 1 / math.sqrt(F))
         norm(b + "post_ffw_norm.weight", E)
+        if moe:
+            X, FE = moe["n_expert"], moe["n_ff_exp"]
+            # the router's input is rms-normed / sqrt(E) (rms 1 / sqrt(E)): logits of std ROUTER_STD
+            t(b + "ffn_gate_inp.weight", (X, E), ROUTER_STD)
+            t(b + "ffn_gate_inp.scale", (E,), ROUTER_SCALE_STD, 1.0)
+            norm(b + "post_ffw_norm_1.weight", E)
+            norm(b + "pre_ffw_norm_2.weight", E)
+            norm(b + "post_ffw_norm_2.weight", E)
+            if il in moe["fused"]:
+                t(b + "ffn_gate_up_exps.weight", (X, 2 * FE, E), unit_in)
+            else:
+                t(b + "ffn_gate_exps.weight", (X, FE, E), unit_in)
+                t(b + "ffn_up_exps.weight", (X, FE, E), unit_in)
+            t(b + "ffn_down_exps.weight", (X, E, FE), 1 / math.sqrt(FE))
+            lo, hi = EXP_SCALE_RANGE
+            u = uniforms(stream_key(seed, name + "/" + b + "ffn_down_exps.scale"), X)
+            w.add_tensor(b + "ffn_down_exps.scale", (lo + (hi - lo) * u).astype(np.float32))
         if P:
             t(b + "inp_gate.weight", (P, E), PE_GATE_STD * unit_in)
             t(b + "proj.weight", (E, P), 1 / math.sqrt(P))

@@ -101,9 +101,16 @@ std::vector<float> sjkv_logits(Model& m, const Fixture& f) {
 // Gemma 4 (sjkv emulates that table and ggml's RoPE angles for it) at most 1.9e-6, its
 // E-series form 2.7e-6: a GELU input within float noise of an fp16 rounding boundary still
 // reads the neighbouring entry.
+// Gemma 4's experts (gemma4moe) carry those GELU differences (up to 2e-4 relative in a layer's
+// output at a few positions) into the router, and where the second and third experts are that
+// close the two passes pick different ones: at positions 354, 1245 and 2711 of 4112 (1245's
+// layer 2: 0.134958 against 0.134950 in llama.cpp). That token's keys then differ in the full
+// layer above it, which position 4104 reads: KL 1.7e-4 there, at most 9.8e-7 elsewhere (mean
+// 2.2e-6). Dropping the router scale or the routed branch's post norm costs over 1 nat.
 // A position slip costs at least 0.5 nats on every model.
 double max_kl(const std::string& name) {
   if (name == "gemma2") return 3e-5;
+  if (name == "gemma4moe") return 3e-4;
   if (name == "gemma4" || name == "gemma4-e") return 1e-5;
   return 1e-6;
 }
@@ -144,7 +151,7 @@ TEST_P(Arch, LogitsAgreeWithLlamaCpp) {
 
 INSTANTIATE_TEST_SUITE_P(LlamaCpp, Arch,
                          ::testing::Values("qwen2", "qwen3", "llama3", "mistral", "gemma2", "phi3", "phi3-short",
-                                           "qwen35", "qwen35moe", "gemma4", "gemma4-e"),
+                                           "qwen35", "qwen35moe", "gemma4", "gemma4-e", "gemma4moe"),
                          [](const ::testing::TestParamInfo<const char*>& i) {
                            std::string s = i.param;
                            std::replace(s.begin(), s.end(), '-', '_');

@@ -12,7 +12,8 @@
 // one. The E-series' last attention.shared_kv_layers layers project q alone and attend the
 // cache of the last own-KV layer of their kind (model_geometry). The final soft-cap defaults
 // to 30 when the key is absent, as llama.cpp's. Gemma 4's norms multiply as stored (no +1
-// folded in, none needed). The 26B-A4B's experts are refused.
+// folded in, none needed). The 26B-A4B's expert layers (those with ffn_gate_inp) add routed
+// experts to the dense FFN, which serves as their shared expert.
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -43,8 +44,14 @@ class Gemma4Model final : public GraphModel {
     for (uint32_t il = 0; il < info_.n_layer; ++il) {
       const std::string b = "blk." + std::to_string(il) + ".";
       const Layer& L = layers_[il];
-      if (f_.find_tensor(b + "ffn_gate_inp.weight"))
-        refuse("tensor '" + b + "ffn_gate_inp.weight': mixture-of-experts layers are not supported yet");
+      if (L.router.rows) {  // the 26B-A4B's expert layers: llama.cpp requires all of these
+        if (L.router_scale.empty() || L.pre_ffw_norm_2.empty() || L.post_ffw_norm_1.empty() || L.post_ffw_norm_2.empty())
+          refuse("missing tensor '" + b + "ffn_gate_inp.scale', '" + b + "pre_ffw_norm_2.weight', '" + b +
+                 "post_ffw_norm_1.weight' or '" + b + "post_ffw_norm_2.weight'");
+        if (L.down_exps.empty() || (L.gate_up_exps.empty() && (L.gate_exps.empty() || L.up_exps.empty())))
+          refuse("missing tensor '" + b + "ffn_down_exps.weight', or '" + b + "ffn_gate_up_exps.weight' and '" + b +
+                 "ffn_gate_exps.weight' / '" + b + "ffn_up_exps.weight'");
+      }
       any_full = any_full || !L.sliding;
       if (L.kv_src < 0 && L.wqkv.rows == 0 && L.wk.rows == 0) refuse("missing tensor '" + b + "attn_k.weight'");
       if (L.kv_src < 0 && L.k_norm.empty()) refuse("missing tensor '" + b + "attn_k_norm.weight'");
@@ -55,9 +62,13 @@ class Gemma4Model final : public GraphModel {
     }
     if (any_full && !f_.find_tensor("rope_freqs.weight")) refuse("missing tensor 'rope_freqs.weight'");
     // llama.cpp multiplies products by optional per-tensor '.scale' tensors (NVFP4 files) that
-    // this pass does not apply: refused rather than ignored.
+    // this pass does not apply: refused rather than ignored. The router's and the experts'
+    // output scales are the 26B-A4B's own (applied).
+    auto ends = [](const std::string& s, const std::string& e) {
+      return s.size() >= e.size() && s.compare(s.size() - e.size(), e.size(), e) == 0;
+    };
     for (const GgufTensorInfo& t : f_.tensors())
-      if (t.name.size() > 6 && t.name.compare(t.name.size() - 6, 6, ".scale") == 0)
+      if (ends(t.name, ".scale") && !ends(t.name, ".ffn_gate_inp.scale") && !ends(t.name, ".ffn_down_exps.scale"))
         refuse("tensor '" + t.name + "': per-tensor scales are not supported");
   }
 
@@ -90,6 +101,31 @@ class Gemma4Model final : public GraphModel {
     }
   }
 
+  // The 26B-A4B's FFN from u.x into u.a (docs/design/gemma4.md section 6): the dense FFN as
+  // an ungated shared expert with its own post norm, plus the routed experts on their own
+  // normed input, routed from the weightless-normed residual / sqrt(E) times the router scale.
+  void experts(const Layer& L, Ubatch& u) const {
+    const uint32_t m = u.m, E = info_.n_embd;
+    const size_t n = size_t(m) * E;
+    norm(u, L.ffn_norm);
+    ffn(L, Act::gelu_fp16, u);
+    norm_out(u, L.post_ffw_norm_1);
+    const std::vector<float> shared(u.a.begin(), u.a.begin() + n);
+    std::vector<float> r(u.x.begin(), u.x.begin() + n);
+    rms(r.data(), m, E);
+    const float s = 1.0f / std::sqrt(static_cast<float>(E));
+    for (size_t i = 0; i < n; ++i) r[i] = (r[i] * s) * L.router_scale[i % E];
+    std::vector<float> logits(size_t(m) * moe_.n_expert);
+    matmul(L.router, r.data(), m, logits.data());
+    std::vector<uint32_t> sel;
+    std::vector<float> wsel;
+    moe_route(logits.data(), m, sel, wsel);
+    norm(u, L.pre_ffw_norm_2);
+    moe_experts(L, Act::gelu_fp16, u.h.data(), m, sel, wsel, u.a.data());
+    norm_out(u, L.post_ffw_norm_2);
+    for (size_t i = 0; i < n; ++i) u.a[i] = shared[i] + u.a[i];
+  }
+
   void layer(uint32_t il, Ubatch& u, Kv& kv) const override {
     const Layer& L = layers_[il];
     if (il == 0 && n_pe_) per_layer_inputs(u);
@@ -109,8 +145,12 @@ class Gemma4Model final : public GraphModel {
     attn_output(L, u);
     norm_out(u, L.post_attn_norm);
     residual(u);
-    norm(u, L.ffn_norm);
-    ffn(L, Act::gelu_fp16, u);
+    if (L.router.rows) {
+      experts(L, u);
+    } else {
+      norm(u, L.ffn_norm);
+      ffn(L, Act::gelu_fp16, u);
+    }
     norm_out(u, L.post_ffw_norm);
     residual(u);
     if (n_pe_) {  // x += norm(proj(gelu(gate x) * ple[il])) * post_norm
@@ -155,9 +195,19 @@ ArchEntry gemma4() {
                                  mat("inp_gate.weight", Dim::embd, Dim::pe, &Layer::pe_gate, false),
                                  mat("proj.weight", Dim::pe, Dim::embd, &Layer::pe_proj, false),
                                  vec("post_norm.weight", Dim::embd, &Layer::pe_norm, false)},
-                                gated_ffn_slots()}),
+                                gated_ffn_slots(),
+                                {mat("ffn_gate_inp.weight", Dim::embd, Dim::n_expert, &Layer::router, false),
+                                 vec("ffn_gate_inp.scale", Dim::embd, &Layer::router_scale, false),
+                                 vec("post_ffw_norm_1.weight", Dim::embd, &Layer::post_ffw_norm_1, false),
+                                 vec("pre_ffw_norm_2.weight", Dim::embd, &Layer::pre_ffw_norm_2, false),
+                                 vec("post_ffw_norm_2.weight", Dim::embd, &Layer::post_ffw_norm_2, false),
+                                 experts("ffn_gate_up_exps.weight", Dim::embd, Dim::ff2_exp, &Layer::gate_up_exps, false),
+                                 experts("ffn_gate_exps.weight", Dim::embd, Dim::ff_exp, &Layer::gate_exps, false),
+                                 experts("ffn_up_exps.weight", Dim::embd, Dim::ff_exp, &Layer::up_exps, false),
+                                 experts("ffn_down_exps.weight", Dim::ff_exp, Dim::embd, &Layer::down_exps, false),
+                                 vec("ffn_down_exps.scale", Dim::n_expert, &Layer::exp_scale, false)}}),
                           false,
-                          false,
+                          true,  // the 26B-A4B's experts, when expert_count is there
                           true,
                           true};
   return {&t, [](const std::string& path, const LoadOptions& opt) { return make<Gemma4Model>(path, opt, t); }};

@@ -150,6 +150,7 @@ uint64_t GraphModel::dim(Dim d, const Layer* L) const {
     case Dim::ff_exp: return moe_.ff_exp;
     case Dim::ff_shexp: return moe_.ff_shexp;
     case Dim::n_expert: return moe_.n_expert;
+    case Dim::ff2_exp: return uint64_t(2) * moe_.ff_exp;
     case Dim::pe: return n_pe_;
     case Dim::one: return 1;
   }
@@ -355,7 +356,8 @@ void GraphModel::load() {
   info_.n_ff = static_cast<uint32_t>(n_ff);
   info_.n_ctx_train = g.context_length;
   if (table_.hybrid) load_hybrid(p, g);
-  if (table_.moe) load_moe(p);
+  // Gemma 4: only the 26B-A4B has experts (and the keys).
+  if (table_.moe && !(table_.layer_shapes && !f_.has(p + "expert_count"))) load_moe(p);
 
   eps_ = f_.get_f32(p + "attention.layer_norm_rms_epsilon");
   if (!(eps_ > 0.0f) || !std::isfinite(eps_)) fail("attention.layer_norm_rms_epsilon must be positive");
@@ -761,17 +763,15 @@ void GraphModel::delta_net(uint32_t il, const Layer& L, Ubatch& u, Kv& kv) const
   matmul(L.ssm_out, o.data(), m, u.a.data());
 }
 
-void GraphModel::moe_ffn(const Layer& L, Ubatch& u) const {
-  const uint32_t m = u.m, E = info_.n_embd, NE = moe_.n_expert, K = moe_.n_used, F = moe_.ff_exp;
-  std::vector<float> logits(size_t(m) * NE);
-  matmul(L.router, u.h.data(), m, logits.data());
+void GraphModel::moe_route(float* logits, uint32_t m, std::vector<uint32_t>& sel, std::vector<float>& wsel) const {
+  const uint32_t NE = moe_.n_expert, K = moe_.n_used;
   // Per token: softmax over the experts, the top K (ties to the lower index), weights
   // renormalised to sum 1 (the sum floored at 2^-14, as llama.cpp clamps it).
-  std::vector<uint32_t> sel(size_t(m) * K);
-  std::vector<float> wsel(size_t(m) * K);
+  sel.resize(size_t(m) * K);
+  wsel.resize(size_t(m) * K);
   std::vector<uint32_t> order(NE);
   for (uint32_t t = 0; t < m; ++t) {
-    float* p = logits.data() + size_t(t) * NE;
+    float* p = logits + size_t(t) * NE;
     float mx = p[0];
     for (uint32_t e = 1; e < NE; ++e) mx = std::max(mx, p[e]);
     double sum = 0.0;
@@ -788,9 +788,15 @@ void GraphModel::moe_ffn(const Layer& L, Ubatch& u) const {
       wsel[size_t(t) * K + r] = p[order[r]] / ws;
     }
   }
+}
+
+void GraphModel::moe_experts(const Layer& L, Act act, const float* h, uint32_t m, const std::vector<uint32_t>& sel,
+                             const std::vector<float>& wsel, float* out) const {
+  const uint32_t E = info_.n_embd, NE = moe_.n_expert, K = moe_.n_used, F = moe_.ff_exp;
+  const bool fused = !L.gate_up_exps.empty();
   // Each expert on the rows routed to it; y[t][rank] its weighted output.
   std::vector<float> y(size_t(m) * K * E);
-  std::vector<float> xin, g, up, out;
+  std::vector<float> xin, g, up, o;
   std::vector<size_t> slots;
   for (uint32_t e = 0; e < NE; ++e) {
     slots.clear();
@@ -799,20 +805,55 @@ void GraphModel::moe_ffn(const Layer& L, Ubatch& u) const {
     if (slots.empty()) continue;
     const size_t n = slots.size();
     xin.resize(n * E);
-    for (size_t i = 0; i < n; ++i) std::copy_n(u.h.data() + (slots[i] / K) * E, E, xin.data() + i * E);
+    for (size_t i = 0; i < n; ++i) std::copy_n(h + (slots[i] / K) * E, E, xin.data() + i * E);
     g.resize(n * F);
-    up.resize(n * F);
-    out.resize(n * E);
-    matmul(L.gate_exps[e], xin.data(), static_cast<uint32_t>(n), g.data());
-    matmul(L.up_exps[e], xin.data(), static_cast<uint32_t>(n), up.data());
-    for (size_t i = 0; i < n * F; ++i) g[i] = silu(g[i]) * up[i];
-    matmul(L.down_exps[e], g.data(), static_cast<uint32_t>(n), out.data());
+    o.resize(n * E);
+    if (fused) {
+      up.resize(n * 2 * F);
+      matmul(L.gate_up_exps[e], xin.data(), static_cast<uint32_t>(n), up.data());
+      for (size_t i = 0; i < n; ++i)
+        for (uint32_t c = 0; c < F; ++c) {
+          const float gv = up[i * 2 * F + c], uv = up[i * 2 * F + F + c];
+          g[i * F + c] = (act == Act::gelu_fp16 ? gelu_fp16(gv) : act == Act::gelu_tanh ? gelu_tanh(gv) : silu(gv)) * uv;
+        }
+    } else {
+      up.resize(n * F);
+      matmul(L.gate_exps[e], xin.data(), static_cast<uint32_t>(n), g.data());
+      matmul(L.up_exps[e], xin.data(), static_cast<uint32_t>(n), up.data());
+      if (act == Act::gelu_fp16)
+        for (size_t i = 0; i < n * F; ++i) g[i] = gelu_fp16(g[i]) * up[i];
+      else if (act == Act::gelu_tanh)
+        for (size_t i = 0; i < n * F; ++i) g[i] = gelu_tanh(g[i]) * up[i];
+      else
+        for (size_t i = 0; i < n * F; ++i) g[i] = silu(g[i]) * up[i];
+    }
+    matmul(L.down_exps[e], g.data(), static_cast<uint32_t>(n), o.data());
+    // llama.cpp: the expert's scale multiplies its product, then the routing weight.
+    if (!L.exp_scale.empty())
+      for (float& v : o) v = v * L.exp_scale[e];
     for (size_t i = 0; i < n; ++i) {
       const float w = wsel[slots[i]];
       float* dst = y.data() + slots[i] * E;
-      for (uint32_t c = 0; c < E; ++c) dst[c] = out[i * E + c] * w;
+      for (uint32_t c = 0; c < E; ++c) dst[c] = o[i * E + c] * w;
     }
   }
+  for (uint32_t t = 0; t < m; ++t)
+    for (uint32_t c = 0; c < E; ++c) {
+      float acc = y[(size_t(t) * K) * E + c];
+      for (uint32_t r = 1; r < K; ++r) acc = acc + y[(size_t(t) * K + r) * E + c];
+      out[size_t(t) * E + c] = acc;
+    }
+}
+
+void GraphModel::moe_ffn(const Layer& L, Ubatch& u) const {
+  const uint32_t m = u.m, E = info_.n_embd, NE = moe_.n_expert;
+  std::vector<float> logits(size_t(m) * NE);
+  matmul(L.router, u.h.data(), m, logits.data());
+  std::vector<uint32_t> sel;
+  std::vector<float> wsel;
+  moe_route(logits.data(), m, sel, wsel);
+  std::vector<float> routed(size_t(m) * E);
+  moe_experts(L, Act::silu, u.h.data(), m, sel, wsel, routed.data());
   // The shared expert, gated by sigmoid(gate_inp_sh . h).
   const uint32_t FS = moe_.ff_shexp;
   std::vector<float> gs(size_t(m) * FS), us(size_t(m) * FS), sh(size_t(m) * E), sg(m);
@@ -824,11 +865,7 @@ void GraphModel::moe_ffn(const Layer& L, Ubatch& u) const {
   for (uint32_t t = 0; t < m; ++t) {
     const float gate = sigmoid(sg[t]);
     float* dst = u.a.data() + size_t(t) * E;
-    for (uint32_t c = 0; c < E; ++c) {
-      float acc = y[(size_t(t) * K) * E + c];
-      for (uint32_t r = 1; r < K; ++r) acc = acc + y[(size_t(t) * K + r) * E + c];
-      dst[c] = acc + sh[size_t(t) * E + c] * gate;
-    }
+    for (uint32_t c = 0; c < E; ++c) dst[c] = routed[size_t(t) * E + c] + sh[size_t(t) * E + c] * gate;
   }
 }
 

@@ -36,6 +36,11 @@ struct Layer {
   // Mixture of experts: the router, each expert's gate/up/down, the shared expert and its gate.
   Mat router, gate_sh, up_sh, down_sh, gate_inp_sh;
   std::vector<Mat> gate_exps, up_exps, down_exps;
+  // Gemma 4's experts: gate|up fused per expert (gate rows first; then gate_exps/up_exps are
+  // empty), each expert's output scale [n_expert], the router's input scale [n_embd], and the
+  // norms around the shared (dense) and routed branches.
+  std::vector<Mat> gate_up_exps;
+  std::vector<float> exp_scale, router_scale, post_ffw_norm_1, pre_ffw_norm_2, post_ffw_norm_2;
   std::vector<float> out_scale;  // Gemma 4's layer_output_scale: multiplies the residual stream, empty when absent
   bool sliding = false;
   bool recurrent = false;
@@ -63,6 +68,7 @@ enum class Dim : uint8_t {
   // (inner_size), value heads, head size, convolution taps.
   ssm_conv, ssm_inner, ssm_heads, ssm_state, ssm_kernel,
   ff_exp, ff_shexp, n_expert,  // an expert's width, the shared expert's, the expert count
+  ff2_exp,                      // 2 ff_exp (an expert's fused gate|up)
   pe,  // Gemma 4's per-layer embedding width
   one,
 };
@@ -92,8 +98,8 @@ inline TensorSlot grid(const char* name, Dim in, Dim out, std::vector<float> Lay
 inline TensorSlot mat(const char* name, Dim in, Dim out, Mat Layer::*f, bool required = true) {
   return {name, in, out, nullptr, f, required};
 }
-inline TensorSlot experts(const char* name, Dim in, Dim out, std::vector<Mat> Layer::*f) {
-  return {name, in, out, nullptr, nullptr, true, f};
+inline TensorSlot experts(const char* name, Dim in, Dim out, std::vector<Mat> Layer::*f, bool required = true) {
+  return {name, in, out, nullptr, nullptr, required, f};
 }
 // The slots of `v` for the layers `sel` picks.
 std::vector<TensorSlot> only(LayerSel sel, std::vector<TensorSlot> v);
@@ -234,6 +240,15 @@ class GraphModel : public Model {
   enum class Act : uint8_t { silu, gelu_tanh, gelu_fp16 };
   // From u.h into u.a: down(act(gate h) * up h), or with the fused matrix act(first half) * second.
   void ffn(const Layer& L, Act act, Ubatch& u) const;
+  // The two parts of moe_ffn that Gemma 4 shares. moe_route: router logits [m][n_expert] (in
+  // place: their softmax) to each token's top n_used experts and weights (renormalised),
+  // [m][n_used] in rank order.
+  void moe_route(float* logits, uint32_t m, std::vector<uint32_t>& sel, std::vector<float>& wsel) const;
+  // moe_experts: the routed experts on h [m][n_embd] into out [m][n_embd]: per selected expert
+  // down(act(gate h) * up h) (gate|up fused or not), times its exp_scale when present, times its
+  // weight, summed in rank order.
+  void moe_experts(const Layer& L, Act act, const float* h, uint32_t m, const std::vector<uint32_t>& sel,
+                   const std::vector<float>& wsel, float* out) const;
   void residual(Ubatch& u) const;  // x += a
   // ggml's CPU GELU in place (the fp16 table of Act::gelu_fp16).
   void gelu_fp16_inplace(float* x, size_t n) const;
