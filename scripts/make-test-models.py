@@ -11,7 +11,7 @@ numpy's version nor the CPU changes them. The writer is the PyPI package gguf, p
   python3 scripts/make-test-models.py --out DIR [--only NAME...] \\
       [--check tests/golden/arch/models.sha256] [--write-hashes FILE]
 
-Models: 4 layers (the hybrids 8, gemma4 6, gemma4-e 8, gemma4moe 4), n_ff 512, rms eps 1e-6, every tensor F32 (BPE:
+Models: 4 layers (the hybrids 8, gemma4 6, gemma4-e 8, gemma4moe 4, gemma4-tok 2), n_ff 512, rms eps 1e-6, every tensor F32 (BPE:
 byte-level with merges, SPM: SentencePiece-style pieces with byte fallback; both learned from
 TEXT below).
 
@@ -27,6 +27,7 @@ TEXT below).
   gemma4   gemma4  256     4/1 x 512, 4/2 x 128 SPM, 520            32768    1e6, sliding 1e4
   gemma4-e gemma4  256     4/1 x 512, 4/1 x 128 SPM, 520            32768    1e6, sliding 1e4
   gemma4moe gemma4 256     4/1 x 512, 4/2 x 128 SPM, 520            32768    1e6, sliding 1e4
+  gemma4-tok gemma4 256    4/1 x 512, 4/2 x 128 gemma4 BPE, 600     32768    1e6, sliding 1e4
 
   qwen2    q/k/v biases; tied output (no output.weight); no BOS added
   qwen3    attn_q_norm/attn_k_norm [128]; attn_q [256, 512]; untied
@@ -71,6 +72,9 @@ TEXT below).
            and its .scale [256], pre_ffw_norm_2 / post_ffw_norm_2, ffn_gate_up_exps [256, 256, 8]
            on layers 0-1, ffn_gate_exps / ffn_up_exps [256, 128, 8] on 2-3, ffn_down_exps
            [128, 256, 8] and its .scale [8]; layer_output_scale on every layer but 2
+  gemma4-tok 2 layers (sliding, full) of gemma4's shapes, for the tokenizer kind "gemma4" (BPE over
+           raw UTF-8 with spaces as U+2581, merges learned on whole lines; <pad> <eos> <bos> <unk>,
+           newline runs of 1-3, 256 byte tokens <0xXX>): tests/golden/tokenizer/arch-gemma4-tok.txt
 
 Written only when named (--only qwen35-0.8b; never by default, and not in models.sha256):
 
@@ -129,6 +133,9 @@ MODELS = {
                     ctx=32768, rope_base=1e6, tied=True, gemma4="dense"),
     "gemma4-e": dict(arch="gemma4", n_embd=256, n_head=4, n_head_kv=1, head=128, vocab="spm-gemma", n_vocab=520,
                      ctx=32768, rope_base=1e6, tied=True, gemma4="e"),
+    # gemma4's tokenizer kind on a 2-layer gemma4 (its tokenizer golden, not a logits fixture)
+    "gemma4-tok": dict(arch="gemma4", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="bpe-gemma4", n_vocab=600,
+                       ctx=32768, rope_base=1e6, tied=True, gemma4="tok"),
     "gemma4moe": dict(arch="gemma4", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="spm-gemma", n_vocab=520,
                       ctx=32768, rope_base=1e6, tied=True, gemma4="moe"),
     # Written only when named (--only): the published shape of Qwen 3.5 0.8B (docs/design/qwen35.md
@@ -170,6 +177,8 @@ GEMMA4 = {
     "e": dict(swa=[True, True, False, True, False, True, True, False], window=48, d_full=512, d_swa=128, kv_full=1,
               kv_swa=1, rope_swa=1e4, partial=0.25, no_v=[], out_scale=[0.8, 1.2, 0.7, 1.3, 0.9, 1.1, None, 1.25],
               softcap=None, shared=3, no_k=[5, 7], pe=64, n_ff=[512] * 5 + [1024] * 3),
+    "tok": dict(swa=[True, False], window=48, d_full=512, d_swa=128, kv_full=1, kv_swa=2, rope_swa=1e4,
+                partial=0.25, no_v=[], out_scale=[None, None], softcap=30.0, shared=0, no_k=[], pe=0, n_ff=None),
     "moe": dict(swa=[True, False, True, False], window=48, d_full=512, d_swa=128, kv_full=1, kv_swa=2,
                 rope_swa=1e4, partial=0.25, no_v=[1, 3], out_scale=[0.7, 1.3, None, 0.8], softcap=30.0,
                 shared=0, no_k=[], pe=0, n_ff=None, dense_ff=256,
@@ -467,8 +476,50 @@ def spm_vocab(kind, n_vocab):
     return dict(tokens=tokens, types=types, scores=scores)
 
 
+GEMMA4_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]
+GEMMA4_NEWLINES = ["\n", "\n\n", "\n\n\n"]
+
+
+def gemma4_vocab(n_vocab):
+    """Gemma 4's kind (tokenizer.ggml.model "gemma4"): BPE over raw UTF-8 with spaces as U+2581,
+    learned on whole lines (merges may cross words, as SentencePiece's); <pad> <eos> <bos> <unk>,
+    newline runs as tokens, 256 byte tokens <0xXX>, the single characters, the merged pieces."""
+    lines = [ln.replace(" ", SPACE_MARK) for ln in TEXT.split("\n") if ln]
+    alphabet = sorted(set("".join(lines)))
+    fixed = GEMMA4_SPECIALS + GEMMA4_NEWLINES + ["<0x%02X>" % i for i in range(256)] + alphabet
+    merges, merged = [], []
+    for a, b in learn_merges(count_words(tuple(ln) for ln in lines), n_vocab):
+        if a + b in fixed or a + b in merged:
+            continue
+        if len(fixed) + len(merged) == n_vocab:
+            break
+        merges.append((a, b))
+        merged.append(a + b)
+    tokens = fixed + merged
+    if len(tokens) != n_vocab:
+        raise SystemExit("make-test-models.py: internal error: gemma4 vocabulary of %d tokens, %d wanted"
+                         % (len(tokens), n_vocab))
+    types = [CONTROL, CONTROL, CONTROL, UNKNOWN] + [NORMAL] * len(GEMMA4_NEWLINES) + [BYTE] * 256
+    types += [NORMAL] * (len(alphabet) + len(merged))
+    return dict(tokens=tokens, types=types, merges=["%s %s" % m for m in merges])
+
+
 def add_vocab(w, spec):
     kind, n_vocab = spec["vocab"], spec["n_vocab"]
+    if kind == "bpe-gemma4":
+        v = gemma4_vocab(n_vocab)
+        w.add_tokenizer_model("gemma4")
+        w.add_tokenizer_pre("gemma4")
+        w.add_token_list(v["tokens"])
+        w.add_token_types(v["types"])
+        w.add_token_merges(v["merges"])
+        w.add_pad_token_id(0)
+        w.add_eos_token_id(1)
+        w.add_bos_token_id(2)
+        w.add_unk_token_id(3)
+        w.add_add_bos_token(True)
+        w.add_add_space_prefix(False)
+        return n_vocab
     if kind.startswith("bpe"):
         v = bpe_vocab(kind, n_vocab)
         pad = spec.get("n_vocab_padded", n_vocab) - n_vocab

@@ -7,6 +7,9 @@
 //   Byte-level BPE ("gpt2"): the text is cut into words by the model's pre-tokenizer, each
 //     byte mapped to a printable character (GPT-2's table), and within a word the adjacent
 //     pair with the lowest merge rank is merged until none is listed (ties: leftmost).
+//   Gemma 4 ("gemma4"): the same merges over raw UTF-8 characters, spaces as U+2581, the text
+//     cut only into runs of newlines (one token when the vocabulary has the run) and runs of
+//     anything else; pieces that are not tokens fall back to <0xNN> byte tokens; BOS always.
 // Before either, user-defined tokens in the text are cut out and emitted as themselves
 // (llama.cpp does this even when it is told not to parse special tokens; control tokens
 // are never matched in the text here).
@@ -458,13 +461,16 @@ class SpmTokenizer final : public VocabTokenizer {
 
 class BpeTokenizer final : public VocabTokenizer {
  public:
-  BpeTokenizer(Vocab v, PreTokenizer pre, bool ignore_merges, std::unordered_map<std::string, int32_t> ranks)
-      : VocabTokenizer(std::move(v)), pre_(pre), ignore_merges_(ignore_merges), ranks_(std::move(ranks)) {}
+  // raw_utf8: Gemma 4's kind (see the top of the file) instead of byte-level BPE.
+  BpeTokenizer(Vocab v, PreTokenizer pre, bool ignore_merges, std::unordered_map<std::string, int32_t> ranks,
+               bool raw_utf8 = false)
+      : VocabTokenizer(std::move(v)), pre_(pre), ignore_merges_(ignore_merges), ranks_(std::move(ranks)), raw_utf8_(raw_utf8) {}
 
   std::string piece(int32_t id) const override {
     if (id < 0 || uint32_t(id) >= n_vocab()) return {};
     std::string out;
     if (non_normal_piece(id, &out)) return out;
+    if (raw_utf8_) return unescape_spaces(v_.text[size_t(id)]);
     for (uint32_t cp : unicode::decode_utf8(v_.text[size_t(id)])) {
       const int b = unicode::code_point_to_byte(cp);
       if (b >= 0) {
@@ -483,12 +489,51 @@ class BpeTokenizer final : public VocabTokenizer {
         out.push_back(fr.token);
         continue;
       }
+      if (raw_utf8_) {
+        encode_raw(text.substr(fr.offset, fr.length), out);
+        continue;
+      }
       for (const std::string& word : pre_tokenize(pre_, text.substr(fr.offset, fr.length))) {
         std::string enc;
         for (char c : word) unicode::append_utf8(enc, unicode::byte_to_code_point(uint8_t(c)));
         merge(enc, out);
       }
     }
+  }
+
+  // Gemma 4: spaces escaped, the text cut into runs of newlines and runs of other characters
+  // (merge lookups never see a newline); a newline run that is a token is emitted whole. The
+  // split decodes UTF-8, so an invalid byte becomes U+FFFD there, as in llama.cpp.
+  void encode_raw(std::string_view text, std::vector<int32_t>& out) const {
+    std::string esc;
+    for (uint32_t cp : unicode::decode_utf8(text)) {
+      if (cp == ' ') esc += "\xE2\x96\x81";
+      else unicode::append_utf8(esc, cp);
+    }
+    size_t i = 0;
+    while (i < esc.size()) {
+      const bool nl = esc[i] == '\n';
+      size_t j = i;
+      while (j < esc.size() && (esc[j] == '\n') == nl) ++j;
+      const std::string word = esc.substr(i, j - i);
+      const int32_t id = nl ? v_.find(word) : -1;
+      if (id >= 0) out.push_back(id);
+      else merge(word, out);
+      i = j;
+    }
+  }
+
+  static std::string unescape_spaces(const std::string& t) {
+    std::string out;
+    for (size_t i = 0; i < t.size();) {
+      if (t.compare(i, 3, "\xE2\x96\x81") == 0) {
+        out += ' ';
+        i += 3;
+      } else {
+        out += t[i++];
+      }
+    }
+    return out;
   }
 
   void merge(const std::string& w, std::vector<int32_t>& out) const {
@@ -545,9 +590,12 @@ class BpeTokenizer final : public VocabTokenizer {
         out.push_back(id);
         continue;
       }
-      // As llama.cpp: each byte of the encoded piece that is a one-character token, others dropped.
+      // As llama.cpp: each byte of the encoded piece that is a one-character token (Gemma 4: a
+      // <0xXX> token), others dropped.
       for (char c : piece) {
-        const int32_t b = v_.find(std::string(1, c));
+        static const char* hex = "0123456789ABCDEF";
+        const uint8_t u = uint8_t(c);
+        const int32_t b = raw_utf8_ ? v_.find(std::string{'<', '0', 'x', hex[u >> 4], hex[u & 15], '>'}) : v_.find(std::string(1, c));
         if (b >= 0) out.push_back(b);
       }
     }
@@ -556,7 +604,27 @@ class BpeTokenizer final : public VocabTokenizer {
   PreTokenizer pre_;
   bool ignore_merges_;
   std::unordered_map<std::string, int32_t> ranks_;  // "left right" -> merge rank
+  bool raw_utf8_;
 };
+
+std::unordered_map<std::string, int32_t> merge_ranks(const GgufFile& f) {
+  const GgufValue& merges = array_of(f, "tokenizer.ggml.merges", GgufType::string);
+  if (merges.count() > uint64_t(std::numeric_limits<int32_t>::max())) {
+    throw FileError(f.path(), "tokenizer.ggml.merges has too many entries");
+  }
+  std::unordered_map<std::string, int32_t> ranks;
+  ranks.reserve(merges.count());
+  for (uint64_t i = 0; i < merges.count(); ++i) {
+    const std::string& m = merges.str(i);
+    const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
+    if (sp == std::string::npos || sp + 1 >= m.size()) {
+      throw FileError(f.path(), "tokenizer.ggml.merges[" + std::to_string(i) + "] '" + m +
+                                    "' is not two parts separated by a space");
+    }
+    ranks.emplace(m, int32_t(i));  // a repeated merge keeps its first rank
+  }
+  return ranks;
+}
 
 }  // namespace
 
@@ -590,26 +658,20 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
     v.eos = 11;
     v.add_bos = pre == PreTokenizer::llama3;
     load_common(f, v);
-    const GgufValue& merges = array_of(f, "tokenizer.ggml.merges", GgufType::string);
-    if (merges.count() > uint64_t(std::numeric_limits<int32_t>::max())) {
-      throw FileError(f.path(), "tokenizer.ggml.merges has too many entries");
-    }
-    std::unordered_map<std::string, int32_t> ranks;
-    ranks.reserve(merges.count());
-    for (uint64_t i = 0; i < merges.count(); ++i) {
-      const std::string& m = merges.str(i);
-      const size_t sp = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
-      if (sp == std::string::npos || sp + 1 >= m.size()) {
-        throw FileError(f.path(), "tokenizer.ggml.merges[" + std::to_string(i) + "] '" + m +
-                                      "' is not two parts separated by a space");
-      }
-      ranks.emplace(m, int32_t(i));  // a repeated merge keeps its first rank
-    }
-    auto tok = std::make_unique<BpeTokenizer>(std::move(v), pre, ignore_merges, std::move(ranks));
+    auto tok = std::make_unique<BpeTokenizer>(std::move(v), pre, ignore_merges, merge_ranks(f));
     tok->check_usable();
     return tok;
   }
-  throw FileError(f.path(), "tokenizer.ggml.model '" + model + "' is not supported (llama and gpt2 are)");
+  if (model == "gemma4") {
+    // llama.cpp: no default special ids (the file's), BOS added even where the file says not.
+    load_common(f, v);
+    v.add_bos = true;
+    if (v.bos < 0) v.fail("a BOS token is always added for tokenizer.ggml.model 'gemma4' but the vocabulary has none");
+    auto tok = std::make_unique<BpeTokenizer>(std::move(v), PreTokenizer{}, false, merge_ranks(f), true);
+    tok->check_usable();
+    return tok;
+  }
+  throw FileError(f.path(), "tokenizer.ggml.model '" + model + "' is not supported (llama, gpt2 and gemma4 are)");
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {

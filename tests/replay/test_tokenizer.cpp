@@ -695,7 +695,25 @@ TEST_P(TokenizerTestModel, MatchesLlamaCpp) {
 }
 INSTANTIATE_TEST_SUITE_P(Arch, TokenizerTestModel,
                          ::testing::Values("qwen2", "qwen3", "qwen35", "llama3", "mistral", "gemma2",
-                                           "phi3"));
+                                           "phi3", "gemma4-tok"));
+
+// Gemma 4's kind (tokenizer.ggml.model "gemma4", BPE over raw UTF-8): BOS 2 always, newline
+// runs whole, spaces as U+2581 in the pieces, byte tokens for what no merge covers.
+TEST(TokenizerGemma4, KindAsLlamaCpp) {
+  const std::string path = std::string(SJKV_TEST_MODELS_DIR) + "/gemma4-tok.gguf";
+  ASSERT_EQ(::access(path.c_str(), R_OK), 0) << "no test model at " << path << " (the arch_test_models test makes it)";
+  const auto tok = Tokenizer::from_gguf(GgufFile::open(path));
+  EXPECT_EQ(tok->bos(), 2);
+  EXPECT_EQ(tok->eos(), 1);
+  const Ids nl = tok->encode("\n\n", true);
+  ASSERT_EQ(nl.size(), 2u);
+  EXPECT_EQ(nl[0], 2);
+  EXPECT_EQ(tok->piece(nl[1]), "\n\n");
+  const Ids e = tok->encode("\xC3\xA9", false);  // no merge: its two byte tokens
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(tok->decode(e), "\xC3\xA9");
+  EXPECT_EQ(tok->decode(tok->encode(" a  b", false)), " a  b");
+}
 
 TEST(TokenizerRealModel, SmolLM2MatchesLlamaCpp) {
   const std::string path = model_path("SJKV_SMOLLM2_GGUF", "smollm2.gguf");
