@@ -44,7 +44,9 @@ TEXT_SHA256 = "3972dc9744f6499f0f9b2dbf76696f2ae7ad8af9b23dde66d6af86c9dfb36986"
 # (already F32; --test-models says where it was written): the architectures whose real weights
 # cannot be fetched, so that the importer is checked on their layouts too (Gemma 2's sliding
 # and full sections, Qwen 3's head size 128 from key_length, Phi-3's 96, Qwen 3.5's hybrid
-# memory: the full-attention layers' cache with iM-RoPE cell records, then the recurrent state).
+# memory: the full-attention layers' cache with iM-RoPE cell records, then the recurrent state;
+# Gemma 4's full layers of 512-value heads beside sliding ones of 128, and gemma4-e's shared-KV
+# layers, which store nothing).
 FIXTURES = [
     ("gemma3-f16-fa.ggsq", "default.gguf", "f16", True, "seq", 128),
     ("gemma3-f32-nofa.ggsn", "default.gguf", "f32", False, "full", 64),
@@ -55,6 +57,8 @@ FIXTURES = [
     ("phi3-f16-fa.ggsq", "test:phi3", "f16", True, "seq", 64),
     ("qwen35-f16-fa.ggsq", "test:qwen35", "f16", True, "seq", 64),
     ("qwen35-f32-nofa.ggsn", "test:qwen35", "f32", False, "full", 64),
+    ("gemma4-f16-fa.ggsq", "test:gemma4", "f16", True, "seq", 64),
+    ("gemma4-e-f32-nofa.ggsn", "test:gemma4-e", "f32", False, "full", 64),
 ]
 
 

@@ -71,6 +71,10 @@ const std::vector<Fixture>& fixtures() {
       {"qwen3-f32-fa.ggsn", "test:qwen3", 128, 0, {}, 4, 64},
       {"qwen35-f16-fa.ggsq", "test:qwen35", 256, 0, {3, 7}, 2, 64, true, qwen35_layout()},
       {"qwen35-f32-nofa.ggsn", "test:qwen35", 256, 0, {3, 7}, 2, 64, true, qwen35_layout()},
+      // Gemma 4: the full layers' section (heads of 512) before the sliding one (128); gemma4-e's
+      // shared-KV layers (5-7) store nothing, so its section holds layers 2 and 4 only.
+      {"gemma4-f16-fa.ggsq", "test:gemma4", 512, 1, {2, 5}, 2, 64},
+      {"gemma4-e-f32-nofa.ggsn", "test:gemma4-e", 512, 1, {2, 4}, 2, 64},
   };
   return f;
 }
@@ -218,6 +222,42 @@ INSTANTIATE_TEST_SUITE_P(Files, LlamaStateFixture, ::testing::Range<size_t>(0, f
                              if (ch == '-' || ch == '.') ch = '_';
                            return n;
                          });
+
+// Gemma 4's files as llama.cpp lays them out: the full layers' section (own-KV full layers,
+// heads of 512), then the sliding layers' (heads of 128; gemma4: layers 0, 1, 3, 4 with 2 KV
+// heads; gemma4-e: the own-KV sliding layers 0, 1, 3 with 1, the shared layers 5-7 absent from
+// both), and nothing after. Read to the end at 128 values a head, the sliding section's rows
+// are whole heads; at 512 they are refused, not misread.
+TEST(LlamaStateGemma4Fixture, SlidingSectionFollowsTheFullOne) {
+  struct Case {
+    const char* file;
+    std::vector<uint32_t> sliding;
+    uint32_t kv_heads;
+    uint32_t cells;
+  };
+  // The sequence file's sliding section holds the window's last 48 positions, the full state
+  // file's all 64 (as llama.cpp wrote them).
+  for (const Case& k : {Case{"gemma4-f16-fa.ggsq", {0, 1, 3, 4}, 2, 48}, Case{"gemma4-e-f32-nofa.ggsn", {0, 1, 3}, 1, 64}}) {
+    const std::string path = std::string(SJKV_GOLDEN_DIR) + "/llama_state/" + k.file;
+    LlamaStateOptions o;
+    o.head_dim = 128;
+    o.kv_sections = 0;  // to the end of the file
+    for (uint32_t i = 0; i < k.sliding.size(); ++i) o.layers.push_back(2 + i);  // after the 2 full layers
+    o.layer_ids = k.sliding;
+    const Capture c = read_llama_state(path, o);
+    ASSERT_EQ(c.layers.size(), k.sliding.size()) << k.file;
+    EXPECT_EQ(c.kv_heads, k.kv_heads) << k.file;
+    EXPECT_EQ(c.head_dim, 128u) << k.file;
+    EXPECT_EQ(c.tokens, k.cells) << k.file;
+    c.check_consistent();
+    o.layers.push_back(2 + uint32_t(k.sliding.size()));  // one layer more than the file holds
+    o.layer_ids.push_back(99);
+    EXPECT_THROW((void)read_llama_state(path, o), FileError) << k.file;
+    LlamaStateOptions all;
+    all.head_dim = 512;
+    EXPECT_THROW((void)read_llama_state(path, all), FileError) << k.file;
+  }
+}
 
 // Phi-3's head size, 96, is no power of two: its state file is refused by name (the codec
 // could not seal it), not misread.
