@@ -458,6 +458,7 @@ void GraphModel::load() {
     // A shared-KV layer's own cache is never written (it attends its source's), so no arm compresses it.
     s.full_attention = !layers_[il].sliding && !s.recurrent && layers_[il].kv_src < 0;
     s.window = layers_[il].sliding ? g.sliding_window : 0;
+    s.kv_source = layers_[il].kv_src;  // its store keeps nothing: attention reads the source layer's
     s.n_head = H;
     s.n_head_kv = layers_[il].n_head_kv;
     s.head_dim = layers_[il].head_dim;
