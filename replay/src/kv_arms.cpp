@@ -579,26 +579,6 @@ class SjLayer final : public InspectableKv, private RowSource {
   mutable CacheView view_;
 };
 
-// A shared-KV layer's store: nothing (its rows are its source layer's).
-class SharedLayer final : public LayerKv {
- public:
-  explicit SharedLayer(const LayerShape& s) : layer_(s.layer), source_(s.kv_source) {}
-  void begin_ubatch(uint32_t, uint32_t) override {}
-  void store(uint32_t, uint32_t, const float*, const float*) override {}
-  void attend(uint32_t, uint32_t, const float*, float, float*) override {
-    throw std::logic_error("layer " + std::to_string(layer_) + " keeps no cache: it attends layer " +
-                           std::to_string(source_) + "'s");
-  }
-  LayerBits bits() const override { return {}; }
-  LayerBits bits_at(uint32_t) const override { return {}; }
-  uint32_t decode_run(uint32_t, uint32_t limit) const override { return limit; }
-  void idle(uint32_t) override {}
-
- private:
-  uint32_t layer_;
-  int32_t source_;
-};
-
 // ---------------------------------------------------------------------------------------
 // Arms, built from a parsed spec (arm_spec.h).
 
@@ -719,13 +699,6 @@ std::unique_ptr<KvArm> build(const std::string& spec, const SealerSource& sealer
 }  // namespace
 
 std::unique_ptr<KvArm> make_arm(const std::string& spec, const SealerSource& sealers) { return build(spec, sealers); }
-
-std::unique_ptr<LayerKv> make_shared_layer(const LayerShape& s) {
-  if (s.kv_source < 0 || static_cast<uint32_t>(s.kv_source) >= s.layer)
-    throw std::invalid_argument("layer " + std::to_string(s.layer) + ": a shared-KV layer reads an earlier layer, not " +
-                                std::to_string(s.kv_source));
-  return std::make_unique<SharedLayer>(s);
-}
 
 std::string arm_engine_settings(const std::string& spec, uint32_t head_dim) {
   const std::unique_ptr<KvArm> arm = build(spec, {});
