@@ -11,8 +11,14 @@ import os
 import re
 
 # {stat:ARM|BASELINE} or {stat@SET:ARM|BASELINE}: ratio, lower (1 - ratio), ci (positions),
-# cih (histories), won; {kl:ARM}, {bits:ARM}, {median:ARM}.
-PLACEHOLDER = re.compile(r"\{(ratio|ci|cih|won|kl|median|bits|lower)(?:@([a-z0-9-]+))?\:([^|{}]+)(?:\|([^{}]+))?\}")
+# cih (histories), won; {kl:ARM}, {bits:ARM}, {median:ARM}; from study/depth.csv
+# {depth@SET:ARM#FROM} (mean KL of the bin starting at FROM tokens), from study/needles.csv
+# {needle@SET:ARM#DIST} (answer mean KL at that distance, 0 = all needles), {needleci@SET:ARM#DIST},
+# {top1@SET:ARM#DIST} (gold top-1 share) and {reftop1@SET:ARM#DIST} (the reference's).
+PLACEHOLDER = re.compile(r"\{(ratio|ci|cih|won|kl|median|bits|lower|depth|needle|needleci|top1|reftop1)"
+                         r"(?:@([a-z0-9-]+))?\:([^|{}]+)(?:\|([^{}]+))?\}")
+ROW_KINDS = {"depth": ("depth", "mean_kl"), "needle": ("needles", "mean_kl"), "needleci": ("needles", None),
+             "top1": ("needles", "gold_top"), "reftop1": ("needles", "ref_gold_top")}
 
 
 def load(csv_path):
@@ -40,8 +46,15 @@ def pct(x):
 
 
 class Table:
+    rows = {"depth": {}, "needles": {}}  # (set, arm, bin or distance) -> row of study/depth.csv, needles.csv
+
     def __init__(self, t, s):
         self.t, self.s = t, s
+
+    def row(self, kind, arm_at):
+        """The depth or needle row a {depth|needle|...:ARM#N} placeholder names, or None."""
+        arm, _, at = arm_at.rpartition("#")
+        return Table.rows[ROW_KINDS[kind][0]].get((self.s, arm, at))
 
     def stat(self, arm, stat, history="all"):
         return self.t.get((self.s, history, arm, "", stat), math.nan)
@@ -72,6 +85,14 @@ def fill(text, tab):
 
 
 def value(kind, a, b, tab, whole):
+    if kind in ROW_KINDS:
+        r = tab.row(kind, a)
+        if r is None:
+            return whole
+        if kind == "needleci":
+            return f"{g(float(r['ci_low']))}-{g(float(r['ci_high']))}"
+        x = float(r[ROW_KINDS[kind][1]])
+        return pct(x) if kind in ("top1", "reftop1") else g(x)
     if kind == "ratio":
         return g(tab.pair(a, b, "ratio"))
     if kind == "lower":  # "lower by": 1 - ratio, as the note writes it
@@ -332,6 +353,8 @@ def write(csv_path, histories, arms_cfg, sets, report_dir, cmd, manifest, study_
     t = load(csv_path)
     depth_rows = read_csv(os.path.join(os.path.dirname(csv_path), "depth.csv"))
     needle_rows = read_csv(os.path.join(os.path.dirname(csv_path), "needles.csv"))
+    Table.rows = {"depth": {(r["set"], r["arm"], r["from"]): r for r in depth_rows},
+                  "needles": {(r["set"], r["arm"], r["distance"]): r for r in needle_rows}}
     plots = os.path.join(report_dir, "results")
     os.makedirs(plots, exist_ok=True)
     rel_csv = os.path.relpath(csv_path, report_dir)
@@ -364,6 +387,8 @@ def write(csv_path, histories, arms_cfg, sets, report_dir, cmd, manifest, study_
 
         def scored(m):
             tab = Table(t, m.group(2) or sets[0])
+            if m.group(1) in ROW_KINDS:
+                return tab.row(m.group(1), m.group(3)) is not None
             if m.group(4):
                 return tab.has_pair(m.group(3), m.group(4))
             return (tab.s, "all", m.group(3), "", "mean_kl") in t
