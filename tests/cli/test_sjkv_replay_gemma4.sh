@@ -93,16 +93,12 @@ PY
 # Damaged inputs are the file's defect: exit 2, one line naming the file, nothing written. A
 # gemma4 file without rope_freqs, with key_length 256 against value_length 512, without a q
 # norm; a truncated record and a truncated capture.
-"$py" - "$gguf" "$dir" <<'PY'
+"$py" - "$gguf" "$dir" "$(dirname "$0")" <<'PY'
 import struct, sys
+sys.path.insert(0, sys.argv[3])
+from gguf_patch import named, patcher
 src, d = sys.argv[1], sys.argv[2]
-b = open(src, "rb").read()
-def named(s):
-    return struct.pack("<Q", len(s)) + s.encode()
-def patched(old, new, name):
-    i = b.find(old)
-    assert i >= 0 and b.find(old, i + 1) < 0, name
-    open(d + "/" + name, "wb").write(b[:i] + new + b[i + len(old):])
+patched = patcher(src, d)
 patched(named("rope_freqs.weight"), named("rope_freqz.weight"), "no-rope-freqs.gguf")
 k = named("gemma4.attention.key_length") + struct.pack("<I", 4)
 patched(k + struct.pack("<I", 512), k + struct.pack("<I", 256), "key-length.gguf")

@@ -80,16 +80,12 @@ test ! -e "$dir/bad"
 # Damaged copies of qwen35 are the model file's defect (exit 2, one line naming the file): a
 # tensor of a recurrent layer missing, ssm.inner_size not time_step_rank x state_size, and rope
 # sections that would leave rotated pairs still for text.
-"$py" - "$gguf" "$dir" <<'PY'
+"$py" - "$gguf" "$dir" "$(dirname "$0")" <<'PY'
 import struct, sys
+sys.path.insert(0, sys.argv[3])
+from gguf_patch import named, patcher
 src, d = sys.argv[1], sys.argv[2]
-b = open(src, "rb").read()
-def named(s):
-    return struct.pack("<Q", len(s)) + s.encode()
-def patched(old, new, name):
-    i = b.find(old)
-    assert i >= 0 and b.find(old, i + 1) < 0, name
-    open(d + "/" + name, "wb").write(b[:i] + new + b[i + len(old):])
+patched = patcher(src, d)
 # blk.0.ssm_a renamed blk.0.ssm_b (same length)
 patched(named("blk.0.ssm_a"), named("blk.0.ssm_b"), "no-ssm-a.gguf")
 # qwen35.ssm.inner_size (u32, type 4) 256 -> 300
