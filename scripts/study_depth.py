@@ -32,8 +32,16 @@ def bin_of(p):
 
 
 def read_rows(path, cols):
+    """The columns `cols` (name -> type) of every row of a CSV with a header; ValueError naming
+    the file and line where one is missing or not of its type."""
     with open(path, newline="", encoding="utf-8") as f:
-        return [{c: r[c] for c in cols} for r in csv.DictReader(f)]
+        rows = []
+        for n, r in enumerate(csv.DictReader(f), 2):
+            try:
+                rows.append({c: kind(r[c]) for c, kind in cols.items()})
+            except (KeyError, TypeError, ValueError) as e:
+                raise ValueError(f"{path}: line {n}: not a row of this table ({e})")
+        return rows
 
 
 def block_mean_ci(groups, rng):
@@ -101,9 +109,8 @@ def depth_table(sets, histories, arms_of_set, folder_of):
                 f = folder_of(h, a)
                 if not f:
                     continue
-                for r in read_rows(os.path.join(f, "positions.csv"), ("position", "kl", "same_top")):
-                    per_bin.setdefault(bin_of(int(r["position"])), {}).setdefault(h["name"], []).append(
-                        (float(r["kl"]), int(r["same_top"])))
+                for r in read_rows(os.path.join(f, "positions.csv"), {"position": int, "kl": float, "same_top": int}):
+                    per_bin.setdefault(bin_of(r["position"]), {}).setdefault(h["name"], []).append((r["kl"], r["same_top"]))
             rng = random.Random(SEED)
             for b in sorted(per_bin):
                 groups = [[kl for kl, _ in v] for _, v in sorted(per_bin[b].items())]
@@ -134,8 +141,9 @@ def needle_table(sets, histories, arms_of_set, folder_of, needles_json):
                 if dist is None:
                     raise ValueError(f"study/needles.json has no haystack {h['name']}")
                 segs = {}
-                for r in read_rows(os.path.join(f, "answers.csv"), ("segment", "kl", "gold_top", "ref_gold_top")):
-                    segs.setdefault(int(r["segment"]), []).append((float(r["kl"]), int(r["gold_top"]), int(r["ref_gold_top"])))
+                cols = {"segment": int, "kl": float, "gold_top": int, "ref_gold_top": int}
+                for r in read_rows(os.path.join(f, "answers.csv"), cols):
+                    segs.setdefault(r["segment"], []).append((r["kl"], r["gold_top"], r["ref_gold_top"]))
                 if len(segs) != len(dist):
                     raise ValueError(f"{h['name']}: {len(segs)} answer segments scored, study/needles.json has {len(dist)} for it")
                 for d, k in zip(dist, sorted(segs)):

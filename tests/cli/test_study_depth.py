@@ -101,4 +101,13 @@ try:
     raise SystemExit("FAIL: answers that are not the needles were taken")
 except ValueError as e:
     assert "n1: 3 answer segments scored, study/needles.json has 1 for it" in str(e), e
+# A row that is not a number is refused naming the file and the line.
+write(f"{scratch}/needles.json", json.dumps(meta))
+bad = f"{scratch}/n2/a/answers.csv"
+write(bad, open(bad).read().replace(",0.03,", ",x,", 1))
+try:
+    study_depth.write(out, ["nd"], histories, lambda s: ["a"], folder_of, f"{scratch}/needles.json", write_atomic)
+    raise SystemExit("FAIL: a damaged answers.csv was taken")
+except ValueError as e:
+    assert str(e).startswith(f"{bad}: line 2: "), e
 print("study_depth: ok")
