@@ -84,8 +84,6 @@ std::vector<PositionsCsvRow> store_rows(const std::string& arm, const Trajectory
   return out;
 }
 
-bool plain_format(const std::string& spec) { return ArmSpec::parse(spec).plain_format(); }
-
 }  // namespace
 
 double geomean_kl(const std::vector<std::vector<double>>& kl) {
@@ -264,7 +262,9 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
     arms[s] = make_arm(s, opt.sealers);
     FrontierPoint p;
     p.arm = s;
-    p.family = ArmSpec::parse(s).family_name();
+    const ArmSpec spec = ArmSpec::parse(s);
+    p.family = spec.family_name();
+    p.plain = spec.plain_format();
     p.bits = allocated_bits(m, *arms[s], res.context, bits_ubatch);
     p.fits = p.bits <= opt.budgets.back() + 1e-9;
     p.tuning_kl = p.tuning_geomean = std::numeric_limits<double>::quiet_NaN();
@@ -413,7 +413,7 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
       for (size_t k = 0; k < in.size() && k < opt.keep; ++k) keep.insert(in[k]->arm);
       // The budget's best plain format stays too: the held-out comparison needs it fully scored.
       for (const FrontierPoint* q : in)
-        if (plain_format(q->arm)) {
+        if (q->plain) {
           keep.insert(q->arm);
           break;
         }
@@ -441,7 +441,7 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
     if (rule.picks[k] != kNoPick) pk.arm = scored[rule.picks[k]].arm;
     double best_plain = INFINITY;
     for (const FrontierPoint* p : scored_point)
-      if (plain_format(p->arm) && p->bits <= pk.budget + 1e-9 && p->tuning_geomean < best_plain) {
+      if (p->plain && p->bits <= pk.budget + 1e-9 && p->tuning_geomean < best_plain) {
         best_plain = p->tuning_geomean;
         pk.plain = p->arm;
       }

@@ -113,6 +113,7 @@ struct FrontierPoint {
   LowerTest test;                     // frontier_rule's test (NaN fields: none; fully scored only)
   uint32_t trajectories = 0;          // tuning trajectories it was scored on
   bool fits = true;                   // bits <= the largest budget
+  bool plain = false;                 // a plain row format (ArmSpec::plain_format), the pick's rival
 };
 
 struct FrontierPick {
