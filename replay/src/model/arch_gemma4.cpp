@@ -112,7 +112,7 @@ class Gemma4Model final : public GraphModel {
     norm_out(u, L.post_ffw_norm_1);
     const std::vector<float> shared(u.a.begin(), u.a.begin() + n);
     std::vector<float> r(u.x.begin(), u.x.begin() + n);
-    rms(r.data(), m, E);
+    norm(r.data(), r.data(), m, E, {});
     const float s = 1.0f / std::sqrt(static_cast<float>(E));
     for (size_t i = 0; i < n; ++i) r[i] = (r[i] * s) * L.router_scale[i % E];
     std::vector<float> logits(size_t(m) * moe_.n_expert);
@@ -133,7 +133,7 @@ class Gemma4Model final : public GraphModel {
     if (L.kv_src < 0) {
       qkv(L, u);
       head_norms(L, u);
-      rms(u.v.data(), u.m * L.n_head_kv, L.head_dim);
+      norm(u.v.data(), u.v.data(), u.m * L.n_head_kv, L.head_dim, {});
       rope(L, u);
       attend(il, u, kv, 1.0f);
     } else {  // q alone, over the source layer's cache

@@ -494,7 +494,11 @@ void GraphModel::norm(const float* x, float* y, uint32_t rows, uint32_t dim, con
       for (uint32_t i = 0; i < dim; ++i) s += static_cast<double>(xr[i]) * xr[i];
       const float mean = static_cast<float>(s / dim);
       const float sc = 1.0f / std::sqrt(mean + eps_);
-      for (uint32_t i = 0; i < dim; ++i) yr[i] = (xr[i] * sc) * w[i];
+      if (w.empty()) {
+        for (uint32_t i = 0; i < dim; ++i) yr[i] = xr[i] * sc;
+      } else {
+        for (uint32_t i = 0; i < dim; ++i) yr[i] = (xr[i] * sc) * w[i];
+      }
     }
   });
 }
@@ -531,19 +535,6 @@ void GraphModel::head_norms(const Layer& L, Ubatch& u) const {
   const uint32_t D = L.head_dim;
   norm(u.q.data(), u.q.data(), u.m * info_.n_head, D, L.q_norm);
   norm(u.k.data(), u.k.data(), u.m * L.n_head_kv, D, L.k_norm);
-}
-
-void GraphModel::rms(float* x, uint32_t rows, uint32_t dim) const {
-  parallel_for_ranges(rows, rows_per_item(kParallelGrain, dim), threads(), [&](long r0, long r1) {
-    for (long r = r0; r < r1; ++r) {
-      float* xr = x + static_cast<size_t>(r) * dim;
-      double s = 0.0;
-      for (uint32_t i = 0; i < dim; ++i) s += static_cast<double>(xr[i]) * xr[i];
-      const float mean = static_cast<float>(s / dim);
-      const float sc = 1.0f / std::sqrt(mean + eps_);
-      for (uint32_t i = 0; i < dim; ++i) xr[i] = xr[i] * sc;
-    }
-  });
 }
 
 void GraphModel::rope(const Layer& L, Ubatch& u) const {

@@ -204,11 +204,10 @@ class GraphModel : public Model {
   virtual void check_arch() {}
 
   // ---- building blocks ----
+  // RMS norm of each row, times w (an empty w: no weight, llama.cpp's ggml_rms_norm alone).
   void norm(const float* x, float* y, uint32_t rows, uint32_t dim, const std::vector<float>& w) const;
   void norm(Ubatch& u, const std::vector<float>& w) const { norm(u.x.data(), u.h.data(), u.m, info_.n_embd, w); }
   void norm_out(Ubatch& u, const std::vector<float>& w) const { norm(u.a.data(), u.a.data(), u.m, info_.n_embd, w); }
-  // RMS norm without a weight, in place (llama.cpp's ggml_rms_norm alone).
-  void rms(float* x, uint32_t rows, uint32_t dim) const;
   void matmul(const Mat& w, const float* x, uint32_t n, float* y) const { gemm(w, x, n, y, w.rows, opt_.n_threads); }
   // q, k, v from u.h: separate matrices or the fused one, then the biases.
   void qkv(const Layer& L, Ubatch& u) const;
