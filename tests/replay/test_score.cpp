@@ -319,6 +319,25 @@ TEST(Replay, PlannedTurnsReplayThemselvesExactly) {
   EXPECT_GT(sum, 0.0);
 }
 
+// A token outside the vocabulary is refused before any work, named by the piece it is in.
+TEST(Replay, APlanTokenOutsideTheVocabularyIsNamedByItsPiece) {
+  TinyModel m(4096);
+  const PlainArm f32(false);
+  RecordInput in = tiny_input(4);
+  const int32_t V = static_cast<int32_t>(m.info().n_vocab);
+  for (const bool answer : {false, true}) {
+    in.plan = {piece(SegmentKind::given, answer ? run_of(1, 8) : std::vector<int32_t>{1, V}),
+               piece(SegmentKind::answer, answer ? std::vector<int32_t>{2, V} : std::vector<int32_t>{2})};
+    try {
+      (void)record_trajectory(m, f32, in);
+      ADD_FAILURE() << "token " << V << " was taken";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()), std::string(answer ? "answer" : "prompt") + " token " + std::to_string(V) +
+                                           " is out of the vocabulary");
+    }
+  }
+}
+
 // A plan [given prompt][generated] is version 2: the same file, byte for byte, as the prompt path.
 TEST(Replay, AOnePromptPlanRecordsTheVersion2Bytes) {
   TinyModel m(4096);
