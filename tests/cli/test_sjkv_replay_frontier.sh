@@ -101,9 +101,12 @@ cmp "$dir/stdout1" "$dir/stdout2"
 # under mpirun (when the build has MPI: $MPIRUN), 2 ranks write the one process's bytes
 if [ -n "${MPIRUN:-}" ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1  # CI containers run as root
-  "$MPIRUN" -n 2 --oversubscribe "$replay" frontier --model "$m" --tune "$dir/t1.h5" "$dir/t2.h5" "$dir/t3.h5" \
-    --heldout "$dir/t4.h5" --budgets 5 9 18 --quick --keep 2 --default sj:4/4:tail=128 --threads 1 \
-    --out "$dir/mpi" > "$dir/stdout-mpi" 2> /dev/null
+  # --tune=FILE, once per file: Open MPI's MPI_Init takes a bare "--tune FILE" for its own parameter file
+  # and prints a parser error for every line of the trajectory (docs/REPLAY.md).
+  "$MPIRUN" -n 2 --oversubscribe "$replay" frontier --model "$m" --tune="$dir/t1.h5" --tune="$dir/t2.h5" \
+    --tune="$dir/t3.h5" --heldout "$dir/t4.h5" --budgets 5 9 18 --quick --keep 2 --default sj:4/4:tail=128 \
+    --threads 1 --out "$dir/mpi" > "$dir/stdout-mpi" 2> "$dir/stderr-mpi"
+  if grep -q "keyval parser" "$dir/stderr-mpi"; then echo "FAIL: Open MPI read a trajectory as its parameter file"; exit 1; fi
   for f in frontier.csv frontier.svg recommend.md; do cmp "$dir/f/$f" "$dir/mpi/$f"; done
   cmp "$dir/stdout1" "$dir/stdout-mpi"
   (cd "$dir/f/store" && find . -type f | sort | xargs cat) > "$dir/store1"
