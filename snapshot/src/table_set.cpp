@@ -72,7 +72,9 @@ bool TableSet::serves_model(const ModelGeometry& g, std::string* why) const {
 std::string TableSet::summary() const {
   std::string o = name + ": " + serves.architecture + ", " + std::to_string(serves.n_layers) + " layers, full " +
                   join_u32(serves.full_layers, "+") + ", " + std::to_string(serves.n_head_kv) + " KV head" +
-                  (serves.n_head_kv == 1 ? "" : "s") + " of " + std::to_string(serves.head_dim) + "; default for ";
+                  (serves.n_head_kv == 1 ? "" : "s") + " of " + std::to_string(serves.head_dim) + "; ";
+  if (default_for.empty()) return o + "named only, the default for no width";
+  o += "default for ";
   for (size_t i = 0; i < default_for.size(); ++i) o += (i ? ", " : "") + pair_text(default_for[i]);
   return o;
 }
@@ -189,8 +191,8 @@ const TableSet* find_table_set(const std::string& name) {
   return nullptr;
 }
 
-const TableSet* table_set_for(const ModelGeometry& g) {
-  for (const TableSet& s : shipped_table_sets())
+const TableSet* table_set_for(const ModelGeometry& g, const std::vector<TableSet>& sets) {
+  for (const TableSet& s : sets)
     if (s.serves_model(g)) return &s;
   return nullptr;
 }
@@ -226,7 +228,7 @@ const TableSet* TableChoice::resolve(const ModelGeometry* g, uint32_t bits_k, ui
     case Kind::automatic: break;
   }
   if (!g) return nullptr;
-  const TableSet* s = table_set_for(*g);
+  const TableSet* s = table_set_for(*g, sets ? *sets : shipped_table_sets());
   return s && s->is_default_for(bits_k, bits_v) ? s : nullptr;
 }
 

@@ -2,9 +2,9 @@
 # sjkv-replay end to end on the real default model (skips with 77 when it is not installed):
 # a short prompt, 48 generated tokens, the reference arm replayed against itself (KL exactly 0),
 # f16 near 0, compressed arms above it, every KL >= 0, results complete; 1 and 2 threads agree.
-# The trellis arm runs with Gemma 3 270M's shipped table set (data/tablesets/gemma3-270m.json):
-# named so in the results, the same bits as its table files given with cb=, and --codebook
-# reference restores the format's tables.
+# The trellis arm runs with the format's tables (Gemma 3 270M's shipped table set,
+# data/tablesets/gemma3-270m.json, is the default for no width since docs/RESULTS.md finding 11);
+# --codebook gemma3-270m names the set: so in the results, the same bits as its table files.
 set -eu
 tool=$1; dir=$2; prompt=$3; encode=$4; train=$5
 model=${SJKV_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/sjkv/models/default.gguf}
@@ -23,7 +23,7 @@ import csv, json, sys
 d = sys.argv[1]
 r = json.load(open(d + "/results.json"))
 arms = {a["arm"]: a for a in r["arms"]}
-T = "sj:3/2t:tail=128:cb=gemma3-270m"  # the shipped set is this model's default for 3/2t
+T = "sj:3/2t:tail=128"  # auto: the format's tables (the shipped set is no default)
 assert set(arms) == {"f32", "f16", "q4_0:rot", "sj:4/4:tail=128", T}, arms.keys()
 for a in arms.values():
     assert a["positions"] == 48, a
@@ -55,10 +55,12 @@ PY
 "$tool" score "$dir/r2/trajectory.h5" --arms "$arms" --baseline f16 --out "$dir/r1" --threads 1 -q > /dev/null
 cmp "$dir/r1/positions.csv" "$dir/r2/positions.csv"
 
-# the shipped set's tables are its files' (cb=FILES: the same rows), and --codebook reference
-# gives the format's tables under the arm's own name (other rows)
+# --codebook gemma3-270m names the shipped set (its rows are its files', cb=FILES), and
+# --codebook reference is the format's tables under the arm's own name: auto's rows
 src=$(cd "$(dirname "$prompt")/../.." && pwd)
 files="$src/study/codebooks/gemma3-270m-3bit.bin+$src/study/codebooks/gemma3-270m-2bit.bin"
+"$tool" score "$dir/r2/trajectory.h5" --arms f16,sj:3/2t:tail=128 --codebook gemma3-270m --out "$dir/rs" --threads 2 -q \
+  > /dev/null
 "$tool" score "$dir/r2/trajectory.h5" --arms "f16,sj:3/2t:tail=128:cb=$files" --out "$dir/rf" --threads 2 -q > /dev/null
 "$tool" score "$dir/r2/trajectory.h5" --arms f16,sj:3/2t:tail=128 --codebook reference --out "$dir/rr" --threads 2 -q \
   2> "$dir/rr.err" > /dev/null
@@ -67,22 +69,24 @@ import csv, sys
 d = sys.argv[1]
 def kl(folder, prefix):
     return [r["kl"] for r in csv.DictReader(open(f"{d}/{folder}/positions.csv")) if r["arm"].startswith(prefix)]
-shipped = kl("r2", "sj:3/2t:tail=128:cb=gemma3-270m")
+shipped = kl("rs", "sj:3/2t:tail=128:cb=gemma3-270m")
 assert len(shipped) == 48 and shipped == kl("rf", "sj:3/2t:tail=128:cb="), "set and files differ"
 ref = [r for r in csv.DictReader(open(f"{d}/rr/positions.csv")) if r["arm"] != "f16"]
 assert {r["arm"] for r in ref} == {"sj:3/2t:tail=128"}, {r["arm"] for r in ref}
+assert [r["kl"] for r in ref] == kl("r2", "sj:3/2t:tail=128"), "auto is not the format's tables"
 assert [r["kl"] for r in ref] != shipped, "--codebook reference gave the set's tables"
 PY
 test ! -s "$dir/rr.err"
-# sjkv-encode and sjkv-train: with --model the set is the default (named in the snapshot),
-# --codebook reference the format's tables (no name)
+# sjkv-encode: with --model auto is the format's tables (no name), --codebook gemma3-270m the set
+# (named in the snapshot); sjkv-train --model starts from the set's table of its width
 "$tool" record --prompt-file "$dir/prompt.txt" --generate 4 -o "$dir/c.h5" --capture "$dir/c.capture.h5" -q
-"$encode" encode "$dir/c.capture.h5" -o "$dir/s-set.h5" --bits 3/2 --tail 128 --tail-max 256 --model "$model" -q
+"$encode" encode "$dir/c.capture.h5" -o "$dir/s-set.h5" --bits 3/2 --tail 128 --tail-max 256 --codebook gemma3-270m -q
 "$encode" encode "$dir/c.capture.h5" -o "$dir/s-ref.h5" --bits 3/2 --tail 128 --tail-max 256 --codebook reference -q
-"$encode" encode "$dir/c.capture.h5" -o "$dir/s-3.h5" --bits 3/3 --tail 128 --tail-max 256 --model "$model" -q
+"$encode" encode "$dir/c.capture.h5" -o "$dir/s-auto.h5" --bits 3/2 --tail 128 --tail-max 256 --model "$model" -q
 "$encode" inspect "$dir/s-set.h5" | grep -q "^  tables      shipped set gemma3-270m$"
 "$encode" inspect "$dir/s-ref.h5" | grep -q "^  tables      the format's (reference)$"
-"$encode" inspect "$dir/s-3.h5" | grep -q "^  tables      the format's (reference)$"  # 3/3t: not a default pair
+"$encode" inspect "$dir/s-auto.h5" | grep -q "^  tables      the format's (reference)$"  # the set is no default
+cmp "$dir/s-ref.h5" "$dir/s-auto.h5"
 "$encode" decode "$dir/s-set.h5" -o "$dir/s-set.dec.h5" -q
 "$train" "$dir/c.capture.h5" --model "$model" --bits 2 -o "$dir/cb2" --max-iters 1 > "$dir/train.out"
 grep -q "from table set gemma3-270m" "$dir/train.out"

@@ -1,6 +1,6 @@
 // Shipped trellis table sets (sjkv/io/table_set.h): the compiled-in Gemma 3 270M set is the
-// study's tables byte for byte, serves exactly Gemma 3 270M's geometry and only the width pairs
-// the study measured; descriptions with defects are refused naming the defect; a snapshot names
+// study's tables byte for byte, serves exactly Gemma 3 270M's geometry, is the default for no
+// width (the study's recheck) and auto picks a set only for its pairs; descriptions with defects are refused naming the defect; a snapshot names
 // its set.
 
 #include <gtest/gtest.h>
@@ -43,13 +43,15 @@ TEST(TableSet, ShippedGemmaSetIsTheStudyTables) {
     EXPECT_TRUE(t->k == file.k && t->v == file.v) << bits;
   }
   EXPECT_EQ(s->table(4), nullptr);
-  // only where the study measured lower KL (docs/RESULTS.md finding 8)
-  EXPECT_TRUE(s->is_default_for(3, 2));
-  EXPECT_TRUE(s->is_default_for(2, 2));
-  EXPECT_FALSE(s->is_default_for(3, 3));
-  EXPECT_FALSE(s->is_default_for(4, 4));
+  // The default for no width: on histories it was not chosen on, the interval over histories
+  // reaches 1 at 3/2t and 2/2t (docs/RESULTS.md finding 11), so it is used only when named.
+  for (uint32_t k : {2u, 3u, 4u})
+    for (uint32_t v : {2u, 3u, 4u}) EXPECT_FALSE(s->is_default_for(k, v)) << k << "/" << v;
   EXPECT_EQ(s->trained_on_sha256.size(), 64u);
-  EXPECT_NE(table_sets_help().find("gemma3-270m: gemma3, 18 layers, full 5+11+17"), std::string::npos);
+  EXPECT_NE(table_sets_help().find("gemma3-270m: gemma3, 18 layers, full 5+11+17, 1 KV head of 256; named only, the "
+                                   "default for no width"),
+            std::string::npos)
+      << table_sets_help();
 }
 
 TEST(TableSet, ServesOnlyItsGeometry) {
@@ -70,15 +72,29 @@ TEST(TableSet, ServesOnlyItsGeometry) {
   EXPECT_NE(why.find("full-attention layers 4+5+11+17"), std::string::npos) << why;
 }
 
+// The shipped set as it would be were it the default for 3/2t and 2/2t (as it was until finding
+// 11): what auto does with a set that is a default somewhere.
+std::vector<TableSet> gemma_set_defaulting() {
+  std::vector<TableSet> v = {*find_table_set("gemma3-270m")};
+  v[0].default_for = {{3, 2}, {2, 2}};
+  return v;
+}
+
 TEST(TableSet, ChoiceResolves) {
   const ModelGeometry g = gemma3_270m();
   const TableSet* s = find_table_set("gemma3-270m");
-  const TableChoice a = TableChoice::parse("auto"), r = TableChoice::parse("reference"),
-                    n = TableChoice::parse("gemma3-270m");
-  EXPECT_EQ(a.resolve(&g, 3, 2), s);
-  EXPECT_EQ(a.resolve(&g, 2, 2), s);
-  EXPECT_EQ(a.resolve(&g, 3, 3), nullptr);  // measured no change: the format's tables
+  const TableChoice r = TableChoice::parse("reference"), n = TableChoice::parse("gemma3-270m");
+  TableChoice a = TableChoice::parse("auto");
+  for (uint32_t k : {2u, 3u, 4u}) EXPECT_EQ(a.resolve(&g, k, 2), nullptr) << k;  // the shipped set: named only
+  const std::vector<TableSet> sets = gemma_set_defaulting();
+  a.sets = &sets;
+  EXPECT_EQ(a.resolve(&g, 3, 2), &sets[0]);
+  EXPECT_EQ(a.resolve(&g, 2, 2), &sets[0]);
+  EXPECT_EQ(a.resolve(&g, 3, 3), nullptr);  // not one of its pairs: the format's tables
   EXPECT_EQ(a.resolve(nullptr, 3, 2), nullptr);  // model unknown
+  ModelGeometry other = g;
+  other.layers[11].head_dim_k = other.layers[11].head_dim_v = 128;
+  EXPECT_EQ(a.resolve(&other, 3, 2), nullptr);  // a set serves its geometry only
   EXPECT_EQ(r.resolve(&g, 3, 2), nullptr);
   EXPECT_EQ(n.resolve(nullptr, 3, 3), s);  // named: its tables wherever it has the widths
   EXPECT_EQ(n.resolve(nullptr, 4, 4), nullptr);

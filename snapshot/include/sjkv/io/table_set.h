@@ -41,7 +41,8 @@ struct TableSet {
   bool is_default_for(uint32_t bits_k, uint32_t bits_v) const;
   // The model's geometry is the one the set serves; otherwise `why` says what differs.
   bool serves_model(const ModelGeometry& g, std::string* why = nullptr) const;
-  // "gemma3-270m: gemma3, 18 layers, full 5+11+17, 1 KV head of 256; default for 3/2t, 2/2t"
+  // "NAME: gemma3, 18 layers, full 5+11+17, 1 KV head of 256; default for 3/2t, 2/2t" (or
+  // "...; named only, the default for no width")
   std::string summary() const;
 };
 
@@ -54,8 +55,8 @@ TableSet parse_table_set(const std::string& origin, const std::string& json,
 // The sets compiled in (data/tablesets/*.json), parsed once.
 const std::vector<TableSet>& shipped_table_sets();
 const TableSet* find_table_set(const std::string& name);  // null when none has that name
-// The shipped set serving this model, or null.
-const TableSet* table_set_for(const ModelGeometry& g);
+// The set serving this model among `sets` (default: the shipped ones), or null.
+const TableSet* table_set_for(const ModelGeometry& g, const std::vector<TableSet>& sets = shipped_table_sets());
 // One line per shipped set, for --help.
 std::string table_sets_help();
 
@@ -66,6 +67,8 @@ std::string table_sets_help();
 struct TableChoice {
   enum class Kind { automatic, reference, named } kind = Kind::automatic;
   const TableSet* set = nullptr;  // named
+  // auto: the sets to look in for the model's (null: the shipped ones; tests give their own).
+  const std::vector<TableSet>* sets = nullptr;
   // "auto", "reference" or a shipped set's name; throws std::invalid_argument otherwise.
   static TableChoice parse(const std::string& text);
   // The set a trellis configuration of these widths uses on this model (null: the format's
