@@ -1,7 +1,9 @@
 // sjkv-encode: argument parsing and calls into the libraries, nothing else.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cinttypes>
+#include <cstdint>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -409,10 +411,23 @@ StateReport state_report(const ModelGeometry& mg) {
   return r;
 }
 
+// A model's sliding-window layers as plan reports them: a cache bounded by the window, in every
+// format the same (the note keeps Gemma 4's at q8_0 in every arm).
+struct SlidingReport {
+  size_t layers = 0;
+  uint64_t values_per_cell = 0, cells = 0;
+  uint32_t window = 0;
+  uint64_t bytes(BlockFormat f) const {
+    const BlockFormatInfo& b = format_info(f);
+    return (values_per_cell * cells + b.block_values - 1) / b.block_values * b.block_bytes;
+  }
+};
+
 int run_plan(const PlanArgs& a) {
   CacheGeometry g;
   std::string what;
   StateReport st;
+  SlidingReport sw;
   uint32_t n_layers = 0;
   if (!a.model.empty()) {
     const GgufFile f = GgufFile::open(a.model);
@@ -423,6 +438,13 @@ int run_plan(const PlanArgs& a) {
     if (g.layers.empty()) throw FileError(a.model, "has no full-attention layer to plan for");
     st = state_report(mg);
     n_layers = mg.n_layers;
+    sw.layers = mg.sliding_layers().size();
+    sw.values_per_cell = mg.sliding_values_per_cell();
+    sw.window = mg.sliding_window;
+    // llama.cpp's cells at the longest context asked (the training context with --budget alone)
+    uint64_t longest = mg.context_length ? mg.context_length : 0;
+    if (!a.contexts.empty()) longest = *std::max_element(a.contexts.begin(), a.contexts.end());
+    sw.cells = mg.sliding_cells(longest ? longest : UINT64_MAX, a.ubatch);
   } else {
     if (!a.layers || !a.kv_heads || !a.head_dim)
       throw cli::UsageError("plan needs --model FILE.gguf, or --layers, --kv-heads and --head-dim");
@@ -449,6 +471,10 @@ int run_plan(const PlanArgs& a) {
   char line[512];
   if (a.json) {
     o << "{\n  \"geometry\": " << json_string(what) << ",\n";
+    if (sw.cells)
+      o << "  \"sliding_layers\": {\"layers\": " << sw.layers << ", \"values_per_cell\": " << sw.values_per_cell
+        << ", \"window\": " << sw.window << ", \"cells\": " << sw.cells << ", \"bytes_f16\": " << sw.bytes(BlockFormat::f16)
+        << ", \"bytes_q8_0\": " << sw.bytes(BlockFormat::q8_0) << "},\n";
     if (st.any)
       o << "  \"recurrent_state\": {\"layers\": " << st.layers << ", \"of_layers\": " << n_layers
         << ", \"conv_values_per_layer\": " << st.conv_values << ", \"delta_values_per_layer\": " << st.delta_values
@@ -464,6 +490,16 @@ int run_plan(const PlanArgs& a) {
                     " bytes (%.3f MiB) at 16 bits (the note's setting)\n",
                     st.layers, n_layers, st.conv_rows, st.conv_dim, st.state_size, st.inner_size, st.values, st.bytes32,
                     static_cast<double>(st.bytes32) / kMiB, st.bytes16, static_cast<double>(st.bytes16) / kMiB);
+      o << line;
+    }
+    if (sw.cells) {
+      std::snprintf(line, sizeof line,
+                    "sliding-window layers (beside the table, never compressed): %zu of %u layers, %" PRIu64
+                    " values a cell; %" PRIu64 " cells (llama.cpp: window %u + ubatch %u, padded to 256) = %.1f MiB "
+                    "at f16, %.1f MiB at q8_0\n",
+                    sw.layers, n_layers, sw.values_per_cell, sw.cells, sw.window, a.ubatch,
+                    static_cast<double>(sw.bytes(BlockFormat::f16)) / kMiB,
+                    static_cast<double>(sw.bytes(BlockFormat::q8_0)) / kMiB);
       o << line;
     }
     o << (a.note_12gb ? "overheads: the note's 12 GB setup (7.77 GB fixed + 1 KiB/token)\n" : "") << "GB = GiB = 1024 MiB\n\n";

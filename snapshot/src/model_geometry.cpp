@@ -60,6 +60,26 @@ uint64_t ModelGeometry::recurrent_state_bytes(uint32_t bits_per_value) const {
   return (v * bits_per_value + 7) / 8;
 }
 
+std::vector<uint32_t> ModelGeometry::sliding_layers() const {
+  std::vector<uint32_t> v;
+  for (uint32_t i = 0; i < layers.size(); ++i)
+    if (layers[i].kind == LayerKind::sliding_window && layers[i].kv_source < 0) v.push_back(i);
+  return v;
+}
+
+uint64_t ModelGeometry::sliding_values_per_cell() const {
+  uint64_t v = 0;
+  for (uint32_t i : sliding_layers())
+    v += static_cast<uint64_t>(layers[i].n_head_kv) * (layers[i].head_dim_k + layers[i].head_dim_v);
+  return v;
+}
+
+uint64_t ModelGeometry::sliding_cells(uint64_t n_ctx, uint32_t n_ubatch) const {
+  if (sliding_layers().empty()) return 0;
+  const uint64_t want = std::min<uint64_t>(n_ctx, static_cast<uint64_t>(sliding_window) + n_ubatch);
+  return (want + 255) / 256 * 256;
+}
+
 CacheGeometry ModelGeometry::cache_geometry() const {
   CacheGeometry g;
   for (const LayerInfo& l : layers)

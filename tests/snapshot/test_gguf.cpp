@@ -996,11 +996,20 @@ TEST(GgufGeometry, Gemma4KeepsKvInOwnFullLayers) {
   EXPECT_EQ(big.full_attention_layers().size(), 10u);
   EXPECT_EQ(big.cache_geometry().values_per_token(), 40960u);
   EXPECT_EQ(big.cache_geometry().values_per_token() * 2 * 262144, 21474836480ull);
+  // Its 50 sliding layers: a cache bounded by the window, llama.cpp's min(n_ctx, W + ubatch)
+  // cells rounded up to 256 (llama-kv-cache-iswa.cpp).
+  EXPECT_EQ(big.sliding_layers().size(), 50u);
+  EXPECT_EQ(big.sliding_values_per_cell(), 50u * 16 * (256 + 256));
+  EXPECT_EQ(big.sliding_cells(262144, 512), 1536u);
+  EXPECT_EQ(big.sliding_cells(262144, 1000), 2048u);
+  EXPECT_EQ(big.sliding_cells(700, 512), 768u);
   // E2B: 35 layers, full at 4, 9, ..., 34; the last 20 share: K0 = 15, sliding ones read layer
   // 13, full ones layer 14 (llama.cpp's reuse rule, not i - 20). Only 4, 9 and 14 keep a full cache.
   const sjkv::ModelGeometry e = sjkv::geometry_from_gguf(gemma4(35, 5, 1, 1, 20).parse());
   EXPECT_EQ(e.full_attention_layers(), (std::vector<uint32_t>{4, 9, 14}));
   EXPECT_EQ(e.cache_geometry().layers.size(), 3u);
+  EXPECT_EQ(e.sliding_layers().size(), 12u);  // 15 own-KV layers, 3 of them full; the shared 20 keep none
+  EXPECT_EQ(sjkv::geometry_from_gguf(gemma4(35, 35, 1, 1, 0).parse()).sliding_cells(4096, 512), 1536u);
   for (uint32_t i = 0; i < 35; ++i) EXPECT_EQ(e.layers[i].kv_source, i < 15 ? -1 : i % 5 == 4 ? 14 : 13) << i;
   EXPECT_NE(e.layer_rule.find("the last 20 layers read the KV"), std::string::npos) << e.layer_rule;
   const auto defect = [](const Writer& w) {

@@ -82,6 +82,13 @@ struct ModelGeometry {
   // outside 1..64.
   uint64_t recurrent_state_values() const;
   uint64_t recurrent_state_bytes(uint32_t bits_per_value) const;
+  // The sliding-window layers that keep their own cache (never compressed by sjkv): how many,
+  // the K and V values one cell holds over all of them, and the cells llama.cpp gives one
+  // sequence (llama-kv-cache-iswa.cpp): min(n_ctx, sliding_window + n_ubatch) rounded up to 256.
+  // All 0 without such layers.
+  std::vector<uint32_t> sliding_layers() const;
+  uint64_t sliding_values_per_cell() const;
+  uint64_t sliding_cells(uint64_t n_ctx, uint32_t n_ubatch) const;
 };
 
 // Reads the architecture and its per-layer attention shape:
