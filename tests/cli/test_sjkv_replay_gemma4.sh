@@ -5,10 +5,13 @@
 # kvarn:4/4:tail=0 and the SJ arms with a tail short enough that their bodies seal at the
 # prompt's ~1,800 tokens (checked: no unsealed note, KL above f16's, fewer bits), train a 3-bit
 # table on the 512-value capture and score an arm with it; gemma4-e (per-layer embeddings,
-# shared-KV layers) through record, capture and score. Damaged model, record and capture files
-# are refused with exit 2 and one line naming the file.
+# shared-KV layers) through record, capture and score. sjkv-encode: plan --model counts the
+# full-attention layers that keep their own K/V and the sliding ones apart, and encode --model
+# reads the 512-value section of llama.cpp's state files of both (tests/golden/llama_state/; their
+# 64 positions lie in the f16 sink) into a snapshot that decodes. Damaged model, record and capture files are refused
+# with exit 2 and one line naming the file.
 set -eu
-replay=$1; train=$2; models=$3; prompt=$4; dir=$5; py=$6
+replay=$1; train=$2; models=$3; prompt=$4; dir=$5; py=$6; encode=$7; states=$8
 rm -rf "$dir"; mkdir -p "$dir"
 gguf="$models/gemma4.gguf"
 arms=f16,q8_0,kvarn:4/4:tail=0,sj:4/4:tail=128,sj:3/2t:tail=128,sj:4/4:staging=q8_0:tail=128,sj:4/4:rot=512:tail=128
@@ -107,6 +110,28 @@ for name in ("g.h5", "g-cap.h5"):
     data = open(d + "/" + name, "rb").read()
     open(d + "/trunc-" + name, "wb").write(data[: len(data) // 2])
 PY
+# sjkv-encode on both models' geometry and llama.cpp's state files of them
+"$encode" plan --model "$gguf" --context 4096 > "$dir/plan-g.txt"
+grep -q "(gemma4, 2 full-attention layers of 6;" "$dir/plan-g.txt"
+grep -q "^sliding-window layers (.*): 4 of 6 layers, 2048 values a cell" "$dir/plan-g.txt"  # 4 x 2 x (128 + 128)
+"$encode" plan --model "$models/gemma4-e.gguf" --context 4096 > "$dir/plan-e.txt"
+grep -q "(gemma4, 2 full-attention layers of 8;" "$dir/plan-e.txt"  # layer 7 shares layer 4's
+grep -q "^sliding-window layers (.*): 3 of 8 layers, 768 values a cell" "$dir/plan-e.txt"  # 5, 6 share
+for c in "gemma4.gguf:gemma4-f16-fa.ggsq" "gemma4-e.gguf:gemma4-e-f32-nofa.ggsn"; do
+  m=${c%%:*}; s=${c#*:}
+  "$encode" encode "$states/$s" --model "$models/$m" --bits 4/4 -o "$dir/$s.sjkv" -q
+  "$encode" inspect "$dir/$s.sjkv" --json > "$dir/$s.json"
+  "$encode" decode "$dir/$s.sjkv" -o "$dir/$s.dec.h5" -q
+done
+"$py" - "$dir" <<'PY'
+import json, sys
+d = sys.argv[1]
+for s in ("gemma4-f16-fa.ggsq", "gemma4-e-f32-nofa.ggsn"):
+    j = json.load(open(f"{d}/{s}.json"))
+    # the two full-attention layers that keep their own K/V, one KV head of 512 (two 256-point halves)
+    assert (j["layers"], j["kv_heads"], j["head_dim"]) == (2, 1, 512), (s, j)
+PY
+
 refused() {  # file, expected text, command...
   f=$1; want=$2; shift 2
   set +e
