@@ -582,17 +582,23 @@ class SjLayer final : public InspectableKv, private RowSource {
 // ---------------------------------------------------------------------------------------
 // Arms, built from a parsed spec (arm_spec.h).
 
+// A sliding-window layer of a codec arm or swa=FMT: plain rows of that format, no rotation.
+std::unique_ptr<LayerKv> sliding_layer(const LayerShape& s, RowFormat f) {
+  return std::make_unique<RowLayer>(s, f, Rotation{}, Rotation{}, row_format_name(f));
+}
+
 class RowArm final : public KvArm {
  public:
-  RowArm(const std::string& spec, RowFormat f, bool rot, bool swa_same, StateFormat state)
-      : f_(f), rot_(rot), swa_same_(swa_same) {
+  RowArm(const std::string& spec, RowFormat f, bool rot, bool swa_same, const ArmSpec& a)
+      : f_(f), rot_(rot), swa_same_(swa_same), swa_(a.swa), swa_given_(a.swa_given) {
     spec_ = spec;
-    state_ = state;
+    state_ = a.state;
   }
 
  private:
   std::unique_ptr<LayerKv> make_attention_layer(const LayerShape& s) const override {
     const bool plain = f_ == RowFormat::f32 || f_ == RowFormat::f16 || f_ == RowFormat::bf16;
+    if (!s.full_attention && swa_given_) return sliding_layer(s, swa_);
     if (!s.full_attention && !plain && !swa_same_) return std::make_unique<RowLayer>(s, RowFormat::f16, Rotation{}, Rotation{}, "f16");
     Rotation rk, rv;
     if (rot_) {
@@ -606,6 +612,7 @@ class RowArm final : public KvArm {
     return std::make_unique<RowLayer>(s, f_, rk, rv, spec_);
   }
   bool plain_f16_sliding_layers() const override {
+    if (swa_given_) return false;
     const bool plain = f_ == RowFormat::f32 || f_ == RowFormat::f16 || f_ == RowFormat::bf16;
     return plain ? f_ == RowFormat::f16 : !swa_same_;
   }
@@ -613,14 +620,16 @@ class RowArm final : public KvArm {
   RowFormat f_;
   bool rot_;
   bool swa_same_;  // sliding layers in this format too (as llama.cpp's iSWA cache does)
+  RowFormat swa_;  // swa=FMT: the sliding layers' format
+  bool swa_given_;
 };
 
 class SjArm final : public KvArm {
  public:
-  SjArm(const std::string& spec, const CodecConfig& cfg, SjOptions opt, StateFormat state)
-      : cfg_(cfg), opt_(std::move(opt)), reg_(std::make_shared<EdgeRegistry>()) {
+  SjArm(const std::string& spec, const CodecConfig& cfg, SjOptions opt, const ArmSpec& a)
+      : cfg_(cfg), opt_(std::move(opt)), reg_(std::make_shared<EdgeRegistry>()), swa_(a.swa), swa_given_(a.swa_given) {
     spec_ = spec;
-    state_ = state;
+    state_ = a.state;
   }
   void check_layers(const std::vector<LayerShape>& layers) const override {
     std::vector<uint32_t> full;
@@ -643,25 +652,27 @@ class SjArm final : public KvArm {
 
  private:
   std::unique_ptr<LayerKv> make_attention_layer(const LayerShape& s) const override {
-    if (!s.full_attention) return std::make_unique<RowLayer>(s, RowFormat::f16, Rotation{}, Rotation{}, "f16");
+    if (!s.full_attention) return sliding_layer(s, swa_given_ ? swa_ : RowFormat::f16);
     reg_->add(s.layer);
     if (!opt_.layers.empty() && std::find(opt_.layers.begin(), opt_.layers.end(), s.layer) == opt_.layers.end())
       return std::make_unique<RowLayer>(s, RowFormat::f16, Rotation{}, Rotation{}, "f16");
     return std::make_unique<SjLayer>(s, cfg_, opt_, reg_);
   }
-  bool plain_f16_sliding_layers() const override { return true; }
+  bool plain_f16_sliding_layers() const override { return !swa_given_; }
 
   CodecConfig cfg_;
   SjOptions opt_;
   bool named_reference_ = false;
   std::shared_ptr<EdgeRegistry> reg_;
+  RowFormat swa_;  // swa=FMT: the sliding layers' format
+  bool swa_given_;
 };
 
 // The arm a spec names. The spec string stays its name; a cb= file is read here (ArmSpec
 // reads no file), and refused in the spec's one-line form.
 std::unique_ptr<KvArm> build(const std::string& spec, const SealerSource& sealers) {
   const ArmSpec a = ArmSpec::parse(spec);
-  if (a.family == ArmFamily::row) return std::make_unique<RowArm>(spec, a.format, a.rot, a.swa_same, a.state);
+  if (a.family == ArmFamily::row) return std::make_unique<RowArm>(spec, a.format, a.rot, a.swa_same, a);
   const CodecConfig& c = a.config;
   SjOptions opt;
   opt.tier_edge = a.tier_edge;
@@ -691,7 +702,7 @@ std::unique_ptr<KvArm> build(const std::string& spec, const SealerSource& sealer
     opt.cb = books;
   }
   opt.sealers = sealers;
-  auto arm = std::make_unique<SjArm>(spec, c, opt, a.state);
+  auto arm = std::make_unique<SjArm>(spec, c, opt, a);
   if (a.cb_reference()) arm->set_named_reference();
   return arm;
 }

@@ -54,6 +54,14 @@ constexpr RowFormatName kRowFormats[] = {
 
 bool plain_type(RowFormat f) { return f == RowFormat::f32 || f == RowFormat::f16 || f == RowFormat::bf16; }
 
+// swa=FMT: a ggml block format for the sliding-window layers.
+RowFormat parse_swa(const std::string& spec, const std::string& v) {
+  for (const RowFormatName& r : kRowFormats)
+    if (v == r.name && r.ggml_block) return r.f;
+  refuse_arm(spec, "swa=" + v + ": the sliding layers take a ggml block format (q8_0, q5_1, q5_0, q4_1, q4_0, "
+                   "iq4_nl); f16, their default, is not named");
+}
+
 // The codec fields by key, in ArmField (printing) order.
 struct FieldKey {
   const char* key;
@@ -88,6 +96,11 @@ ArmSpec parse_row(const std::string& spec, const std::vector<std::string>& parts
       if (plain_type(r.f)) refuse_arm(spec, std::string(r.name) + " already stores sliding layers in its own type");
       if (a.swa_same) repeated(spec, o);
       a.swa_same = true;
+    } else if (o.rfind("swa=", 0) == 0) {
+      if (!plain_type(r.f)) refuse_arm(spec, std::string(r.name) + " takes swa=same, not " + o);
+      if (a.swa_given) repeated(spec, "swa=");
+      a.swa_given = true;
+      a.swa = parse_swa(spec, o.substr(4));
     } else {
       refuse_arm(spec, "unknown option '" + o + "'");
     }
@@ -121,8 +134,14 @@ ArmSpec parse_codec(const std::string& spec, const std::vector<std::string>& par
       a.state = parse_state(spec, val);
       continue;
     }
+    if (key == "swa") {
+      a.swa_given = true;
+      a.swa = parse_swa(spec, val);
+      continue;
+    }
     if (!sj) {
-      if (key != "tail") refuse_arm(spec, "KVarN arms take only tail=N (the exact fp16 tail) and state=, not '" + key + "'");
+      if (key != "tail")
+        refuse_arm(spec, "KVarN arms take only tail=N (the exact fp16 tail), swa= and state=, not '" + key + "'");
       if (val.find('/') != std::string::npos) refuse_arm(spec, key + "=" + val + " is not a non-negative integer");  // fixed tail
     }
     if (key == "D") {
@@ -216,8 +235,9 @@ ArmSpec ArmSpec::parse(const std::string& spec) {
 
 std::string ArmSpec::to_string() const {
   const std::string state_opt = state_given ? std::string(":state=") + state_format_name(state) : std::string();
+  const std::string swa_opt = swa_given ? std::string(":swa=") + row_format_name(swa) : std::string();
   if (family == ArmFamily::row)
-    return row_format_name(format) + std::string(rot ? ":rot" : "") + (swa_same ? ":swa=same" : "") + state_opt;
+    return row_format_name(format) + std::string(rot ? ":rot" : "") + (swa_same ? ":swa=same" : "") + swa_opt + state_opt;
   const CodecConfig& c = config;
   std::string s = family == ArmFamily::kvarn ? "kvarn:" : "sj:";
   s += std::to_string(c.bits_k) + "/" + std::to_string(c.bits_v) + (c.body == Body::trellis ? "t" : "");
@@ -234,7 +254,7 @@ std::string ArmSpec::to_string() const {
   if (!layers.empty()) s += ":layers=" + join_ids(layers);
   if (kmean) s += ":kmean=sink";
   if (exact) s += std::string(":exact=") + exact;
-  s += state_opt;
+  s += swa_opt + state_opt;
   if (!cb.empty()) s += ":cb=" + cb;
   return s;
 }
@@ -268,6 +288,7 @@ bool ArmSpec::plain_format() const {
 
 bool operator==(const ArmSpec& a, const ArmSpec& b) {
   return a.family == b.family && a.format == b.format && a.rot == b.rot && a.swa_same == b.swa_same &&
+         a.swa_given == b.swa_given && a.swa == b.swa &&
          a.config == b.config && a.fields == b.fields && a.tier_edge == b.tier_edge && a.wide == b.wide &&
          a.layers == b.layers && a.kmean == b.kmean && a.exact == b.exact && a.cb == b.cb &&
          a.state_given == b.state_given && a.state == b.state;

@@ -15,6 +15,7 @@ replay=$1; train=$2; models=$3; prompt=$4; dir=$5; py=$6; encode=$7; states=$8
 rm -rf "$dir"; mkdir -p "$dir"
 gguf="$models/gemma4.gguf"
 arms=f16,q8_0,kvarn:4/4:tail=0,sj:4/4:tail=128,sj:3/2t:tail=128,sj:4/4:staging=q8_0:tail=128,sj:4/4:rot=512:tail=128
+arms=$arms,f16:swa=q8_0,sj:4/4:tail=128:swa=q8_0  # the note's setting: sliding layers q8_0 in every arm
 "$replay" record --model "$gguf" --prompt-file "$prompt" --generate 8 -o "$dir/g.h5" --capture "$dir/g-cap.h5" \
   --threads 2 2> "$dir/g-record.txt"
 # layers 2 and 5 are the full-attention ones
@@ -36,7 +37,13 @@ assert len(cb) == 1, cb
 cb = cb[0]
 want = {"f16", "q8_0", "kvarn:4/4:tail=0", "sj:4/4:tail=128", "sj:3/2t:tail=128", "sj:4/4:staging=q8_0:tail=128",
         "sj:4/4:rot=512:tail=128"}
-assert set(arms) == want, arms.keys()
+swa = {"f16:swa=q8_0", "sj:4/4:tail=128:swa=q8_0"}
+assert set(arms) == want | swa, arms.keys()
+# swa=q8_0: the sliding layers' rows move the logits, the bits (full layers) stay
+for s, base in (("f16:swa=q8_0", "f16"), ("sj:4/4:tail=128:swa=q8_0", "sj:4/4:tail=128")):
+    a, b = arms[s], arms[base]
+    assert a["bits_occupied"] == b["bits_occupied"] and a["mean_kl"] != b["mean_kl"], (a, b)
+assert 0 < arms["f16:swa=q8_0"]["mean_kl"] < arms["sj:4/4:tail=128"]["mean_kl"], arms
 n = arms["f16"]["positions"]
 assert 1 <= n <= 8, arms["f16"]
 for a in list(arms.values()) + [cb]:

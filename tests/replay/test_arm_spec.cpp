@@ -68,6 +68,9 @@ const char* const kCanonical[] = {
     "cb=gemma3-270m",
     "sj:4/4:rot=128", "sj:4/4:iters=8", "sj:3/2t:axis=token", "bf16:state=q8_0", "tq6_0:swa=same",
     "turbo3:swa=same:state=f16", "iq4_nl:rot:swa=same:state=f32",
+    // swa=FMT: the sliding layers' block format (the note's Gemma 4 setting, reference arms too)
+    "f16:swa=q8_0", "f32:swa=q4_0:state=f16", "kvarn:4/4:tail=0:swa=q8_0", "sj:4/4:swa=q8_0",
+    "sj:3/2t:tail=128:exact=v:swa=q8_0:state=f16:cb=gemma3-270m",
 };
 
 // Specs written in another order or spelling, and the canonical form they print.
@@ -317,7 +320,15 @@ TEST(ArmSpec, RefusalsAreMakeArmsWordForWord) {
       {"sj", "arm 'sj': missing widths, e.g. sj:4/4"},
       {"kvarn:3/3t", "arm 'kvarn:3/3t': KVarN arms have a scalar body ('t' is SJ only)"},
       {"kvarn:4/4:staging=q8_0",
-       "arm 'kvarn:4/4:staging=q8_0': KVarN arms take only tail=N (the exact fp16 tail) and state=, not 'staging'"},
+       "arm 'kvarn:4/4:staging=q8_0': KVarN arms take only tail=N (the exact fp16 tail), swa= and state=, not "
+       "'staging'"},
+      {"sj:4/4:swa=f16", "arm 'sj:4/4:swa=f16': swa=f16: the sliding layers take a ggml block format (q8_0, q5_1, "
+                         "q5_0, q4_1, q4_0, iq4_nl); f16, their default, is not named"},
+      {"sj:4/4:swa=turbo3", "arm 'sj:4/4:swa=turbo3': swa=turbo3: the sliding layers take a ggml block format (q8_0, "
+                            "q5_1, q5_0, q4_1, q4_0, iq4_nl); f16, their default, is not named"},
+      {"q4_0:swa=q8_0", "arm 'q4_0:swa=q8_0': q4_0 takes swa=same, not swa=q8_0"},
+      {"f16:swa=q8_0:swa=q4_0", "arm 'f16:swa=q8_0:swa=q4_0': option 'swa=' is given twice (each option once)"},
+      {"sj:4/4:swa=q8_0:swa=q8_0", "arm 'sj:4/4:swa=q8_0:swa=q8_0': option 'swa=' is given twice (each option once)"},
       {"kvarn:4/4:tail=128/256", "arm 'kvarn:4/4:tail=128/256': tail=128/256 is not a non-negative integer"},
       {"sj:4/4:D=64", "arm 'sj:4/4:D=64': unknown option 'D'"},
       {"sj:4/4:G", "arm 'sj:4/4:G': option 'G' is not key=value"},

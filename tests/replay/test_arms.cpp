@@ -962,6 +962,32 @@ TEST(ArmAttention, ShippedTableSetsAreTheirFilesAndResolvePerModel) {
   EXPECT_EQ(arm_engine_settings("q8_0"), "");
 }
 
+// swa=FMT: a sliding-window layer of any arm holds the rows of that block format, unrotated (as
+// q8_0:swa=same), with attention over them; full-attention layers are the arm's own.
+TEST(ArmAttention, SwaFormatStoresTheSlidingLayersInIt) {
+  const uint32_t N = 300, W = 48;
+  const Data d = make_data(N, 128, 4, 1, 47);
+  auto rows = [&](const std::string& spec, uint32_t window) {
+    const RunResult r = run_arm(spec, d, N, 64, {0, 2, 4}, window);
+    EXPECT_EQ(r.checks, 3) << spec;
+    EXPECT_LE(r.max_err, 2e-5 * r.vmax + 1e-6) << spec;
+    std::vector<float> K(static_cast<size_t>(N) * 128), V(K.size());
+    dynamic_cast<const InspectableKv*>(r.layer.get())->stored_rows(0, 0, N, K.data(), V.data());
+    K.insert(K.end(), V.begin(), V.end());
+    return K;
+  };
+  const std::vector<float> q8 = rows("q8_0:swa=same", W), f16 = rows("f16", W);
+  EXPECT_FALSE(q8 == f16);
+  for (const char* spec : {"sj:4/4:swa=q8_0", "sj:3/2t:tail=128:swa=q8_0", "kvarn:4/4:tail=0:swa=q8_0", "f16:swa=q8_0",
+                           "f32:swa=q8_0"})
+    EXPECT_TRUE(rows(spec, W) == q8) << spec;
+  EXPECT_TRUE(rows("sj:4/4", W) == f16);
+  EXPECT_TRUE(rows("sj:4/4:swa=q4_0", W) == rows("q4_0:swa=same", W));
+  EXPECT_TRUE(rows("sj:4/4:tail=128:swa=q8_0", 0) == rows("sj:4/4:tail=128", 0));  // a full layer: the arm's
+  EXPECT_FALSE(make_arm("sj:4/4:swa=q8_0")->plain_f16_sliding());
+  EXPECT_TRUE(make_arm("sj:4/4")->plain_f16_sliding());
+}
+
 // ---------------------------------------------------------------- shared-KV layers
 
 // The layer shapes of a model and nothing else (make_cache, cache_bits and check_layers read

@@ -46,6 +46,11 @@ struct ArmSpec {
   RowFormat format = RowFormat::f16;
   bool rot = false;       // ":rot", llama.cpp's rotation (ggml block formats only)
   bool swa_same = false;  // ":swa=same", sliding layers in the format too (not f32/f16/bf16)
+  // ":swa=FMT" (a ggml block format: q8_0, q4_0, ...) on the codec arms and f32/f16/bf16: the
+  // sliding-window layers stored in FMT, without rotation (the note keeps Gemma 4's at q8_0 in
+  // every arm, the reference too); f16 when not named. The bits count the full layers either way.
+  bool swa_given = false;
+  RowFormat swa = RowFormat::f16;
 
   // SJ-KVaRN ("sj:K/V[t]") and KVarN ("kvarn:K/V"): the configuration the widths and the codec
   // fields give (head_dim 128 until a model's is known), and which fields the spec names.
@@ -65,9 +70,9 @@ struct ArmSpec {
   // Reads a spec; std::invalid_argument "arm '<text>': <reason>" (one line) when the grammar or
   // the codec refuses it. Reads no file: a cb= file's contents are make_arm's to check.
   static ArmSpec parse(const std::string& text);
-  // The canonical spelling: row formats "NAME[:rot][:swa=same][:state=S]"; codec arms the
-  // widths, the named codec fields in ArmField order, then tier, wide, layers, kmean, exact,
-  // state and cb.
+  // The canonical spelling: row formats "NAME[:rot][:swa=same|:swa=FMT][:state=S]"; codec arms
+  // the widths, the named codec fields in ArmField order, then tier, wide, layers, kmean, exact,
+  // swa, state and cb.
   std::string to_string() const;
 
   bool codec() const { return family != ArmFamily::row; }
