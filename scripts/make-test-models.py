@@ -74,7 +74,7 @@ TEXT below).
            [128, 256, 8] and its .scale [8]; layer_output_scale on every layer but 2
   gemma4-tok 2 layers (sliding, full) of gemma4's shapes, for the tokenizer kind "gemma4" (BPE over
            raw UTF-8 with spaces as U+2581, merges learned on whole lines; <pad> <eos> <bos> <unk>,
-           newline runs of 1-3, 256 byte tokens <0xXX>): tests/golden/tokenizer/arch-gemma4-tok.txt
+           newline runs of 1-3, 256 byte tokens <0xXX>, its chat markers): tests/golden/tokenizer/arch-gemma4-tok.txt
 
 Written only when named (--only qwen35-0.8b; never by default, and not in models.sha256):
 
@@ -478,12 +478,16 @@ def spm_vocab(kind, n_vocab):
 
 GEMMA4_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]
 GEMMA4_NEWLINES = ["\n", "\n\n", "\n\n\n"]
+# Gemma 4's chat markers (the names its chat template writes), control tokens at the end.
+GEMMA4_CHAT = ["<|turn>", "<turn|>", "<|tool>", "<tool|>", "<|tool_call>", "<tool_call|>", "<|tool_response>",
+               "<tool_response|>", "<|channel>", "<channel|>", '<|"|>']
 
 
 def gemma4_vocab(n_vocab):
     """Gemma 4's kind (tokenizer.ggml.model "gemma4"): BPE over raw UTF-8 with spaces as U+2581,
     learned on whole lines (merges may cross words, as SentencePiece's); <pad> <eos> <bos> <unk>,
-    newline runs as tokens, 256 byte tokens <0xXX>, the single characters, the merged pieces."""
+    newline runs as tokens, 256 byte tokens <0xXX>, the single characters, the merged pieces, and
+    its chat markers as control tokens (GEMMA4_CHAT)."""
     lines = [ln.replace(" ", SPACE_MARK) for ln in TEXT.split("\n") if ln]
     alphabet = sorted(set("".join(lines)))
     fixed = GEMMA4_SPECIALS + GEMMA4_NEWLINES + ["<0x%02X>" % i for i in range(256)] + alphabet
@@ -491,16 +495,16 @@ def gemma4_vocab(n_vocab):
     for a, b in learn_merges(count_words(tuple(ln) for ln in lines), n_vocab):
         if a + b in fixed or a + b in merged:
             continue
-        if len(fixed) + len(merged) == n_vocab:
+        if len(fixed) + len(merged) + len(GEMMA4_CHAT) == n_vocab:
             break
         merges.append((a, b))
         merged.append(a + b)
-    tokens = fixed + merged
+    tokens = fixed + merged + GEMMA4_CHAT
     if len(tokens) != n_vocab:
         raise SystemExit("make-test-models.py: internal error: gemma4 vocabulary of %d tokens, %d wanted"
                          % (len(tokens), n_vocab))
     types = [CONTROL, CONTROL, CONTROL, UNKNOWN] + [NORMAL] * len(GEMMA4_NEWLINES) + [BYTE] * 256
-    types += [NORMAL] * (len(alphabet) + len(merged))
+    types += [NORMAL] * (len(alphabet) + len(merged)) + [CONTROL] * len(GEMMA4_CHAT)
     return dict(tokens=tokens, types=types, merges=["%s %s" % m for m in merges])
 
 

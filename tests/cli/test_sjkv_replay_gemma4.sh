@@ -5,7 +5,8 @@
 # kvarn:4/4:tail=0 and the SJ arms with a tail short enough that their bodies seal at the
 # prompt's ~1,800 tokens (checked: no unsealed note, KL above f16's, fewer bits), train a 3-bit
 # table on the 512-value capture and score an arm with it; gemma4-e (per-layer embeddings,
-# shared-KV layers) through record, capture and score. sjkv-encode: plan --model counts the
+# shared-KV layers) through record, capture and score; gemma4moe (experts) through record, capture,
+# score at 1 and 2 threads and train. sjkv-encode: plan --model counts the
 # full-attention layers that keep their own K/V and the sliding ones apart, and encode --model
 # reads the 512-value section of llama.cpp's state files of both (tests/golden/llama_state/; their
 # 64 positions lie in the f16 sink) into a snapshot that decodes. Damaged model, record and capture files are refused
@@ -98,6 +99,28 @@ except ImportError:
     sys.exit(0)
 a = h5py.File(sys.argv[2], "r").attrs
 assert list(a["layer_ids"]) == [2, 4] and a["head_dim"] == 512, dict(a)
+PY
+
+# gemma4moe (the 26B-A4B's routed experts beside the dense FFN; full layers 1 and 3, heads of 512):
+# record with a capture, score f16, KVarN and SJ arms (one with the note's q8_0 sliding layers),
+# sjkv-train on the capture; 1 and 2 threads give the same rows
+mo="$models/gemma4moe.gguf"
+"$replay" record --model "$mo" --prompt-file "$prompt" --generate 4 -o "$dir/m.h5" --capture "$dir/m-cap.h5" \
+  --threads 2 2> "$dir/m-record.txt"
+grep -q "wrote capture $dir/m-cap.h5: 2 layers x " "$dir/m-record.txt"
+marms=f16,kvarn:4/4:tail=0,sj:4/4:tail=128,sj:3/2t:tail=128:swa=q8_0
+"$replay" score --model "$mo" "$dir/m.h5" --arms "$marms" --out "$dir/m2" --threads 2 -q > /dev/null
+"$replay" score --model "$mo" "$dir/m.h5" --arms "$marms" --out "$dir/m1" --threads 1 -q > /dev/null
+cmp "$dir/m1/positions.csv" "$dir/m2/positions.csv"
+"$train" "$dir/m-cap.h5" --bits 3 --max-iters 2 -o "$dir/m-cb3" --threads 2 -q > /dev/null
+test -s "$dir/m-cb3.sjcb"
+"$py" - "$dir/m2/results.json" <<'PY'
+import json, sys
+arms = {a["arm"]: a for a in json.load(open(sys.argv[1]))["arms"]}
+f16 = arms["f16"]
+for s in ("kvarn:4/4:tail=0", "sj:4/4:tail=128", "sj:3/2t:tail=128:swa=q8_0"):
+    a = arms[s]
+    assert "note" not in a and a["bits_occupied"] < 8.0 and a["mean_kl"] > f16["mean_kl"], (s, a, f16)
 PY
 
 # Damaged inputs are the file's defect: exit 2, one line naming the file, nothing written. A

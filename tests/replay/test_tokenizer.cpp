@@ -715,6 +715,25 @@ TEST(TokenizerGemma4, KindAsLlamaCpp) {
   EXPECT_EQ(tok->decode(tok->encode(" a  b", false)), " a  b");
 }
 
+// Gemma 4's chat markers (control tokens 589-599 of the test vocabulary) as llama.cpp's
+// parse_special tokenizes them, and its end-of-generation set: <turn|> and <|tool_response>
+// (llama.cpp's auto-detected names) besides <eos>. Ids from llama-cpp-python 0.3.36:
+// Llama(vocab_only=True).tokenize(text, add_bos=True, special=True) and llama_vocab_is_eog.
+TEST(TokenizerGemma4, ChatMarkersAsLlamaCpp) {
+  const std::string path = std::string(SJKV_TEST_MODELS_DIR) + "/gemma4-tok.gguf";
+  ASSERT_EQ(::access(path.c_str(), R_OK), 0) << "no test model at " << path << " (the arch_test_models test makes it)";
+  const auto tok = Tokenizer::from_gguf(GgufFile::open(path));
+  const std::string chat =
+      "<|turn>user\nhi<turn|>\n<|turn>model\n<|channel>thought\n<channel|>ok<|tool_call>call:f{a:<|\"|>x<|\"|>}"
+      "<tool_call|><|tool_response>";
+  const Ids want = {2,   589, 320, 318, 335, 4,   307, 308, 590, 4,   589, 496, 4,   597, 332, 355, 387, 319,
+                    4,   598, 314, 310, 593, 302, 405, 283, 305, 326, 300, 283, 599, 323, 599, 327, 594, 595};
+  EXPECT_EQ(tok->encode_special(chat, true), want);
+  EXPECT_EQ(tok->encode("<|turn>", false).size(), 5u);  // without parse_special: text
+  for (int32_t id = 589; id < 600; ++id) EXPECT_EQ(tok->is_eog(id), id == 590 || id == 595) << id;
+  for (int32_t id = 0; id < 4; ++id) EXPECT_EQ(tok->is_eog(id), id == 1) << id;
+}
+
 TEST(TokenizerRealModel, SmolLM2MatchesLlamaCpp) {
   const std::string path = model_path("SJKV_SMOLLM2_GGUF", "smollm2.gguf");
   check_real_model(path, "smollm2-135m.txt");
