@@ -5,7 +5,7 @@
 # kvarn:4/4:tail=0 and the SJ arms with a tail short enough that their bodies seal at the
 # prompt's ~1,800 tokens (checked: no unsealed note, KL above f16's, fewer bits), train a 3-bit
 # table on the 512-value capture and score an arm with it; gemma4-e (per-layer embeddings,
-# shared-KV layers) through record, capture and score; gemma4moe (experts) through record, capture,
+# shared-KV layers) through record, capture, score, train and an arm with its table; gemma4moe (experts) through record, capture,
 # score at 1 and 2 threads and train. sjkv-encode: plan --model counts the
 # full-attention layers that keep their own K/V and the sliding ones apart, and encode --model
 # reads the 512-value section of llama.cpp's state files of both (tests/golden/llama_state/; their
@@ -87,6 +87,10 @@ e="$models/gemma4-e.gguf"
   --threads 2 2> "$dir/e-record.txt"
 grep -q "wrote capture $dir/e-cap.h5: 2 layers x " "$dir/e-record.txt"
 "$replay" score --model "$e" "$dir/e.h5" --arms f16,sj:4/4:tail=128 --out "$dir/e" --threads 2 -q > /dev/null
+"$train" "$dir/e-cap.h5" --bits 2 --max-iters 2 -o "$dir/e-cb2" --threads 2 -q > /dev/null
+"$replay" score --model "$e" "$dir/e.h5" --arms "sj:2/2t:tail=128:cb=$dir/e-cb2.bin" --out "$dir/e-cb" --threads 2 -q \
+  > /dev/null
+test -s "$dir/e-cb/results.json"
 "$py" - "$dir/e/results.json" "$dir/e-cap.h5" <<'PY'
 import json, sys
 arms = {a["arm"]: a for a in json.load(open(sys.argv[1]))["arms"]}
