@@ -1,0 +1,412 @@
+#!/usr/bin/env python3
+"""Writes tests/golden/quants/TYPE.bin: blocks of ggml's low-bit weight formats and what the
+`gguf` package's numpy dequantizer (gguf.quants, pinned gguf==0.19.0) makes of them, for
+tests/codec/test_block_decode_lowbit.cpp to decode and compare bit for bit.
+
+    python3 scripts/make-quant-fixtures.py [OUT_DIR]     # default tests/golden/quants
+
+File layout (little-endian):
+    magic        8 bytes  "SJKVQNT1"
+    type name   16 bytes  ASCII, NUL-padded (the GGMLQuantizationType name, e.g. "IQ2_XXS")
+    ggml type    u32      GGMLQuantizationType value
+    n_blocks     u32
+    block bytes  u32
+    values       u32      values per block
+    blocks       n_blocks * block bytes
+    expected     n_blocks * values * f32   gguf.quants.dequantize of the blocks
+
+Blocks per type, from a fixed seed (the type's id):
+  * scale blocks: random bytes with the fp16 scale(s) set to finite values of every kind in
+    turn (+-0, the smallest and largest subnormals, the smallest normal, 1, a negative normal,
+    +-65504, a random normal); for MXFP4 every e8m0 byte 0..255 and for NVFP4 every E4M3
+    byte, one per scale slot;
+  * edge blocks: the sub-block scale fields walk every value, grid indices walk the whole
+    grid, 7-bit sign indices (IQ2_XXS, IQ2_XS, IQ3_XXS) every ksigns entry, raw sign bytes
+    (IQ2_S, IQ3_S) every byte, IQ1 delta bits both ways, packed 2-bit/trit/nibble bytes every
+    byte value (TQ1_0: all 256 in qs, 64 of them in qh); d cycles through nonzero values
+    (normal, subnormal, negative, 65504) so that no walk is multiplied away.
+"""
+import struct
+import sys
+import warnings
+from importlib.metadata import version
+from pathlib import Path
+
+import numpy as np
+
+import gguf.quants as gq
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType as T
+
+GGUF_VERSION = "0.19.0"
+MAGIC = b"SJKVQNT1"
+
+# fp16 bit patterns for the scale blocks; the last slot is drawn at random (finite, normal).
+SCALES = [0x0000, 0x8000, 0x0001, 0x83FF, 0x0400, 0x3C00, 0xB4CD, 0x7BFF, 0xFBFF, None]
+# Nonzero fp16 scales that the edge blocks cycle through.
+EDGE_D = [0x3C00, 0x2E66, 0xB800, 0x0003, 0x7BFF, 0x4A00, 0x9C00, 0x0400]
+
+
+def put16(blk, off, v):
+    blk[off:off + 2] = np.frombuffer(struct.pack("<H", v), dtype=np.uint8)
+
+
+def put32(blk, off, v):
+    blk[off:off + 4] = np.frombuffer(struct.pack("<I", v), dtype=np.uint8)
+
+
+def get16(blk, off):
+    return int(blk[off]) | (int(blk[off + 1]) << 8)
+
+
+def random_normal_half(rng):
+    e = int(rng.integers(1, 31))
+    return (int(rng.integers(0, 2)) << 15) | (e << 10) | int(rng.integers(0, 1024))
+
+
+class Gen:
+    """Per-type block makers: scale blocks (set_scales) and edge blocks (edge)."""
+
+    def __init__(self, qtype, rng):
+        self.qtype = qtype
+        self.rng = rng
+        self.nvals, self.nbytes = GGML_QUANT_SIZES[qtype]
+
+    def rand_block(self):
+        return self.rng.integers(0, 256, self.nbytes, dtype=np.uint8)
+
+    def scale_blocks(self):
+        out = []
+        for i, s in enumerate(SCALES):
+            s = random_normal_half(self.rng) if s is None else s
+            s2 = SCALES[(3 * i + 5) % (len(SCALES) - 1)]
+            blk = self.rand_block()
+            self.set_scales(blk, s, s2)
+            out.append(blk)
+        return out
+
+    def set_scales(self, blk, d, d2):
+        put16(blk, self.d_offset(), d)
+
+    def edge_d(self, b):
+        return EDGE_D[b % len(EDGE_D)]
+
+
+def set_nibble(blk, off, k, v):
+    """Nibble k (0 low, 1 high) of byte blk[off] := v."""
+    sh = 4 * k
+    blk[off] = (int(blk[off]) & ~(0xF << sh) & 0xFF) | ((v & 0xF) << sh)
+
+
+class Q2_K(Gen):
+    def d_offset(self):
+        return 80
+
+    def set_scales(self, blk, d, d2):
+        put16(blk, 80, d)
+        put16(blk, 82, d2)
+
+    def edge(self):
+        out = []
+        for b in range(16):  # every scale byte (scale nibble x min nibble)
+            blk = self.rand_block()
+            blk[0:16] = np.arange(16 * b, 16 * b + 16, dtype=np.uint8)
+            self.set_scales(blk, self.edge_d(b), self.edge_d(b + 3))
+            out.append(blk)
+        return out
+
+
+class Q3_K(Gen):
+    def d_offset(self):
+        return 108
+
+    def edge(self):
+        out = []
+        for b in range(4):  # 64 six-bit scales, 16 a block
+            blk = self.rand_block()
+            blk[96:108] = 0
+            for k in range(16):
+                s = 16 * b + k
+                lo, hi = s & 0xF, s >> 4
+                set_nibble(blk, 96 + k % 8, k // 8, lo)
+                blk[96 + 8 + k % 4] |= hi << (2 * (k // 4))
+            put16(blk, 108, self.edge_d(b))
+            out.append(blk)
+        return out
+
+
+class IQ4_NL(Gen):
+    def d_offset(self):
+        return 0
+
+    def edge(self):
+        out = []
+        for b in range(16):  # every byte of two nibbles
+            blk = self.rand_block()
+            blk[2:18] = np.arange(16 * b, 16 * b + 16, dtype=np.uint8)
+            put16(blk, 0, self.edge_d(b))
+            out.append(blk)
+        return out
+
+
+class IQ4_XS(Gen):
+    def d_offset(self):
+        return 0
+
+    def edge(self):
+        out = []
+        for b in range(8):  # 64 six-bit scales, 8 a block
+            blk = self.rand_block()
+            h = 0
+            for ib in range(8):
+                s = 8 * b + ib
+                set_nibble(blk, 4 + ib // 2, ib % 2, s & 0xF)
+                h |= (s >> 4) << (2 * ib)
+            put16(blk, 2, h)
+            if b < 2:  # every qs byte
+                blk[8:136] = np.arange(128 * b, 128 * b + 128, dtype=np.uint8)
+            put16(blk, 0, self.edge_d(b))
+            out.append(blk)
+        return out
+
+
+class IQ2_XXS(Gen):
+    def d_offset(self):
+        return 0
+
+    def edge(self):
+        out = []
+        for b in range(8):
+            blk = self.rand_block()
+            for ib in range(8):
+                idx = sign = 0
+                for g in range(4):
+                    n = 32 * b + 4 * ib + g
+                    idx |= (n % 256) << (8 * g)
+                    sign |= (n % 128) << (7 * g)
+                put32(blk, 2 + 8 * ib, idx)
+                put32(blk, 2 + 8 * ib + 4, sign | (((8 * b + ib) % 16) << 28))
+            put16(blk, 0, self.edge_d(b))
+            out.append(blk)
+        return out
+
+
+class IQ2_XS(Gen):
+    def d_offset(self):
+        return 0
+
+    def edge(self):
+        out = []
+        for b in range(16):
+            blk = self.rand_block()
+            for j in range(32):
+                n = 32 * b + j
+                put16(blk, 2 + 2 * j, (n % 512) | ((n % 128) << 9))
+            for i in range(8):  # scales 2i, 2i+1 = 0..15 each block
+                blk[66 + i] = (2 * i) | ((2 * i + 1) << 4)
+            put16(blk, 0, self.edge_d(b))
+            out.append(blk)
+        return out
+
+
+class IQ2_S(Gen):
+    def d_offset(self):
+        return 0
+
+    def edge(self):
+        out = []
+        for b in range(32):
+            blk = self.rand_block()
+            for j in range(32):
+                n = 32 * b + j  # grid index 0..1023
+                blk[2 + j] = n & 0xFF
+                blk[34 + j] = n & 0xFF  # sign bytes: all 256 in 8 blocks
+            for i in range(8):
+                blk[66 + i] = sum(((32 * b + 4 * i + k) >> 8 & 3) << (2 * k) for k in range(4))
+                blk[74 + i] = (2 * i) | ((2 * i + 1) << 4)
+            put16(blk, 0, self.edge_d(b))
+            out.append(blk)
+        return out
+
+
+class IQ3_XXS(Gen):
+    def d_offset(self):
+        return 0
+
+    def edge(self):
+        out = []
+        for b in range(4):
+            blk = self.rand_block()
+            blk[2:66] = np.arange(64 * b, 64 * b + 64, dtype=np.uint8)
+            for ib in range(8):
+                sign = 0
+                for g in range(4):
+                    sign |= ((32 * b + 4 * ib + g) % 128) << (7 * g)
+                put32(blk, 66 + 4 * ib, sign | (((8 * b + ib) % 16) << 28))
+            put16(blk, 0, self.edge_d(b))
+            out.append(blk)
+        return out
+
+
+class IQ3_S(Gen):
+    def d_offset(self):
+        return 0
+
+    def edge(self):
+        out = []
+        for b in range(8):
+            blk = self.rand_block()
+            for j in range(64):
+                n = 64 * b + j  # grid index 0..511
+                blk[2 + j] = n & 0xFF
+            for i in range(8):
+                blk[66 + i] = sum(((64 * b + 8 * i + k) >> 8 & 1) << k for k in range(8))
+            blk[74:106] = np.arange(32 * b, 32 * b + 32, dtype=np.uint8)  # sign bytes
+            for i in range(4):
+                blk[106 + i] = ((8 * b + 2 * i) % 16) | (((8 * b + 2 * i + 1) % 16) << 4)
+            put16(blk, 0, self.edge_d(b))
+            out.append(blk)
+        return out
+
+
+class IQ1_S(Gen):
+    def d_offset(self):
+        return 0
+
+    def edge(self):
+        out = []
+        for b in range(64):
+            blk = self.rand_block()
+            for ib in range(8):
+                h = 0
+                for g in range(4):
+                    n = 32 * b + 4 * ib + g  # grid index 0..2047
+                    blk[2 + 4 * ib + g] = n & 0xFF
+                    h |= (n >> 8) << (3 * g)
+                h |= ((ib + b) % 8) << 12
+                h |= ((ib + b) & 1) << 15
+                put16(blk, 34 + 2 * ib, h)
+            put16(blk, 0, self.edge_d(b))
+            out.append(blk)
+        return out
+
+
+class IQ1_M(Gen):
+    def set_scales(self, blk, d, d2):
+        for i in range(4):  # nibble i of d into the top nibble of scale word i
+            w = get16(blk, 48 + 2 * i)
+            put16(blk, 48 + 2 * i, (w & 0x0FFF) | (((d >> (4 * i)) & 0xF) << 12))
+
+    def edge(self):
+        out = []
+        for b in range(64):
+            blk = self.rand_block()
+            for j in range(32):
+                n = 32 * b + j  # grid index 0..2047
+                blk[j] = n & 0xFF
+                set_nibble(blk, 32 + j // 2, j % 2, (n >> 8) | (((b + j) & 1) << 3))
+            for i in range(4):
+                w = sum(((b + 4 * i + k) % 8) << (3 * k) for k in range(4))
+                put16(blk, 48 + 2 * i, w)
+            self.set_scales(blk, self.edge_d(b), 0)
+            out.append(blk)
+        return out
+
+
+class TQ1_0(Gen):
+    def d_offset(self):
+        return 52
+
+    def edge(self):
+        out = []
+        for b in range(16):
+            blk = self.rand_block()
+            blk[0:32] = (np.arange(32) + 32 * b) % 256
+            blk[32:48] = (np.arange(16) + 16 * b) % 256
+            blk[48:52] = np.arange(4) * 64 + 4 * b + (b % 4)
+            put16(blk, 52, self.edge_d(b))
+            out.append(blk)
+        return out
+
+
+class TQ2_0(Gen):
+    def d_offset(self):
+        return 64
+
+    def edge(self):
+        out = []
+        for b in range(4):
+            blk = self.rand_block()
+            blk[0:64] = np.arange(64 * b, 64 * b + 64, dtype=np.uint8)
+            put16(blk, 64, self.edge_d(b))
+            out.append(blk)
+        return out
+
+
+class MXFP4(Gen):
+    def scale_blocks(self):  # every e8m0 byte, the qs bytes all 256 values in the first 16
+        out = []
+        for e in range(256):
+            blk = self.rand_block()
+            blk[0] = e
+            if e < 16:
+                blk[1:17] = np.arange(16 * e, 16 * e + 16, dtype=np.uint8)
+            out.append(blk)
+        return out
+
+    def edge(self):
+        return []
+
+
+class NVFP4(Gen):
+    def scale_blocks(self):  # every E4M3 byte in each of the 4 slots
+        out = []
+        for b in range(64):
+            blk = self.rand_block()
+            for s in range(4):
+                blk[s] = 64 * s + b
+            if b < 8:
+                blk[4:36] = np.arange(32 * b, 32 * b + 32, dtype=np.uint8)
+            out.append(blk)
+        return out
+
+    def edge(self):
+        return []
+
+
+GENS = [Q2_K, Q3_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M,
+        TQ1_0, TQ2_0, MXFP4, NVFP4]
+
+
+def write_fixture(gen_cls, out_dir):
+    qtype = T[gen_cls.__name__]
+    gen = gen_cls(qtype, np.random.default_rng(int(qtype)))
+    blocks = np.stack(gen.scale_blocks() + gen.edge()).astype(np.uint8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # MXFP4 e = 255 overflows to inf
+        expected = gq.dequantize(blocks, qtype)
+    n = blocks.shape[0]
+    assert blocks.shape == (n, gen.nbytes) and expected.shape == (n, gen.nvals)
+    assert expected.dtype == np.float32
+    path = out_dir / (qtype.name + ".bin")
+    with open(path, "wb") as f:
+        f.write(MAGIC)
+        f.write(qtype.name.encode("ascii").ljust(16, b"\0"))
+        f.write(struct.pack("<4I", int(qtype), n, gen.nbytes, gen.nvals))
+        f.write(blocks.tobytes())
+        f.write(expected.astype("<f4").tobytes())
+    return path, n
+
+
+def main():
+    if version("gguf") != GGUF_VERSION:
+        sys.exit("make-quant-fixtures: gguf %s installed, %s pinned"
+                 % (version("gguf"), GGUF_VERSION))
+    out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "tests/golden/quants")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for g in GENS:
+        path, n = write_fixture(g, out_dir)
+        print("%-28s %4d blocks %7d bytes" % (path, n, path.stat().st_size))
+
+
+if __name__ == "__main__":
+    main()
