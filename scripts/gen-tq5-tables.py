@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes replay/src/tq5_tables.h: the 32 Lloyd-Max levels for N(0, 1/128) of the replay
+"""Writes codec/include/sjkv/tq5_tables.h: the 32 Lloyd-Max levels for N(0, 1/128) of the replay
 arm tq5_0 and their 31 decision thresholds.
 
-    python3 scripts/gen-tq5-tables.py > replay/src/tq5_tables.h
+    python3 scripts/gen-tq5-tables.py > codec/include/sjkv/tq5_tables.h
 
 Method: Lloyd-Max iteration on the Gaussian density in double precision. With levels
 symmetric about 0, only the positive half is iterated: thresholds are the midpoints of
@@ -107,7 +107,7 @@ def main():
         return "\n".join(lines)
 
     print(f"""\
-// tq5_0 tables (replay arm; docs/REPLAY.md): the 32 Lloyd-Max levels for N(0, 1/128) and the
+// tq5_0 tables (a cache arm's row format; docs/REPLAY.md): the 32 Lloyd-Max levels for N(0, 1/128) and the
 // 31 decision thresholds, each the midpoint of its two neighbouring levels, as binary32 bit
 // patterns. Computed in double by scripts/gen-tq5-tables.py (Lloyd-Max iteration on the
 // Gaussian density to a fixed point, levels scaled by 1/sqrt(128)), rounded to binary32 once;
@@ -118,8 +118,7 @@ def main():
 #include <cstdint>
 
 namespace sjkv {{
-namespace replay {{
-namespace fmt {{
+namespace blockfmt {{
 
 // Levels, ascending: {", ".join(f"{x:.6f}" for x in cent[:4])}, ..., {", ".join(f"{x:.6f}" for x in cent[-2:])}.
 static constexpr uint32_t kTq5CentroidBits[32] = {{
@@ -131,8 +130,7 @@ static constexpr uint32_t kTq5MidpointBits[31] = {{
 {rows(mf)}
 }};
 
-}}  // namespace fmt
-}}  // namespace replay
+}}  // namespace blockfmt
 }}  // namespace sjkv""")
 
 

@@ -20,31 +20,6 @@ uint64_t sat_mul(uint64_t a, uint64_t b) {
   return a > kMax / b ? kMax : a * b;
 }
 
-// Block layouts. Plain ggml formats from ggml's block structs (ggml-common.h); the rotated
-// comparators from the note: tq6_0 98 B / 128 (section 2.1, and this codec's staging.h),
-// tq5_0 82 B / 128 (5.125 bits) and turbo4 66 B / 128 (4.125 bits, "one 16-bit norm per 128
-// values") in section 6, turbo3 50 B / 128 (3.125 bits) in section 7.2. Some public turbo4
-// forks use a 68-byte block (a second fp16 norm, 4.25 bits); the note's format is the 66-byte
-// one, and its 7.2 figure (turbo4 about 193K tokens in 11 GB) needs 4.125 bits.
-const std::vector<BlockFormatInfo>& table() {
-  static const std::vector<BlockFormatInfo> t = {
-      {BlockFormat::f32, "f32", 1, 4, "ggml: float"},
-      {BlockFormat::f16, "f16", 1, 2, "ggml: IEEE half"},
-      {BlockFormat::bf16, "bf16", 1, 2, "ggml: bfloat16"},
-      {BlockFormat::q8_0, "q8_0", kQ8BlockValues, kQ8BlockBytes, "ggml block_q8_0; note section 6 (34 B / 32, 8.5 bits)"},
-      {BlockFormat::q5_1, "q5_1", 32, 24, "ggml block_q5_1; note section 6 (24 B / 32, 6.0 bits)"},
-      {BlockFormat::q5_0, "q5_0", 32, 22, "ggml block_q5_0"},
-      {BlockFormat::q4_1, "q4_1", 32, 20, "ggml block_q4_1"},
-      {BlockFormat::q4_0, "q4_0", 32, 18, "ggml block_q4_0; note section 7.2 (18 B / 32, 4.5 bits)"},
-      {BlockFormat::iq4_nl, "iq4_nl", 32, 18, "ggml block_iq4_nl"},
-      {BlockFormat::tq6_0, "tq6_0", kTq6BlockValues, kTq6BlockBytes, "note section 2.1 (98 B / 128, 6.125 bits); sjkv staging.h"},
-      {BlockFormat::tq5_0, "tq5_0", 128, 82, "note section 6 (82 B / 128, 5.125 bits)"},
-      {BlockFormat::turbo4, "turbo4", 128, 66, "note section 6 (66 B / 128, 4.125 bits: one fp16 norm + 64 B)"},
-      {BlockFormat::turbo3, "turbo3", 128, 50, "note section 7.2 (50 B / 128, 3.125 bits)"},
-  };
-  return t;
-}
-
 // Bytes of one row of d values, or 0 when d is not a whole number of blocks.
 uint64_t row_bytes(BlockFormat f, uint32_t d) {
   const BlockFormatInfo& i = format_info(f);
@@ -169,25 +144,20 @@ CacheGeometry qwen38_27b_geometry() { return CacheGeometry::uniform(16, 4, 256);
 
 // ---- Formats ---------------------------------------------------------------------------------
 
-const BlockFormatInfo& format_info(BlockFormat f) {
-  for (const BlockFormatInfo& i : table())
-    if (i.format == f) return i;
-  throw std::invalid_argument("unknown block format");
+const std::vector<BlockFormatInfo>& all_formats() {
+  static const std::vector<BlockFormatInfo> t = [] {
+    std::vector<BlockFormatInfo> v;
+    for (const BlockFormatInfo& i : block_formats())
+      if (i.encode) v.push_back(i);
+    return v;
+  }();
+  return t;
 }
-
-const std::vector<BlockFormatInfo>& all_formats() { return table(); }
 
 std::optional<BlockFormat> parse_format(std::string_view name) {
-  std::string low;
-  for (char c : name) low += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (const BlockFormatInfo& i : table())
-    if (low == i.name) return i.format;
-  return std::nullopt;
-}
-
-double format_bits(BlockFormat f) {
-  const BlockFormatInfo& i = format_info(f);
-  return 8.0 * i.block_bytes / i.block_values;
+  const BlockFormatInfo* i = format_by_name(name);
+  if (!i || !i->encode) return std::nullopt;
+  return i->format;
 }
 
 // ---- Options ---------------------------------------------------------------------------------

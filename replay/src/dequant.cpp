@@ -1,5 +1,6 @@
-// Dequantizers (block layouts from ggml's ggml-common.h, see dequant.h), portable and AVX2.
-// Written for sjkv; only the layouts and their formulas follow ggml.
+// Dequantizers: the portable path is the block formats table's reference decode
+// (codec/src/block_formats.cpp); the AVX2 paths here give its bits. Written for sjkv; only the
+// layouts and their formulas follow ggml.
 #include "sjkv/replay/dequant.h"
 
 #include <omp.h>
@@ -22,192 +23,52 @@ namespace sjkv {
 namespace replay {
 namespace {
 
-constexpr uint32_t kQK = 32;    // values per block of the legacy formats
-constexpr uint32_t kQKK = 256;  // values per K-quant super-block
-
 using blocks::h2f;
-using blocks::le32;
-using blocks::scale_min_k4;
 
-void deq_q4_0(const uint8_t* b, float* y) {
-  const float d = h2f(b);
-  const uint8_t* qs = b + 2;
-  for (uint32_t j = 0; j < 16; ++j) {
-    y[j] = static_cast<float>(static_cast<int>(qs[j] & 0xF) - 8) * d;
-    y[j + 16] = static_cast<float>(static_cast<int>(qs[j] >> 4) - 8) * d;
+// The weight types the forward pass accepts; a type the table decodes joins this list when
+// gemm.h's paths are checked against its reference (tests/replay/test_gemm.cpp).
+bool weight_type(uint32_t type) {
+  switch (type) {
+    case kGgmlF32: case kGgmlF16: case kGgmlBF16:
+    case kGgmlQ4_0: case kGgmlQ4_1: case kGgmlQ5_0: case kGgmlQ5_1: case kGgmlQ8_0:
+    case kGgmlQ4_K: case kGgmlQ5_K: case kGgmlQ6_K: return true;
+    default: return false;
   }
 }
 
-void deq_q4_1(const uint8_t* b, float* y) {
-  const float d = h2f(b), m = h2f(b + 2);
-  const uint8_t* qs = b + 4;
-  for (uint32_t j = 0; j < 16; ++j) {
-    y[j] = static_cast<float>(qs[j] & 0xF) * d + m;
-    y[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
-  }
-}
-
-void deq_q5_0(const uint8_t* b, float* y) {
-  const float d = h2f(b);
-  const uint32_t qh = le32(b + 2);
-  const uint8_t* qs = b + 6;
-  for (uint32_t j = 0; j < 16; ++j) {
-    const int lo = static_cast<int>((qs[j] & 0xF) | (((qh >> j) & 1u) << 4)) - 16;
-    const int hi = static_cast<int>((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - 16;
-    y[j] = static_cast<float>(lo) * d;
-    y[j + 16] = static_cast<float>(hi) * d;
-  }
-}
-
-void deq_q5_1(const uint8_t* b, float* y) {
-  const float d = h2f(b), m = h2f(b + 2);
-  const uint32_t qh = le32(b + 4);
-  const uint8_t* qs = b + 8;
-  for (uint32_t j = 0; j < 16; ++j) {
-    const uint32_t lo = (qs[j] & 0xF) | (((qh >> j) & 1u) << 4);
-    const uint32_t hi = (qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4);
-    y[j] = static_cast<float>(lo) * d + m;
-    y[j + 16] = static_cast<float>(hi) * d + m;
-  }
-}
-
-void deq_q8_0(const uint8_t* b, float* y) {
-  const float d = h2f(b);
-  for (uint32_t j = 0; j < kQK; ++j) y[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
-}
-
-void deq_q4_k(const uint8_t* b, float* y) {
-  const float d = h2f(b), dmin = h2f(b + 2);
-  const uint8_t* scales = b + 4;
-  const uint8_t* qs = b + 16;
-  for (uint32_t j = 0; j < 4; ++j) {
-    uint32_t sc0, m0, sc1, m1;
-    scale_min_k4(2 * j, scales, sc0, m0);
-    scale_min_k4(2 * j + 1, scales, sc1, m1);
-    const float d0 = d * static_cast<float>(sc0), mm0 = dmin * static_cast<float>(m0);
-    const float d1 = d * static_cast<float>(sc1), mm1 = dmin * static_cast<float>(m1);
-    for (uint32_t l = 0; l < 32; ++l) {
-      y[64 * j + l] = d0 * static_cast<float>(qs[32 * j + l] & 0xF) - mm0;
-      y[64 * j + 32 + l] = d1 * static_cast<float>(qs[32 * j + l] >> 4) - mm1;
-    }
-  }
-}
-
-void deq_q5_k(const uint8_t* b, float* y) {
-  const float d = h2f(b), dmin = h2f(b + 2);
-  const uint8_t* scales = b + 4;
-  const uint8_t* qh = b + 16;
-  const uint8_t* qs = b + 48;
-  for (uint32_t j = 0; j < 4; ++j) {
-    uint32_t sc0, m0, sc1, m1;
-    scale_min_k4(2 * j, scales, sc0, m0);
-    scale_min_k4(2 * j + 1, scales, sc1, m1);
-    const float d0 = d * static_cast<float>(sc0), mm0 = dmin * static_cast<float>(m0);
-    const float d1 = d * static_cast<float>(sc1), mm1 = dmin * static_cast<float>(m1);
-    const uint32_t u0 = 1u << (2 * j), u1 = 2u << (2 * j);
-    for (uint32_t l = 0; l < 32; ++l) {
-      const uint32_t q0 = (qs[32 * j + l] & 0xFu) + ((qh[l] & u0) ? 16u : 0u);
-      const uint32_t q1 = (qs[32 * j + l] >> 4) + ((qh[l] & u1) ? 16u : 0u);
-      y[64 * j + l] = d0 * static_cast<float>(q0) - mm0;
-      y[64 * j + 32 + l] = d1 * static_cast<float>(q1) - mm1;
-    }
-  }
-}
-
-void deq_q6_k(const uint8_t* b, float* y) {
-  const uint8_t* ql = b;
-  const uint8_t* qh = b + 128;
-  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
-  const float d = h2f(b + 208);
-  for (uint32_t half = 0; half < 2; ++half) {
-    const uint8_t* l6 = ql + 64 * half;
-    const uint8_t* h6 = qh + 32 * half;
-    const int8_t* s = sc + 8 * half;
-    float* o = y + 128 * half;
-    for (uint32_t l = 0; l < 32; ++l) {
-      const uint32_t is = l / 16;
-      const int q1 = static_cast<int>((l6[l] & 0xF) | ((h6[l] & 3u) << 4)) - 32;
-      const int q2 = static_cast<int>((l6[l + 32] & 0xF) | (((h6[l] >> 2) & 3u) << 4)) - 32;
-      const int q3 = static_cast<int>((l6[l] >> 4) | (((h6[l] >> 4) & 3u) << 4)) - 32;
-      const int q4 = static_cast<int>((l6[l + 32] >> 4) | (((h6[l] >> 6) & 3u) << 4)) - 32;
-      o[l] = d * static_cast<float>(s[is]) * static_cast<float>(q1);
-      o[l + 32] = d * static_cast<float>(s[is + 2]) * static_cast<float>(q2);
-      o[l + 64] = d * static_cast<float>(s[is + 4]) * static_cast<float>(q3);
-      o[l + 96] = d * static_cast<float>(s[is + 6]) * static_cast<float>(q4);
-    }
-  }
+const BlockFormatInfo* weight_format(uint32_t type) {
+  if (!weight_type(type)) return nullptr;
+  const BlockFormatInfo* f = format_by_gguf_id(type);
+  return f && f->decode ? f : nullptr;
 }
 
 }  // namespace
 
-bool dequant_supported(uint32_t type) { return dequant_block_bytes(type) != 0; }
+bool dequant_supported(uint32_t type) { return weight_format(type) != nullptr; }
 
 uint32_t dequant_block_values(uint32_t type) {
-  switch (type) {
-    case kGgmlF32: case kGgmlF16: case kGgmlBF16: return 1;
-    case kGgmlQ4_0: case kGgmlQ4_1: case kGgmlQ5_0: case kGgmlQ5_1: case kGgmlQ8_0: return kQK;
-    case kGgmlQ4_K: case kGgmlQ5_K: case kGgmlQ6_K: return kQKK;
-    default: return 0;
-  }
+  const BlockFormatInfo* f = weight_format(type);
+  return f ? f->block_values : 0;
 }
 
 uint32_t dequant_block_bytes(uint32_t type) {
-  switch (type) {
-    case kGgmlF32: return 4;
-    case kGgmlF16: case kGgmlBF16: return 2;
-    case kGgmlQ4_0: return 18;
-    case kGgmlQ4_1: return 20;
-    case kGgmlQ5_0: return 22;
-    case kGgmlQ5_1: return 24;
-    case kGgmlQ8_0: return 34;
-    case kGgmlQ4_K: return 144;
-    case kGgmlQ5_K: return 176;
-    case kGgmlQ6_K: return 210;
-    default: return 0;
-  }
+  const BlockFormatInfo* f = weight_format(type);
+  return f ? f->block_bytes : 0;
 }
 
 void dequantize_row(uint32_t type, const void* src, float* dst, size_t n) {
-  const uint32_t bv = dequant_block_values(type);
-  if (bv == 0) throw std::invalid_argument("dequantize_row: unsupported ggml type " + std::to_string(type));
-  if (n % bv != 0)
+  const BlockFormatInfo* f = weight_format(type);
+  if (!f) throw std::invalid_argument("dequantize_row: unsupported ggml type " + std::to_string(type));
+  if (n % f->block_values != 0)
     throw std::invalid_argument("dequantize_row: " + std::to_string(n) + " values is not a whole number of " +
-                                std::to_string(bv) + "-value blocks");
-  const uint8_t* s = static_cast<const uint8_t*>(src);
-  const size_t bb = dequant_block_bytes(type);
-  const size_t nb = n / bv;
-  switch (type) {
-    case kGgmlF32: std::memcpy(dst, s, n * 4); return;
-    case kGgmlF16:
-      for (size_t i = 0; i < n; ++i) dst[i] = h2f(s + 2 * i);
-      return;
-    case kGgmlBF16:
-      for (size_t i = 0; i < n; ++i) {
-        const uint32_t u = (static_cast<uint32_t>(s[2 * i]) | (static_cast<uint32_t>(s[2 * i + 1]) << 8)) << 16;
-        std::memcpy(dst + i, &u, 4);
-      }
-      return;
-    default: break;
-  }
-  void (*f)(const uint8_t*, float*) = nullptr;
-  switch (type) {
-    case kGgmlQ4_0: f = deq_q4_0; break;
-    case kGgmlQ4_1: f = deq_q4_1; break;
-    case kGgmlQ5_0: f = deq_q5_0; break;
-    case kGgmlQ5_1: f = deq_q5_1; break;
-    case kGgmlQ8_0: f = deq_q8_0; break;
-    case kGgmlQ4_K: f = deq_q4_k; break;
-    case kGgmlQ5_K: f = deq_q5_k; break;
-    case kGgmlQ6_K: f = deq_q6_k; break;
-    default: break;
-  }
-  for (size_t i = 0; i < nb; ++i) f(s + i * bb, dst + i * bv);
+                                std::to_string(f->block_values) + "-value blocks");
+  f->decode(static_cast<const uint8_t*>(src), dst, n / f->block_values);
 }
 
 // ---- AVX2 dequantizers ------------------------------------------------------------------------
-// Each computes exactly the scalar formula of its type above on eight values at a time
-// (integer codes converted exactly, then the same multiplies and subtractions in the same
-// order; nothing is contracted), so the floats are the scalar ones bit for bit.
+// Each computes exactly the reference formula of its type (block_formats.cpp) on eight values
+// at a time (integer codes converted exactly, then the same multiplies and subtractions in the
+// same order; nothing is contracted), so the floats are the reference ones bit for bit.
 
 namespace {
 

@@ -52,35 +52,6 @@ bool known_type(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::f64); 
 
 using bin::load_le;
 
-// ggml type table (ggml/include/ggml.h enum ggml_type, block sizes from ggml-common.h). Ids 4,
-// 5 (Q4_2, Q4_3), 31-33 (Q4_0_4_4, Q4_0_4_8, Q4_0_8_8) and 36-38 (IQ4_NL_4_4, _4_8, _8_8)
-// were removed from GGUF files.
-const GgmlTypeInfo kGgml[] = {
-    {0, "F32", 1, 4},        {1, "F16", 1, 2},         {2, "Q4_0", 32, 18},     {3, "Q4_1", 32, 20},
-    {6, "Q5_0", 32, 22},     {7, "Q5_1", 32, 24},      {8, "Q8_0", 32, 34},     {9, "Q8_1", 32, 36},
-    {10, "Q2_K", 256, 84},   {11, "Q3_K", 256, 110},   {12, "Q4_K", 256, 144},  {13, "Q5_K", 256, 176},
-    {14, "Q6_K", 256, 210},  {15, "Q8_K", 256, 292},   {16, "IQ2_XXS", 256, 66}, {17, "IQ2_XS", 256, 74},
-    {18, "IQ3_XXS", 256, 98}, {19, "IQ1_S", 256, 50},  {20, "IQ4_NL", 32, 18},  {21, "IQ3_S", 256, 110},
-    {22, "IQ2_S", 256, 82},  {23, "IQ4_XS", 256, 136}, {24, "I8", 1, 1},        {25, "I16", 1, 2},
-    {26, "I32", 1, 4},       {27, "I64", 1, 8},        {28, "F64", 1, 8},       {29, "IQ1_M", 256, 56},
-    {30, "BF16", 1, 2},      {34, "TQ1_0", 256, 54},   {35, "TQ2_0", 256, 66},  {39, "MXFP4", 32, 17},
-    {40, "NVFP4", 64, 36},   {41, "Q1_0", 128, 18},
-};
-
-const char* removed_ggml_type(uint32_t id) {
-  switch (id) {
-    case 4: return "Q4_2";
-    case 5: return "Q4_3";
-    case 31: return "Q4_0_4_4";
-    case 32: return "Q4_0_4_8";
-    case 33: return "Q4_0_8_8";
-    case 36: return "IQ4_NL_4_4";
-    case 37: return "IQ4_NL_4_8";
-    case 38: return "IQ4_NL_8_8";
-  }
-  return nullptr;
-}
-
 }  // namespace
 
 const char* gguf_type_name(GgufType t) {
@@ -102,15 +73,9 @@ const char* gguf_type_name(GgufType t) {
   return "?";
 }
 
-const GgmlTypeInfo* ggml_type_info(uint32_t id) {
-  for (const GgmlTypeInfo& t : kGgml)
-    if (t.id == id) return &t;
-  return nullptr;
-}
-
 const char* GgufTensorInfo::type_name() const {
-  const GgmlTypeInfo* t = ggml_type_info(type);
-  return t ? t->name : "?";
+  const BlockFormatInfo* t = format_by_gguf_id(type);
+  return t ? t->gguf_name : "?";
 }
 
 // ---- GgufValue -------------------------------------------------------------------------------
@@ -339,14 +304,14 @@ class GgufParser {
     if (overflow) fail(k + " element count overflows 64 bits");
     t.n_elements = ne;
     t.type = static_cast<uint32_t>(uint(4, k + " type"));
-    const GgmlTypeInfo* ti = ggml_type_info(t.type);
+    const BlockFormatInfo* ti = format_by_gguf_id(t.type);
     if (!ti) {
-      if (const char* old = removed_ggml_type(t.type))
+      if (const char* old = removed_gguf_type_name(t.type))
         fail(k + " has ggml type " + std::to_string(t.type) + " (" + old + "), which was removed from GGUF");
       fail(k + " has unknown ggml type " + std::to_string(t.type));
     }
     if (t.dims[0] % ti->block_values != 0)
-      fail(k + " rows of " + std::to_string(t.dims[0]) + " values are not a whole number of " + ti->name +
+      fail(k + " rows of " + std::to_string(t.dims[0]) + " values are not a whole number of " + ti->gguf_name +
            " blocks (" + std::to_string(ti->block_values) + " values)");
     const uint64_t blocks = ne / ti->block_values;
     if (blocks > std::numeric_limits<uint64_t>::max() / ti->block_bytes) fail(k + " byte size overflows 64 bits");

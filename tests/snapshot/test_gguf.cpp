@@ -315,8 +315,8 @@ TEST(Gguf, TensorsOffsetsAndData) {
   EXPECT_EQ(f.tensor_data(*b)[0], static_cast<uint8_t>(512 * 7 + 1));
   EXPECT_EQ(f.tensor_data(*q)[5], static_cast<uint8_t>((576 + 5) * 7 + 1));
   // Every known ggml type has a non-zero block; removed ids are unknown.
-  EXPECT_EQ(sjkv::ggml_type_info(12)->block_bytes, 144u);  // Q4_K
-  EXPECT_EQ(sjkv::ggml_type_info(31), nullptr);
+  EXPECT_EQ(sjkv::format_by_gguf_id(12)->block_bytes, 144u);  // Q4_K
+  EXPECT_EQ(sjkv::format_by_gguf_id(31), nullptr);
 }
 
 TEST(Gguf, OpenFromDisk) {

@@ -45,6 +45,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sjkv/block_formats.h"
 #include "sjkv/config.h"
 
 namespace sjkv {
@@ -82,23 +83,12 @@ struct CacheGeometry {
 CacheGeometry qwen38_27b_geometry();
 
 // ---- Plain block formats ---------------------------------------------------------------------
+// BlockFormat, BlockFormatInfo, format_info() and format_bits() are block_formats.h's table.
 
-enum class BlockFormat : uint32_t {
-  f32, f16, bf16, q8_0, q5_1, q5_0, q4_1, q4_0, iq4_nl, tq6_0, tq5_0, turbo4, turbo3,
-};
-
-struct BlockFormatInfo {
-  BlockFormat format;
-  const char* name;
-  uint32_t block_values;
-  uint32_t block_bytes;
-  const char* source;  // where the block layout comes from
-};
-
-const BlockFormatInfo& format_info(BlockFormat f);
+// The formats a cache can be planned in: those a cache arm stores (an encode in the table).
 const std::vector<BlockFormatInfo>& all_formats();
+// One of all_formats() by name, case-insensitive.
 std::optional<BlockFormat> parse_format(std::string_view name);
-double format_bits(BlockFormat f);  // 8 x block_bytes / block_values
 
 // ---- Cache options ---------------------------------------------------------------------------
 

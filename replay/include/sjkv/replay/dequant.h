@@ -1,35 +1,30 @@
 // Dequantizers for the ggml tensor types a GGUF model holds (the forward pass keeps its
 // weights in these blocks and dequantizes them panel by panel in its products, gemm.h).
-//
-// Block layouts are ggml's (ggml/src/ggml-common.h in llama.cpp), little-endian:
-//   Q4_0  32 values, 18 B: f16 d | u8 qs[16]            x = (nibble - 8) * d
-//   Q4_1  32 values, 20 B: f16 d | f16 m | u8 qs[16]    x = nibble * d + m
-//   Q5_0  32 values, 22 B: f16 d | u8 qh[4] | qs[16]    x = (nibble | bit4 - 16) * d
-//   Q5_1  32 values, 24 B: f16 d | f16 m | qh[4] | qs[16]
-//   Q8_0  32 values, 34 B: f16 d | i8 qs[32]            x = q * d
-//   (value j < 16 takes the low nibble of qs[j], value j + 16 the high one; Q5's fifth bit of
-//    value j is bit j of the little-endian u32 qh)
-//   Q4_K 256 values, 144 B: f16 d | f16 dmin | u8 scales[12] | u8 qs[128]
-//   Q5_K 256 values, 176 B: f16 d | f16 dmin | u8 scales[12] | u8 qh[32] | u8 qs[128]
-//        8 sub-blocks of 32 with 6-bit scale and min packed in `scales`;
-//        x = d * sc * q - dmin * m
-//   Q6_K 256 values, 210 B: u8 ql[128] | u8 qh[64] | i8 scales[16] | f16 d
-//        16 sub-blocks of 16; x = d * scale * (q6 - 32)
+// Block sizes and the portable decoders are the block formats table's (sjkv/block_formats.h);
+// this layer adds the types the forward pass accepts, AVX2 fast paths (dequant_avx2.h) and
+// the finiteness check.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "sjkv/block_formats.h"
+
 namespace sjkv {
 namespace replay {
 
-// ggml type ids (ggml.h enum ggml_type).
+// ggml type ids: the table's, under the names gemm, attention and their tests use.
 enum GgmlTypeId : uint32_t {
-  kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ4_1 = 3, kGgmlQ5_0 = 6, kGgmlQ5_1 = 7,
-  kGgmlQ8_0 = 8, kGgmlQ4_K = 12, kGgmlQ5_K = 13, kGgmlQ6_K = 14, kGgmlBF16 = 30,
+  kGgmlF32 = static_cast<uint32_t>(BlockFormat::f32), kGgmlF16 = static_cast<uint32_t>(BlockFormat::f16),
+  kGgmlQ4_0 = static_cast<uint32_t>(BlockFormat::q4_0), kGgmlQ4_1 = static_cast<uint32_t>(BlockFormat::q4_1),
+  kGgmlQ5_0 = static_cast<uint32_t>(BlockFormat::q5_0), kGgmlQ5_1 = static_cast<uint32_t>(BlockFormat::q5_1),
+  kGgmlQ8_0 = static_cast<uint32_t>(BlockFormat::q8_0), kGgmlQ4_K = static_cast<uint32_t>(BlockFormat::q4_k),
+  kGgmlQ5_K = static_cast<uint32_t>(BlockFormat::q5_k), kGgmlQ6_K = static_cast<uint32_t>(BlockFormat::q6_k),
+  kGgmlBF16 = static_cast<uint32_t>(BlockFormat::bf16),
 };
 
-// True for the types dequantize_row handles.
+// True for the types dequantize_row handles: the weight types the forward pass is checked
+// with (gemm.h's paths against the reference), a subset of the table's decoders.
 bool dequant_supported(uint32_t type);
 // Values per block of a supported type (1 for F32/F16/BF16) and bytes per block.
 uint32_t dequant_block_values(uint32_t type);

@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sjkv/block_formats.h"
 #include "sjkv/io/file_error.h"
 
 namespace sjkv {
@@ -43,15 +44,8 @@ enum class GgufType : uint32_t {
 };
 const char* gguf_type_name(GgufType t);
 
-// ggml tensor types a GGUF file may hold: block size (values) and block bytes.
-struct GgmlTypeInfo {
-  uint32_t id;
-  const char* name;
-  uint32_t block_values;
-  uint32_t block_bytes;
-};
-// nullptr for an unknown or removed id.
-const GgmlTypeInfo* ggml_type_info(uint32_t id);
+// The ggml tensor types a GGUF file may hold, their names and block sizes: the block formats
+// table, sjkv/block_formats.h (format_by_gguf_id).
 
 // One metadata value: a scalar, a string, or an array of one scalar/string type.
 class GgufValue {

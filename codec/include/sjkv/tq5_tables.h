@@ -1,4 +1,4 @@
-// tq5_0 tables (replay arm; docs/REPLAY.md): the 32 Lloyd-Max levels for N(0, 1/128) and the
+// tq5_0 tables (a cache arm's row format; docs/REPLAY.md): the 32 Lloyd-Max levels for N(0, 1/128) and the
 // 31 decision thresholds, each the midpoint of its two neighbouring levels, as binary32 bit
 // patterns. Computed in double by scripts/gen-tq5-tables.py (Lloyd-Max iteration on the
 // Gaussian density to a fixed point, levels scaled by 1/sqrt(128)), rounded to binary32 once;
@@ -9,8 +9,7 @@
 #include <cstdint>
 
 namespace sjkv {
-namespace replay {
-namespace fmt {
+namespace blockfmt {
 
 // Levels, ascending: -0.288211, -0.237864, -0.204861, -0.179316, ..., 0.237864, 0.288211.
 static constexpr uint32_t kTq5CentroidBits[32] = {
@@ -32,6 +31,5 @@ static constexpr uint32_t kTq5MidpointBits[31] = {
     0x3e86accfu,
 };
 
-}  // namespace fmt
-}  // namespace replay
+}  // namespace blockfmt
 }  // namespace sjkv
