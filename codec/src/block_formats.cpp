@@ -23,22 +23,6 @@ using namespace blockfmt;
 
 inline float h2f(const uint8_t* p) { return f16_to_f32(load_u16(p)); }
 
-inline uint32_t le32(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
-         (static_cast<uint32_t>(p[3]) << 24);
-}
-
-// The 6-bit scale and min of sub-block j (0..7) packed in a K-quant's 12 scale bytes.
-inline void scale_min_k4(uint32_t j, const uint8_t* q, uint32_t& sc, uint32_t& m) {
-  if (j < 4) {
-    sc = q[j] & 63u;
-    m = q[j + 4] & 63u;
-  } else {
-    sc = (q[j + 4] & 0xFu) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // A row decoder from a one-block decoder.
 template <void (*Block)(const uint8_t*, float*), uint32_t Values, uint32_t Bytes>
 void decode_each(const uint8_t* src, float* dst, size_t nb) {

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "sjkv/block_formats.h"
 #include "sjkv/fp16.h"
 #include "sjkv/replay/dequant.h"
 
@@ -23,21 +24,8 @@ namespace blocks {
 
 inline float h2f(const uint8_t* p) { return f16_to_f32(static_cast<uint16_t>(p[0] | (p[1] << 8))); }
 
-inline uint32_t le32(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
-         (static_cast<uint32_t>(p[3]) << 24);
-}
-
-// The 6-bit scale and min of sub-block j (0..7) packed in a K-quant's 12 scale bytes.
-inline void scale_min_k4(uint32_t j, const uint8_t* q, uint32_t& sc, uint32_t& m) {
-  if (j < 4) {
-    sc = q[j] & 63u;
-    m = q[j + 4] & 63u;
-  } else {
-    sc = (q[j + 4] & 0xFu) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
+using blockfmt::le32;
+using blockfmt::scale_min_k4;
 
 #if defined(__x86_64__)
 #define SJKV_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline

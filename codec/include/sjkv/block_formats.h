@@ -89,6 +89,24 @@ inline constexpr float kTurbo4Mid[15] = {-0.145561f, -0.103361f, -0.079142f, -0.
                                          -0.028293f, -0.013964f, 0.0f,       0.013964f,  0.028293f,
                                          0.043430f,  0.060009f,  0.079142f,  0.103361f,  0.145561f};
 
+// Shared by the reference decoders and their fast paths: a little-endian u32, and a K-quant's
+// packed sub-block scales.
+inline uint32_t le32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
+         (static_cast<uint32_t>(p[3]) << 24);
+}
+
+// The 6-bit scale and min of sub-block j (0..7) packed in a K-quant's 12 scale bytes.
+inline void scale_min_k4(uint32_t j, const uint8_t* q, uint32_t& sc, uint32_t& m) {
+  if (j < 4) {
+    sc = q[j] & 63u;
+    m = q[j + 4] & 63u;
+  } else {
+    sc = (q[j + 4] & 0xFu) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
 inline uint16_t f32_to_bf16(float x) {  // ggml_compute_fp32_to_bf16: RNE, NaN kept quiet
   const uint32_t u = f32_bits(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 64u);
