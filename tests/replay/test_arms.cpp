@@ -226,7 +226,7 @@ TEST(Arms, InvalidSpecsAreRejectedWithAReason) {
       {"q4_0:rot:rot", "option 'rot' is given twice"},
       {"q4_0:fast", "unknown option"},
       {"f16:swa=same", "already stores sliding layers"},
-      {"sj:4/4:swa=same", "unknown option"},
+      {"sj:4/4:swa=same", "swa=same: the sliding layers take a ggml block format"},  // same: row arms only
       {"tq5_0:rot", "takes no ':rot'"},
       {"sj", "missing widths"},
       {"sj:5/5", "bits"},
