@@ -18,6 +18,7 @@ The TQ1_0 decoder's powers of three are written inline in gguf.quants (TQ1_0's
 dequantize_blocks) rather than as a table; they are 3**n and generated here as such.
 """
 import argparse
+import os
 import re
 import sys
 import textwrap
@@ -67,8 +68,6 @@ def tables():
         ("iq1s_grid", "uint64_t", grid_rows(gq.IQ1_S),
          "IQ1_S and IQ1_M: 2048 rows of 8 values in {-1, 0, 1} as int8 bytes; "
          "gguf.quants IQ1_S.grid"),
-        ("kvalues_iq4nl", "int8_t", kvalues(gq.IQ4_NL.kvalues),
-         "IQ4_NL and IQ4_XS: the 16 non-linear levels; gguf.quants IQ4_NL.kvalues"),
         ("kvalues_mxfp4", "int8_t", kvalues(gq.MXFP4.kvalues),
          "MXFP4 and NVFP4: E2M1 values doubled (the scale carries the half); "
          "gguf.quants MXFP4.kvalues"),
@@ -131,6 +130,18 @@ def check(path):
     return bad
 
 
+def check_iq4nl():
+    """IQ4_NL's 16 levels are kept once, in sjkv/block_formats.h (the cache arms' iq4_nl rows
+    use them too), not here: they must be the package's."""
+    import gguf.quants as gq
+    h = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "codec", "include", "sjkv",
+                     "block_formats.h")
+    m = re.search(r"kIq4nlValues\[16\]\s*=\s*\{([^}]*)\}", open(h, encoding="utf-8").read())
+    got = [int(t) for t in re.findall(r"-?\d+", m.group(1))] if m else None
+    if got != kvalues(gq.IQ4_NL.kvalues):
+        sys.exit("gen-iq-grids: sjkv/block_formats.h's kIq4nlValues are not gguf.quants IQ4_NL.kvalues")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", metavar="GGML_COMMON_H",
@@ -141,6 +152,7 @@ def main():
         sys.exit("gen-iq-grids: gguf %s installed, %s pinned" % (version("gguf"), GGUF_VERSION))
     if args.check and check(args.check):
         sys.exit(1)
+    check_iq4nl()
     emit(sys.stdout)
 
 

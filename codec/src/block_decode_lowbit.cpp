@@ -4,6 +4,7 @@
 #include "block_decode_lowbit.h"
 
 #include "iq_grids.h"
+#include "sjkv/block_formats.h"
 #include "sjkv/fp16.h"
 
 namespace sjkv {
@@ -97,15 +98,6 @@ void q3_k(const uint8_t* block, float* out) {
   }
 }
 
-void iq4_nl(const uint8_t* block, float* out) {
-  const float d = fp16_at(block);
-  const uint8_t* qs = block + 2;
-  for (uint32_t j = 0; j < 16; ++j) {
-    out[j] = d * static_cast<float>(k_kvalues_iq4nl[qs[j] & 0xF]);
-    out[j + 16] = d * static_cast<float>(k_kvalues_iq4nl[qs[j] >> 4]);
-  }
-}
-
 void iq4_xs(const uint8_t* block, float* out) {
   const float d = fp16_at(block);
   const uint32_t scales_h = le16(block + 2);
@@ -118,8 +110,8 @@ void iq4_xs(const uint8_t* block, float* out) {
     const uint8_t* q = qs + 16 * ib;
     float* y = out + 32 * ib;
     for (uint32_t j = 0; j < 16; ++j) {
-      y[j] = dl * static_cast<float>(k_kvalues_iq4nl[q[j] & 0xF]);
-      y[j + 16] = dl * static_cast<float>(k_kvalues_iq4nl[q[j] >> 4]);
+      y[j] = dl * static_cast<float>(blockfmt::kIq4nlValues[q[j] & 0xF]);
+      y[j + 16] = dl * static_cast<float>(blockfmt::kIq4nlValues[q[j] >> 4]);
     }
   }
 }

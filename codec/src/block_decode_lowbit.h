@@ -21,8 +21,6 @@ void q2_k(const uint8_t* block, float* out);
 // 256 values, 110 bytes: hmask[32] (high bit, set = no offset) @0, qs[64] (low 2 bits) @32,
 // scales[12] (16 six-bit scales, offset 32) @96, fp16 d @108.
 void q3_k(const uint8_t* block, float* out);
-// 32 values, 18 bytes: fp16 d @0, qs[16] (4-bit indices into kvalues_iq4nl) @2.
-void iq4_nl(const uint8_t* block, float* out);
 // 256 values, 136 bytes: fp16 d @0, scales_h (u16, 2 bits per 32) @2, scales_l[4] @4,
 // qs[128] @8.
 void iq4_xs(const uint8_t* block, float* out);

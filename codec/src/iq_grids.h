@@ -1135,11 +1135,6 @@ inline constexpr uint64_t k_iq1s_grid[2048] = {
     0x010101010101ffffull, 0x010101010101ff01ull, 0x01010101010101ffull, 0x0101010101010101ull,
 };
 
-// IQ4_NL and IQ4_XS: the 16 non-linear levels; gguf.quants IQ4_NL.kvalues
-inline constexpr int8_t k_kvalues_iq4nl[16] = {
-    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
-};
-
 // MXFP4 and NVFP4: E2M1 values doubled (the scale carries the half); gguf.quants MXFP4.kvalues
 inline constexpr int8_t k_kvalues_mxfp4[16] = {
     0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "dequant_avx2.h"
 #include "sjkv/fp16.h"
@@ -25,19 +26,9 @@ namespace {
 
 using blocks::h2f;
 
-// The weight types the forward pass accepts; a type the table decodes joins this list when
-// gemm.h's paths are checked against its reference (tests/replay/test_gemm.cpp).
-bool weight_type(uint32_t type) {
-  switch (type) {
-    case kGgmlF32: case kGgmlF16: case kGgmlBF16:
-    case kGgmlQ4_0: case kGgmlQ4_1: case kGgmlQ5_0: case kGgmlQ5_1: case kGgmlQ8_0:
-    case kGgmlQ4_K: case kGgmlQ5_K: case kGgmlQ6_K: return true;
-    default: return false;
-  }
-}
-
+// The weight types the forward pass accepts: every GGUF type the table decodes (gemm.h's paths
+// are checked against each one's reference in tests/replay/test_gemm.cpp).
 const BlockFormatInfo* weight_format(uint32_t type) {
-  if (!weight_type(type)) return nullptr;
   const BlockFormatInfo* f = format_by_gguf_id(type);
   return f && f->decode ? f : nullptr;
 }
@@ -172,13 +163,40 @@ bool dequant_finite(uint32_t type, const void* src, size_t n) {
       return true;
     default: break;
   }
+  // MXFP4 and NVFP4 have no f16 scale: a large e8m0 exponent overflows with some codes only,
+  // and NVFP4's E4M3 scales are all finite; their blocks are decoded and looked at.
+  if (type == kGgmlMXFP4 || type == kGgmlNVFP4) {
+    std::vector<float> y(bv);
+    const BlockFormatInfo& f = *format_by_gguf_id(type);
+    for (size_t i = 0; i < nb; ++i) {
+      if (type == kGgmlMXFP4 && s[i * bb] <= 252) continue;  // 12 x 2^(252 - 128) is finite
+      f.decode(s + i * bb, y.data(), 1);
+      for (float x : y)
+        if (!std::isfinite(x)) return false;
+    }
+    return true;
+  }
+  // IQ1_M's f16 scale is the top nibbles of its four u16 scale words (bytes 48-55).
+  if (type == kGgmlIQ1_M) {
+    for (size_t i = 0; i < nb; ++i) {
+      const uint8_t* sc = s + i * bb + 48;
+      const uint8_t h[2] = {static_cast<uint8_t>((sc[1] >> 4) | (sc[3] & 0xF0)),
+                            static_cast<uint8_t>((sc[5] >> 4) | (sc[7] & 0xF0))};
+      if (!h_finite(h)) return false;
+    }
+    return true;
+  }
   // Offsets of the f16 scales in each block.
   uint32_t off[2] = {0, 0};
   int count = 1;
   switch (type) {
     case kGgmlQ4_1: case kGgmlQ5_1: case kGgmlQ4_K: case kGgmlQ5_K: off[1] = 2; count = 2; break;
     case kGgmlQ6_K: off[0] = 208; break;
-    default: break;
+    case kGgmlQ2_K: off[0] = 80; off[1] = 82; count = 2; break;
+    case kGgmlQ3_K: off[0] = 108; break;
+    case kGgmlTQ1_0: off[0] = 52; break;
+    case kGgmlTQ2_0: off[0] = 64; break;
+    default: break;  // the legacy formats and the IQ formats: d at byte 0
   }
   for (size_t i = 0; i < nb; ++i)
     for (int c = 0; c < count; ++c)

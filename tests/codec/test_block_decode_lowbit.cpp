@@ -1,5 +1,6 @@
-// The scalar low-bit decoders (codec/src/block_decode_lowbit.h) against gguf.quants's numpy
-// dequantizers, bit for bit, on the fixtures of scripts/make-quant-fixtures.py
+// The block-format table's decoders of the low-bit weight formats (sjkv/block_formats.h; the
+// scalar code in codec/src/block_decode_lowbit.h, IQ4_NL's the arms' own) against gguf.quants's
+// numpy dequantizers, bit for bit, on the fixtures of scripts/make-quant-fixtures.py
 // (tests/golden/quants/TYPE.bin: random and edge blocks, the package's float32 output).
 #include <gtest/gtest.h>
 
@@ -12,19 +13,16 @@
 #include <string>
 #include <vector>
 
-#include "../../codec/src/block_decode_lowbit.h"
+#include "sjkv/block_formats.h"
 #include "../golden.h"
 
 namespace {
-
-using DecodeFn = void (*)(const uint8_t*, float*);
 
 struct LowbitCase {
   const char* name;     // GGMLQuantizationType name, as in the fixture header
   uint32_t ggml_type;   // GGMLQuantizationType value
   uint32_t values;      // per block
   uint32_t bytes;       // per block
-  DecodeFn decode;
   // One bit of one block whose flip must change the decode (a block with a nonzero scale,
   // a bit of the quantized data).
   uint32_t mut_block, mut_byte;
@@ -34,21 +32,21 @@ struct LowbitCase {
 // Sizes: gguf.constants.GGML_QUANT_SIZES (= ggml's type traits). The first edge block of the
 // fp16-scaled types is block 10 (after the 10 scale blocks), with d = 1.0.
 const LowbitCase kCases[] = {
-    {"Q2_K", 10, 256, 84, sjkv::lowbit::q2_k, 10, 16 + 31, 0x01},
-    {"Q3_K", 11, 256, 110, sjkv::lowbit::q3_k, 10, 0, 0x01},
-    {"IQ2_XXS", 16, 256, 66, sjkv::lowbit::iq2_xxs, 10, 2, 0x01},
-    {"IQ2_XS", 17, 256, 74, sjkv::lowbit::iq2_xs, 10, 2, 0x01},
-    {"IQ3_XXS", 18, 256, 98, sjkv::lowbit::iq3_xxs, 10, 2, 0x01},
-    {"IQ1_S", 19, 256, 50, sjkv::lowbit::iq1_s, 10, 2, 0x01},
-    {"IQ4_NL", 20, 32, 18, sjkv::lowbit::iq4_nl, 10, 2, 0x01},
-    {"IQ3_S", 21, 256, 110, sjkv::lowbit::iq3_s, 10, 2, 0x01},
-    {"IQ2_S", 22, 256, 82, sjkv::lowbit::iq2_s, 10, 2, 0x01},
-    {"IQ4_XS", 23, 256, 136, sjkv::lowbit::iq4_xs, 10, 8, 0x01},
-    {"IQ1_M", 29, 256, 56, sjkv::lowbit::iq1_m, 10, 0, 0x01},
-    {"TQ1_0", 34, 256, 54, sjkv::lowbit::tq1_0, 10, 0, 0x80},
-    {"TQ2_0", 35, 256, 66, sjkv::lowbit::tq2_0, 10, 0, 0x01},
-    {"MXFP4", 39, 32, 17, sjkv::lowbit::mxfp4, 127, 1, 0x01},  // block 127: e = 127
-    {"NVFP4", 40, 64, 36, sjkv::lowbit::nvfp4, 1, 4, 0x01},    // block 1: scale byte 1
+    {"Q2_K", 10, 256, 84, 10, 16 + 31, 0x01},
+    {"Q3_K", 11, 256, 110, 10, 0, 0x01},
+    {"IQ2_XXS", 16, 256, 66, 10, 2, 0x01},
+    {"IQ2_XS", 17, 256, 74, 10, 2, 0x01},
+    {"IQ3_XXS", 18, 256, 98, 10, 2, 0x01},
+    {"IQ1_S", 19, 256, 50, 10, 2, 0x01},
+    {"IQ4_NL", 20, 32, 18, 10, 2, 0x01},
+    {"IQ3_S", 21, 256, 110, 10, 2, 0x01},
+    {"IQ2_S", 22, 256, 82, 10, 2, 0x01},
+    {"IQ4_XS", 23, 256, 136, 10, 8, 0x01},
+    {"IQ1_M", 29, 256, 56, 10, 0, 0x01},
+    {"TQ1_0", 34, 256, 54, 10, 0, 0x80},
+    {"TQ2_0", 35, 256, 66, 10, 0, 0x01},
+    {"MXFP4", 39, 32, 17, 127, 1, 0x01},  // block 127: e = 127
+    {"NVFP4", 40, 64, 36, 1, 4, 0x01},    // block 1: scale byte 1
 };
 
 // Names the case in test output (and in ctest's test names) instead of its bytes.
@@ -111,7 +109,10 @@ std::vector<float> decode_checked(const LowbitCase& c, const uint8_t* block) {
   constexpr uint32_t kPad = 16;
   const float sentinel = -1234.5f;
   std::vector<float> buf(c.values + 2 * kPad, sentinel);
-  c.decode(block, buf.data() + kPad);
+  const sjkv::BlockFormatInfo* f = sjkv::format_by_gguf_id(c.ggml_type);
+  EXPECT_TRUE(f && f->decode && f->block_values == c.values && f->block_bytes == c.bytes) << c.name;
+  if (!f || !f->decode) return {};
+  f->decode(block, buf.data() + kPad, 1);
   for (uint32_t i = 0; i < kPad; ++i) {
     EXPECT_EQ(bits_of(sentinel), bits_of(buf[i])) << c.name << ": write before the block";
     EXPECT_EQ(bits_of(sentinel), bits_of(buf[kPad + c.values + i]))

@@ -239,7 +239,8 @@ TEST(Dequant, ManyBlocksInOneRow) {
 TEST(Dequant, RejectsUnknownTypesAndPartialBlocks) {
   std::vector<uint8_t> b(512, 0);
   std::vector<float> o(512);
-  for (uint32_t t : {4u, 5u, 9u, 10u, 11u, 15u, 16u, 20u, 29u, 31u, 39u, 1000u}) {
+  // removed ids, Q8_1 and Q8_K (activation blocks), Q1_0 (no reference to check against), 42+
+  for (uint32_t t : {4u, 5u, 9u, 15u, 31u, 41u, 42u, 1000u}) {
     EXPECT_FALSE(dequant_supported(t)) << t;
     EXPECT_THROW(dequantize_row(t, b.data(), o.data(), 256), std::invalid_argument) << t;
   }
@@ -337,6 +338,29 @@ TEST(Dequant, FiniteCheckFindsEveryNonFiniteScale) {
         b[at + 1] = static_cast<uint8_t>(bad >> 8);
         EXPECT_FALSE(dequant_finite(type, b.data(), n)) << type << " at " << at;
       }
+  }
+  // The low-bit weight types: on single random blocks (random scales too, so some are not
+  // finite), the check says exactly whether every decoded value is finite.
+  for (uint32_t type : {kGgmlQ2_K, kGgmlQ3_K, kGgmlIQ2_XXS, kGgmlIQ2_XS, kGgmlIQ2_S, kGgmlIQ3_XXS, kGgmlIQ3_S,
+                        kGgmlIQ1_S, kGgmlIQ1_M, kGgmlIQ4_NL, kGgmlIQ4_XS, kGgmlTQ1_0, kGgmlTQ2_0, kGgmlMXFP4, kGgmlNVFP4}) {
+    ASSERT_TRUE(dequant_supported(type)) << type;
+    const size_t bv = dequant_block_values(type), bb = dequant_block_bytes(type);
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::vector<uint8_t> b(bb);
+    std::vector<float> y(bv);
+    int finite = 0, not_finite = 0;
+    for (int trial = 0; trial < 4000 && (finite < 20 || not_finite < 20); ++trial) {
+      for (auto& e : b) e = static_cast<uint8_t>(byte(rng));
+      dequantize_row(type, b.data(), y.data(), bv);
+      bool all = true;
+      for (float x : y) all = all && std::isfinite(x);
+      EXPECT_EQ(dequant_finite(type, b.data(), bv), all) << "type " << type << " trial " << trial;
+      ++(all ? finite : not_finite);
+    }
+    EXPECT_GE(finite, 20) << type;
+    if (type != kGgmlNVFP4) {  // NVFP4's E4M3 scales are all finite
+      EXPECT_GE(not_finite, 20) << type;
+    }
   }
   std::vector<uint8_t> f32(16, 0);
   const float nanf = std::numeric_limits<float>::quiet_NaN();

@@ -51,7 +51,19 @@ std::vector<uint8_t> weights(uint32_t type, size_t rows, size_t k, std::mt19937&
       case kGgmlQ6_K: put(o + 208, 0.002f * (1.0f + std::fabs(nd(rng)))); break;
       case kGgmlQ4_K: case kGgmlQ5_K: put(o, 0.002f); put(o + 2, 0.001f); break;
       case kGgmlQ4_1: case kGgmlQ5_1: put(o, 0.01f); put(o + 2, -0.08f); break;
-      default: put(o, 0.005f * (1.0f + std::fabs(nd(rng)))); break;
+      case kGgmlQ2_K: put(o + 80, 0.004f); put(o + 82, 0.002f); break;
+      case kGgmlQ3_K: put(o + 108, 0.001f); break;
+      case kGgmlTQ1_0: put(o + 52, 0.02f); break;
+      case kGgmlTQ2_0: put(o + 64, 0.02f); break;
+      case kGgmlIQ1_M: {  // d = 0.01 in the top nibbles of the four scale words
+        const uint16_t h = f32_to_f16(0.01f);
+        for (int w = 0; w < 4; ++w)
+          b[o + 49 + 2 * w] = static_cast<uint8_t>((b[o + 49 + 2 * w] & 0x0F) | (((h >> (4 * w)) & 0xF) << 4));
+        break;
+      }
+      case kGgmlMXFP4: b[o] = static_cast<uint8_t>(120 + byte(rng) % 4); break;  // 2^-8 to 2^-5
+      case kGgmlNVFP4: for (int j = 0; j < 4; ++j) b[o + j] = static_cast<uint8_t>(byte(rng) % 0x30); break;
+      default: put(o, 0.005f * (1.0f + std::fabs(nd(rng)))); break;  // d at byte 0
     }
   }
   return b;
@@ -81,7 +93,12 @@ TEST(Gemm, EveryTypeAndShapeEqualsTheReferenceBitForBit) {
   };
   const Case cases[] = {{kGgmlF32, 7},    {kGgmlF32, 13},   {kGgmlF32, 264},  {kGgmlF16, 333},  {kGgmlBF16, 72},
                         {kGgmlQ4_0, 576}, {kGgmlQ4_1, 576}, {kGgmlQ5_0, 640}, {kGgmlQ5_1, 96},  {kGgmlQ8_0, 640},
-                        {kGgmlQ4_K, 1024}, {kGgmlQ5_K, 512}, {kGgmlQ6_K, 2048}, {kGgmlF16, 1031}, {kGgmlF16, 256}};
+                        {kGgmlQ4_K, 1024}, {kGgmlQ5_K, 512}, {kGgmlQ6_K, 2048}, {kGgmlF16, 1031}, {kGgmlF16, 256},
+                        // the low-bit weight types: no walker, the panel path through the table's decoder
+                        {kGgmlQ2_K, 512}, {kGgmlQ3_K, 256}, {kGgmlIQ2_XXS, 256}, {kGgmlIQ2_XS, 512},
+                        {kGgmlIQ2_S, 256}, {kGgmlIQ3_XXS, 256}, {kGgmlIQ3_S, 512}, {kGgmlIQ1_S, 256},
+                        {kGgmlIQ1_M, 256}, {kGgmlIQ4_NL, 96}, {kGgmlIQ4_XS, 256}, {kGgmlTQ1_0, 256},
+                        {kGgmlTQ2_0, 512}, {kGgmlMXFP4, 160}, {kGgmlNVFP4, 192}};
   for (const Case& c : cases)
     for (size_t rows : {size_t(1), size_t(5), size_t(50), size_t(59), size_t(97)}) {  // 59: a last panel of 6 + 5 rows
       const auto w = weights(c.type, rows, c.k, rng);

@@ -21,10 +21,25 @@ enum GgmlTypeId : uint32_t {
   kGgmlQ8_0 = static_cast<uint32_t>(BlockFormat::q8_0), kGgmlQ4_K = static_cast<uint32_t>(BlockFormat::q4_k),
   kGgmlQ5_K = static_cast<uint32_t>(BlockFormat::q5_k), kGgmlQ6_K = static_cast<uint32_t>(BlockFormat::q6_k),
   kGgmlBF16 = static_cast<uint32_t>(BlockFormat::bf16),
+  kGgmlQ2_K = static_cast<uint32_t>(BlockFormat::q2_k),
+  kGgmlQ3_K = static_cast<uint32_t>(BlockFormat::q3_k),
+  kGgmlIQ2_XXS = static_cast<uint32_t>(BlockFormat::iq2_xxs),
+  kGgmlIQ2_XS = static_cast<uint32_t>(BlockFormat::iq2_xs),
+  kGgmlIQ2_S = static_cast<uint32_t>(BlockFormat::iq2_s),
+  kGgmlIQ3_XXS = static_cast<uint32_t>(BlockFormat::iq3_xxs),
+  kGgmlIQ3_S = static_cast<uint32_t>(BlockFormat::iq3_s),
+  kGgmlIQ1_S = static_cast<uint32_t>(BlockFormat::iq1_s),
+  kGgmlIQ1_M = static_cast<uint32_t>(BlockFormat::iq1_m),
+  kGgmlIQ4_NL = static_cast<uint32_t>(BlockFormat::iq4_nl),
+  kGgmlIQ4_XS = static_cast<uint32_t>(BlockFormat::iq4_xs),
+  kGgmlTQ1_0 = static_cast<uint32_t>(BlockFormat::tq1_0),
+  kGgmlTQ2_0 = static_cast<uint32_t>(BlockFormat::tq2_0),
+  kGgmlMXFP4 = static_cast<uint32_t>(BlockFormat::mxfp4),
+  kGgmlNVFP4 = static_cast<uint32_t>(BlockFormat::nvfp4),
 };
 
-// True for the types dequantize_row handles: the weight types the forward pass is checked
-// with (gemm.h's paths against the reference), a subset of the table's decoders.
+// True for the types dequantize_row handles: every GGUF type the table decodes (gemm.h's paths
+// are checked against each one's reference).
 bool dequant_supported(uint32_t type);
 // Values per block of a supported type (1 for F32/F16/BF16) and bytes per block.
 uint32_t dequant_block_values(uint32_t type);
@@ -44,9 +59,11 @@ void dequantize_row_with(bool simd, uint32_t type, const void* src, float* dst, 
 // Whether dequantize_row_fast runs AVX2 code on this machine.
 bool dequant_simd();
 
-// True when every value n values of `src` decode to is finite. For the block types that is
-// their scales (d, and m / dmin where the type has one): a finite scale times a code of at most
-// 8 bits cannot overflow binary32. F16, BF16 and F32 check every value.
+// True when every value n values of `src` decode to is finite. For the block types with f16
+// scales that is their scales (d, and m / dmin where the type has one; IQ1_M's d is spread over
+// its scale words): a finite scale times the type's largest code cannot overflow binary32.
+// MXFP4 (an e8m0 exponent) and NVFP4 (E4M3 scales) blocks are decoded and checked; F16, BF16
+// and F32 check every value.
 bool dequant_finite(uint32_t type, const void* src, size_t n);
 
 }  // namespace replay
