@@ -22,6 +22,8 @@ TEXT below).
   mistral  llama   256     4/1 x 128          SPM, 480              32768    1e6
   gemma2   gemma2  256     4/2 x 128          SPM, 520              32768    1e4 (key absent)
   phi3     phi3    384     4/2 x 96           SPM, 460              131072   1e4
+  qwen3moe qwen3moe 256    4/2 x 128          BPE, pre qwen2, 500   32768    1e6
+  mixtral  llama   256     4/1 x 128          SPM, 480              32768    1e6
   qwen35   qwen35  256     4/2 x 256          BPE, pre qwen35, 500  32768    1e7
   qwen35moe qwen35moe 256  4/2 x 256          BPE, pre qwen35, 500  32768    1e7
   gemma4   gemma4  256     4/1 x 512, 4/2 x 128 SPM, 520            32768    1e6, sliding 1e4
@@ -40,6 +42,15 @@ TEXT below).
            up rows); longrope: rope_factors_long/short [48], original context 4096,
            attn_factor sqrt(1 + ln 32 / ln 4096); sliding_window 2047 declared, which
            llama.cpp disables; Phi-3's added tokens, eos <|endoftext|>; untied
+  qwen3moe qwen3's attention (q/k norms, attn_q [256, 512]); every FFN a mixture of experts:
+           expert_count 8, expert_used_count 2, expert_feed_forward_length 128 (feed_forward_length
+           512 written and unused, as the converter writes the dense width): ffn_gate_inp
+           [256, 8], ffn_gate_exps / ffn_up_exps [256, 128, 8], ffn_down_exps [128, 256, 8]; no
+           shared expert; untied
+  mixtral  the llama architecture with experts (Mixtral): expert_count 8, expert_used_count 2,
+           each expert of feed_forward_length 128 (llama.cpp's llama reads no
+           expert_feed_forward_length): ffn_gate_inp and the ffn_*_exps as qwen3moe's, no dense
+           FFN; untied
   qwen35   Gated DeltaNet hybrid: 8 main layers, 3 and 7 gated full attention (attn_q [256, 2048]:
            query and output gate interleaved per head; attn_q_norm/attn_k_norm [256]; rope on
            64 dims, imrope sections [11, 11, 10, 0]), the others Gated DeltaNet (ssm conv_kernel 4,
@@ -122,6 +133,12 @@ MODELS = {
                     attn_softcap=50.0, final_softcap=30.0, embd_std=0.02, out_norm_mean=12.0),
     "phi3":    dict(arch="phi3", n_embd=384, n_head=4, n_head_kv=2, head=96, vocab="spm-phi3", n_vocab=460,
                     ctx=131072, rope_base=1e4, fused=True, longrope=True, orig_ctx=4096, swa=2047),
+    # Mixtures of experts through build(): routed experts only, softmax router of std ROUTER_STD
+    "qwen3moe": dict(arch="qwen3moe", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="bpe-qwen2", n_vocab=500,
+                     ctx=32768, rope_base=1e6, qk_norm=True, head_keys=True,
+                     moe=dict(n_expert=8, n_used=2, n_ff_exp=128)),
+    "mixtral": dict(arch="llama", n_embd=256, n_head=4, n_head_kv=1, head=128, vocab="spm", n_vocab=480,
+                    ctx=32768, rope_base=1e6, head_keys=True, n_ff=128, moe=dict(n_expert=8, n_used=2)),
     # Gated DeltaNet hybrids (build_hybrid): GDN = the linear-attention geometry below
     "qwen35":  dict(arch="qwen35", n_embd=256, n_head=4, n_head_kv=2, head=256, vocab="bpe-qwen35", n_vocab=500,
                     ctx=32768, rope_base=1e7, tied=True, n_layer=8, n_mtp=1, recurrent_array=True),
@@ -597,11 +614,18 @@ def build(name, spec, path, seed):
     arch = spec["arch"]
     attn_factor = 1.0
     E, H, HKV, D = spec["n_embd"], spec["n_head"], spec["n_head_kv"], spec["head"]
+    n_ff = spec.get("n_ff", N_FF)
+    moe = spec.get("moe")
     w.add_name(name)
     w.add_context_length(spec["ctx"])
     w.add_embedding_length(E)
     w.add_block_count(N_LAYER)
-    w.add_feed_forward_length(N_FF)
+    w.add_feed_forward_length(n_ff)
+    if moe:
+        w.add_expert_count(moe["n_expert"])
+        w.add_expert_used_count(moe["n_used"])
+        if "n_ff_exp" in moe:
+            w.add_expert_feed_forward_length(moe["n_ff_exp"])
     w.add_head_count(H)
     w.add_head_count_kv(HKV)
     w.add_layer_norm_rms_eps(RMS_EPS)
@@ -668,15 +692,22 @@ def build(name, spec, path, seed):
         if spec.get("post_norms"):
             norm(b + "post_attention_norm.weight", E)
         norm(b + "ffn_norm.weight", E)
-        if spec.get("fused"):
-            # llama.cpp's SWIGLU on the fused output: silu(first half) * second half
-            g = rand_tensor(seed, name + "/" + b + "ffn_gate", (N_FF, E), unit_in)
-            u = rand_tensor(seed, name + "/" + b + "ffn_up", (N_FF, E), unit_in)
-            w.add_tensor(b + "ffn_up.weight", np.concatenate([g, u], axis=0))
+        if moe:
+            X, F = moe["n_expert"], moe.get("n_ff_exp", n_ff)
+            t(b + "ffn_gate_inp.weight", (X, E), ROUTER_STD * unit_in)
+            t(b + "ffn_gate_exps.weight", (X, F, E), unit_in)
+            t(b + "ffn_up_exps.weight", (X, F, E), unit_in)
+            t(b + "ffn_down_exps.weight", (X, E, F), 1 / math.sqrt(F))
         else:
-            t(b + "ffn_gate.weight", (N_FF, E), unit_in)
-            t(b + "ffn_up.weight", (N_FF, E), unit_in)
-        t(b + "ffn_down.weight", (E, N_FF), 1 / math.sqrt(N_FF))
+            if spec.get("fused"):
+                # llama.cpp's SWIGLU on the fused output: silu(first half) * second half
+                g = rand_tensor(seed, name + "/" + b + "ffn_gate", (N_FF, E), unit_in)
+                u = rand_tensor(seed, name + "/" + b + "ffn_up", (N_FF, E), unit_in)
+                w.add_tensor(b + "ffn_up.weight", np.concatenate([g, u], axis=0))
+            else:
+                t(b + "ffn_gate.weight", (N_FF, E), unit_in)
+                t(b + "ffn_up.weight", (N_FF, E), unit_in)
+            t(b + "ffn_down.weight", (E, N_FF), 1 / math.sqrt(N_FF))
         if spec.get("post_norms"):
             norm(b + "post_ffw_norm.weight", E)
     norm("output_norm.weight", E, spec.get("out_norm_mean", 1.0))

@@ -365,7 +365,8 @@ struct SupportedArch {
 constexpr SupportedArch kSupported[] = {
     {"gemma2", true, false},     {"gemma3", true, false},    {"llama", true, false},
     {"phi3", true, false},       {"qwen2", true, false},     {"qwen3", true, false},
-    {"cohere2", false, false},   {"qwen35", true, true},     {"qwen35moe", true, true},
+    {"qwen3moe", true, false},   {"cohere2", false, false},  {"qwen35", true, true},
+    {"qwen35moe", true, true},
     {"qwen3next", false, true},  {"gemma4", true, false},
 };
 

@@ -421,7 +421,7 @@ no_output_left "hybrid state, other model" q35bad.h5
 expect_rc "plan --model: a hybrid without ssm.group_count" 2 plan --model m-q35-nogroups.gguf
 one_line_error "plan --model m-q35-nogroups.gguf" m-q35-nogroups.gguf \
   "missing key 'qwen35.ssm.group_count' (the recurrent layers' state shape)"
-for m in "m-arch.gguf|architecture 'mystery' is not supported (gemma2, gemma3, llama, phi3, qwen2, qwen3, cohere2," \
+for m in "m-arch.gguf|architecture 'mystery' is not supported (gemma2, gemma3, llama, phi3, qwen2, qwen3, qwen3moe, cohere2," \
          "m-h0.gguf|layer 0: head_count is 0 (head_count_kv 2)" \
          "m-gqa.gguf|layer 0: head_count 4 is not a multiple of head_count_kv 3" \
          "m-kv0.gguf|layer 0 has no KV heads (head_count 4, head_count_kv 0); gemma3 has no recurrent layers"; do

@@ -143,7 +143,10 @@ std::string write_synth(const Synth& s, const std::string& name) {
   w.key_f32(a + "rope.freq_base", s.arch == "gemma3" ? 1e6f : 1e4f);
   if (s.arch == "gemma3") w.key_u32(a + "attention.sliding_window", 4);
   if (!s.rope_scaling.empty()) w.key_str(a + "rope.scaling.type", s.rope_scaling);
-  if (s.experts) w.key_u32(a + "expert_count", s.experts);
+  if (s.experts) {
+    w.key_u32(a + "expert_count", s.experts);
+    w.key_u32(a + "expert_used_count", 2);
+  }
   if (s.vocab_tokens) {
     std::vector<std::string> pieces;
     for (uint32_t i = 0; i < s.vocab_tokens; ++i) pieces.push_back("t" + std::to_string(i));
@@ -344,9 +347,13 @@ TEST_P(SynthModel, DefectsNameTheFileAndTensor) {
   d = s;
   d.rope_scaling = "yarn";
   expect_defect(d, "yarn.gguf", "rope scaling 'yarn' is not supported (none, linear)");
+  // experts: gemma3 has none; a llama file with expert_count (Mixtral) needs every layer's
+  // router and experts, and has no dense FFN
   d = s;
   d.experts = 8;
-  expect_defect(d, "moe.gguf", "a mixture-of-experts model (" + s.arch + ".expert_count 8) is not supported");
+  expect_defect(d, "moe.gguf",
+                s.arch == "llama" ? "missing tensor 'blk.0.ffn_gate_inp.weight' (expert_count 8)"
+                                  : "a mixture-of-experts model (" + s.arch + ".expert_count 8) is not supported");
   if (s.arch == "gemma3") {
     d = s;
     d.drop = "blk.0.attn_q_norm.weight";
@@ -431,7 +438,7 @@ TEST(Model, UnsupportedArchitectureIsAFileError) {
     FAIL();
   } catch (const FileError& e) {
     EXPECT_NE(e.defect().find("architecture 'cohere2' is not supported (gemma2, gemma3, llama, phi3, qwen2, qwen3, "
-                              "qwen35, qwen35moe, gemma4)"),
+                              "qwen3moe, qwen35, qwen35moe, gemma4)"),
               std::string::npos)
         << e.what();
   }

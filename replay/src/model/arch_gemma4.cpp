@@ -207,7 +207,7 @@ ArchEntry gemma4() {
                                  experts("ffn_down_exps.weight", Dim::ff_exp, Dim::embd, &Layer::down_exps, false),
                                  vec("ffn_down_exps.scale", Dim::n_expert, &Layer::exp_scale, false)}}),
                           false,
-                          true,  // the 26B-A4B's experts, when expert_count is there
+                          Moe::when_counted,  // the 26B-A4B's experts
                           true,
                           true};
   return {&t, [](const std::string& path, const LoadOptions& opt) { return make<Gemma4Model>(path, opt, t); }};

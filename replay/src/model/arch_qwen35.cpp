@@ -58,7 +58,7 @@ ArchEntry qwen35() {
                           {{"rope.freq_base", &Hparams::rope_base, 10000.0f}},
                           join({qwen35_attention_slots(), gated_ffn_slots()}),
                           true,
-                          false};
+                          Moe::none};
   return {&t, [](const std::string& path, const LoadOptions& opt) { return make<Qwen35Model>(path, opt, t); }};
 }
 

@@ -17,7 +17,7 @@ ArchEntry qwen35moe() {
                           {{"rope.freq_base", &Hparams::rope_base, 10000.0f}},
                           join({qwen35_attention_slots(), moe_slots()}),
                           true,
-                          true};
+                          Moe::required};
   return {&t, [](const std::string& path, const LoadOptions& opt) { return make<Qwen35Model>(path, opt, t); }};
 }
 

@@ -207,7 +207,7 @@ void GraphModel::load_moe(const std::string& p) {
   if (!f_.has(p + "expert_count")) fail("missing key '" + p + "expert_count'");
   moe_.n_expert = key("expert_count", 0, 4096);
   moe_.n_used = key("expert_used_count", 0, moe_.n_expert);
-  moe_.ff_exp = key("expert_feed_forward_length", info_.n_ff / moe_.n_used, 1u << 20);
+  moe_.ff_exp = table_.experts_ff ? info_.n_ff : key("expert_feed_forward_length", info_.n_ff / moe_.n_used, 1u << 20);
   moe_.ff_shexp = key("expert_shared_feed_forward_length", info_.n_ff, 1u << 20);
 }
 
@@ -292,7 +292,8 @@ void GraphModel::set_context(uint32_t n_ctx) {
 void GraphModel::load() {
   const std::string arch = table_.name;
   const std::string p = arch + ".";
-  if (!table_.moe && f_.has(p + "expert_count") && f_.get_uint(p + "expert_count") > 0)
+  const bool counted = f_.has(p + "expert_count") && f_.get_uint(p + "expert_count") > 0;
+  if (table_.moe == Moe::none && counted)
     fail("a mixture-of-experts model (" + p + "expert_count " + std::to_string(f_.get_uint(p + "expert_count")) +
          ") is not supported");
   const ModelGeometry g = geometry_from_gguf(f_);
@@ -305,7 +306,7 @@ void GraphModel::load() {
   while (table_.hybrid && n_layer > 0 && g.layers[n_layer - 1].kind == LayerKind::nextn) --n_layer;
   const uint64_t n_embd = f_.get_uint(p + "embedding_length");
   const bool ff_key = f_.has(p + "feed_forward_length");
-  if (!ff_key && !table_.moe) fail("missing key '" + p + "feed_forward_length'");
+  if (!ff_key && (table_.moe == Moe::none || table_.experts_ff)) fail("missing key '" + p + "feed_forward_length'");
   // Gemma 4 (E2B) writes one width per layer; the model's is the widest.
   std::vector<uint64_t> ff_layers;
   if (table_.layer_shapes && ff_key && f_.find(p + "feed_forward_length")->is_array()) {
@@ -356,8 +357,8 @@ void GraphModel::load() {
   info_.n_ff = static_cast<uint32_t>(n_ff);
   info_.n_ctx_train = g.context_length;
   if (table_.hybrid) load_hybrid(p, g);
-  // Gemma 4: only the 26B-A4B has experts (and the keys).
-  if (table_.moe && !(table_.layer_shapes && !f_.has(p + "expert_count"))) load_moe(p);
+  if (table_.moe == Moe::required || (table_.moe == Moe::when_counted && counted)) load_moe(p);
+  ggml_angles_ = table_.ggml_angles || (table_.ggml_angles_experts && moe_.n_expert > 0);
 
   eps_ = f_.get_f32(p + "attention.layer_norm_rms_epsilon");
   if (!(eps_ > 0.0f) || !std::isfinite(eps_)) fail("attention.layer_norm_rms_epsilon must be positive");
@@ -757,8 +758,11 @@ void GraphModel::delta_net(uint32_t il, const Layer& L, Ubatch& u, Kv& kv) const
 
 void GraphModel::moe_route(float* logits, uint32_t m, std::vector<uint32_t>& sel, std::vector<float>& wsel) const {
   const uint32_t NE = moe_.n_expert, K = moe_.n_used;
-  // Per token: softmax over the experts, the top K (ties to the lower index), weights
-  // renormalised to sum 1 (the sum floored at 2^-14, as llama.cpp clamps it).
+  // Per token: softmax over the experts, the top K, weights renormalised to sum 1 (summed in
+  // double as ggml_sum_rows does, floored at 2^-14 as llama.cpp clamps it). The top K as
+  // ggml's CPU argsort finds them: std::sort of the indices by descending probability, whose
+  // order of equal values is the library's (up to 16 experts an insertion sort: ties to the
+  // lower index).
   sel.resize(size_t(m) * K);
   wsel.resize(size_t(m) * K);
   std::vector<uint32_t> order(NE);
@@ -771,10 +775,10 @@ void GraphModel::moe_route(float* logits, uint32_t m, std::vector<uint32_t>& sel
     const float inv = static_cast<float>(1.0 / sum);
     for (uint32_t e = 0; e < NE; ++e) p[e] = p[e] * inv;
     for (uint32_t e = 0; e < NE; ++e) order[e] = e;
-    std::stable_sort(order.begin(), order.end(), [p](uint32_t x, uint32_t y) { return p[x] > p[y]; });
-    float ws = 0.0f;
-    for (uint32_t r = 0; r < K; ++r) ws = ws + p[order[r]];
-    ws = std::max(ws, 6.103515625e-5f);
+    std::sort(order.begin(), order.end(), [p](uint32_t x, uint32_t y) { return p[x] > p[y]; });
+    double wsum = 0.0;
+    for (uint32_t r = 0; r < K; ++r) wsum += p[order[r]];
+    const float ws = std::max(static_cast<float>(wsum), 6.103515625e-5f);
     for (uint32_t r = 0; r < K; ++r) {
       sel[size_t(t) * K + r] = order[r];
       wsel[size_t(t) * K + r] = p[order[r]] / ws;
@@ -844,6 +848,10 @@ void GraphModel::moe_ffn(const Layer& L, Ubatch& u) const {
   std::vector<uint32_t> sel;
   std::vector<float> wsel;
   moe_route(logits.data(), m, sel, wsel);
+  if (L.gate_sh.rows == 0) {  // routed experts only (qwen3moe, Mixtral)
+    moe_experts(L, Act::silu, u.h.data(), m, sel, wsel, u.a.data());
+    return;
+  }
   std::vector<float> routed(size_t(m) * E);
   moe_experts(L, Act::silu, u.h.data(), m, sel, wsel, routed.data());
   // The shared expert, gated by sigmoid(gate_inp_sh . h).
@@ -962,7 +970,7 @@ void GraphModel::ubatch(const Span& sp, uint32_t m, uint32_t pos, Kv& kv, float*
     const bool ff = ropes_[c].factors && !rope_ff_.empty();
     u.rcos[c].resize(size_t(m) * half);
     u.rsin[c].resize(size_t(m) * half);
-    if (table_.ggml_angles) {
+    if (ggml_angles_) {
       // ggml_rope_cache_init: theta_j = p * s^j as a running f32 product, s = powf(base, -2 / n_rot),
       // divided by the factor, times the scale, then cosf/sinf.
       const float step = std::pow(static_cast<float>(ropes_[c].base), -2.0f / static_cast<float>(n_rot));
@@ -1044,15 +1052,25 @@ std::vector<TensorSlot> delta_net_slots() {
                mat("ssm_out.weight", Dim::ssm_inner, Dim::embd, &Layer::ssm_out)});
 }
 
-std::vector<TensorSlot> moe_slots() {
+std::vector<TensorSlot> routed_expert_slots() {
   return {mat("ffn_gate_inp.weight", Dim::embd, Dim::n_expert, &Layer::router),
           experts("ffn_gate_exps.weight", Dim::embd, Dim::ff_exp, &Layer::gate_exps),
           experts("ffn_up_exps.weight", Dim::embd, Dim::ff_exp, &Layer::up_exps),
-          experts("ffn_down_exps.weight", Dim::ff_exp, Dim::embd, &Layer::down_exps),
-          mat("ffn_gate_inp_shexp.weight", Dim::embd, Dim::one, &Layer::gate_inp_sh),
+          experts("ffn_down_exps.weight", Dim::ff_exp, Dim::embd, &Layer::down_exps)};
+}
+
+std::vector<TensorSlot> shared_expert_slots() {
+  return {mat("ffn_gate_inp_shexp.weight", Dim::embd, Dim::one, &Layer::gate_inp_sh),
           mat("ffn_gate_shexp.weight", Dim::embd, Dim::ff_shexp, &Layer::gate_sh),
           mat("ffn_up_shexp.weight", Dim::embd, Dim::ff_shexp, &Layer::up_sh),
           mat("ffn_down_shexp.weight", Dim::ff_shexp, Dim::embd, &Layer::down_sh)};
+}
+
+std::vector<TensorSlot> moe_slots() { return join({routed_expert_slots(), shared_expert_slots()}); }
+
+std::vector<TensorSlot> not_required(std::vector<TensorSlot> v) {
+  for (TensorSlot& s : v) s.required = false;
+  return v;
 }
 
 std::vector<TensorSlot> only(LayerSel sel, std::vector<TensorSlot> v) {
@@ -1067,7 +1085,8 @@ std::vector<TensorSlot> join(std::initializer_list<std::vector<TensorSlot>> part
 }
 
 const std::vector<ArchEntry>& architectures() {
-  static const std::vector<ArchEntry> all{gemma2(), gemma3(), llama(), phi3(), qwen2(), qwen3(), qwen35(), qwen35moe(), gemma4()};
+  static const std::vector<ArchEntry> all{gemma2(), gemma3(), llama(), phi3(), qwen2(), qwen3(), qwen3moe(), qwen35(), qwen35moe(),
+                                          gemma4()};
   return all;
 }
 

@@ -111,6 +111,13 @@ std::vector<TensorSlot> gated_ffn_slots();
 // with a gated shared expert.
 std::vector<TensorSlot> delta_net_slots();
 std::vector<TensorSlot> moe_slots();
+// The two parts of moe_slots: the router and the routed experts' gate/up/down (qwen3moe and
+// Mixtral have only these), and the shared expert with its gate.
+std::vector<TensorSlot> routed_expert_slots();
+std::vector<TensorSlot> shared_expert_slots();
+// The slots of `v`, none required (an architecture whose layers have one set or another checks
+// them in check_arch).
+std::vector<TensorSlot> not_required(std::vector<TensorSlot> v);
 std::vector<TensorSlot> join(std::initializer_list<std::vector<TensorSlot>> parts);
 
 // Float hyper-parameters read from "<arch>.<key>", with the architecture's defaults.
@@ -138,6 +145,12 @@ enum class SwaRope : uint8_t { global, gemma3, gemma2, gemma4 };
 // factors (long when the context exceeds rope.scaling.original_context_length).
 enum class RopeFactors : uint8_t { none, freqs, long_short };
 
+// Which files have experts (the keys <arch>.expert_count, expert_used_count and the experts'
+// width): none (a file with expert_count > 0 is refused by name); every one (expert_count
+// required: qwen35moe, qwen3moe); or those whose expert_count is above 0 (llama: Mixtral;
+// gemma4: the 26B-A4B), the others dense.
+enum class Moe : uint8_t { none, required, when_counted };
+
 struct ArchTable {
   const char* name;
   RopeStyle rope;
@@ -147,7 +160,7 @@ struct ArchTable {
   std::vector<KeySlot> keys;
   std::vector<TensorSlot> tensors;  // per layer
   bool hybrid = false;  // recurrent layers (ssm.* keys) and trailing draft (nextn) layers allowed
-  bool moe = false;     // expert_count and the experts' widths read
+  Moe moe = Moe::none;
   // Gemma 4: head size and KV heads may differ between sliding and full layers, and a layer
   // without attn_v takes V from the K projection.
   bool layer_shapes = false;
@@ -155,6 +168,15 @@ struct ArchTable {
   // layers rotate only high frequencies, so at position 4096 every rotated pair carries
   // ggml's drift (test_arch: KL 1.9e-5 exact, 1.9e-6 so).
   bool ggml_angles = false;
+  // The experts' width is feed_forward_length, as llama.cpp's llama architecture reads it
+  // (Mixtral; it never reads expert_feed_forward_length); else expert_feed_forward_length,
+  // default feed_forward_length / expert_used_count (qwen3moe, qwen35moe).
+  bool experts_ff = false;
+  // ggml's RoPE angles (as ggml_angles) when the file has experts: a routing decision is
+  // discontinuous, so the drift of exact angles from llama.cpp's flips the experts of tokens
+  // near a tie, whose keys every later position reads (Mixtral: KL 6.5e-5 past 4096 exact,
+  // 1.9e-11 so; docs/design/moe.md). Dense files of the same architecture keep exact angles.
+  bool ggml_angles_experts = false;
 };
 
 // A hybrid's Gated DeltaNet shape (<arch>.ssm.*): Hk key heads and Hv value heads of S values,
@@ -231,8 +253,8 @@ class GraphModel : public Model {
   void gated_attention(uint32_t il, const Layer& L, Ubatch& u, Kv& kv) const;
   // The Gated DeltaNet from u.h into u.a (docs/design/qwen35.md section 3), the state in kv[il].
   void delta_net(uint32_t il, const Layer& L, Ubatch& u, Kv& kv) const;
-  // From u.h into u.a: the routed experts (softmax, top-k, weights renormalised) plus the
-  // shared expert times sigmoid of its gate.
+  // From u.h into u.a: the routed experts (softmax, top-k, weights renormalised) plus, when
+  // the layer has one, the shared expert times sigmoid of its gate.
   void moe_ffn(const Layer& L, Ubatch& u) const;
   // gelu_fp16: ggml's CPU GELU, its input rounded to fp16 and looked up in an fp16 table of
   // the tanh GELU (GGML_GELU_FP16), identity from 10 and 0 from -10 down.
@@ -241,7 +263,7 @@ class GraphModel : public Model {
   void ffn(const Layer& L, Act act, Ubatch& u) const;
   // The two parts of moe_ffn that Gemma 4 shares. moe_route: router logits [m][n_expert] (in
   // place: their softmax) to each token's top n_used experts and weights (renormalised),
-  // [m][n_used] in rank order.
+  // [m][n_used] in rank order; ties ordered as ggml's argsort orders them (docs/design/moe.md).
   void moe_route(float* logits, uint32_t m, std::vector<uint32_t>& sel, std::vector<float>& wsel) const;
   // moe_experts: the routed experts on h [m][n_embd] into out [m][n_embd]: per selected expert
   // down(act(gate h) * up h) (gate|up fused or not), times its exp_scale when present, times its
@@ -304,6 +326,7 @@ class GraphModel : public Model {
   int threads() const;
 
   uint32_t n_rot_ = 0;
+  bool ggml_angles_ = false;  // the table's ggml_angles, or ggml_angles_experts on a file with experts
   std::vector<RopeConfig> ropes_;
   std::vector<float> rope_ff_;                 // frequency factors in use (divide the angle), empty: none
   std::vector<float> rope_long_, rope_short_;  // Phi-3's two sets
@@ -328,6 +351,7 @@ ArchEntry llama();
 ArchEntry phi3();
 ArchEntry qwen2();
 ArchEntry qwen3();
+ArchEntry qwen3moe();
 ArchEntry qwen35();
 ArchEntry qwen35moe();
 // An entry's constructor.
