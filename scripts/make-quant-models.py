@@ -56,6 +56,7 @@ SEED, so each type has its own fixed numbers; the bytes depend only on them and 
 (--check).
 """
 import argparse
+import functools
 import importlib.util
 import math
 import os
@@ -68,6 +69,7 @@ ROOT = os.path.dirname(HERE)
 GOLDEN = os.path.join(ROOT, "tests", "golden", "quant")
 
 
+@functools.lru_cache(maxsize=None)
 def _load(fname, modname):
     spec = importlib.util.spec_from_file_location(modname, os.path.join(HERE, fname))
     mod = importlib.util.module_from_spec(spec)
