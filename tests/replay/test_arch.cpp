@@ -162,6 +162,21 @@ INSTANTIATE_TEST_SUITE_P(LlamaCpp, Arch,
                            return s;
                          });
 
+// The experts stay in the file's blocks: the loaded weights take exactly the bytes of the file's
+// tensors (load_experts makes each expert a view of its slice of the [E, F, NE] tensor in the
+// mapping; nothing is widened or copied).
+class Experts : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Experts, WeightsStayInTheFilesBlocks) {
+  const std::string name = GetParam();
+  auto m = Model::load(std::string(SJKV_TEST_MODELS_DIR) + "/" + name + ".gguf");
+  uint64_t file_bytes = 0;
+  for (const GgufTensorInfo& t : m->gguf().tensors()) file_bytes += t.n_bytes;
+  EXPECT_EQ(m->info().weight_bytes, file_bytes) << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(LlamaCpp, Experts, ::testing::Values("qwen3moe", "mixtral"));
+
 // The hybrids' recurrent state, carried across ubatches: any ubatch split, thread count and
 // state format gives the bits of one token at a time; a state reset between two ubatches
 // fails the agreement with llama.cpp by far.
