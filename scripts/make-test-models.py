@@ -23,6 +23,7 @@ TEXT below).
   gemma2   gemma2  256     4/2 x 128          SPM, 520              32768    1e4 (key absent)
   phi3     phi3    384     4/2 x 96           SPM, 460              131072   1e4
   qwen3moe qwen3moe 256    4/2 x 128          BPE, pre qwen2, 500   32768    1e6
+  qwen3moe-ties qwen3moe 256 4/2 x 128        BPE, pre qwen2, 500   32768    1e6
   mixtral  llama   256     4/1 x 128          SPM, 480              32768    1e6
   qwen35   qwen35  256     4/2 x 256          BPE, pre qwen35, 500  32768    1e7
   qwen35moe qwen35moe 256  4/2 x 256          BPE, pre qwen35, 500  32768    1e7
@@ -47,6 +48,9 @@ TEXT below).
            512 written and unused, as the converter writes the dense width): ffn_gate_inp
            [256, 8], ffn_gate_exps / ffn_up_exps [256, 128, 8], ffn_down_exps [128, 256, 8]; no
            shared expert; untied
+  qwen3moe-ties qwen3moe's shapes with 24 experts of 32, top 2, whose ffn_gate_inp rows come in
+           identical triples (experts 3j, 3j+1, 3j+2 tie for every token): which two of a tied
+           triple are chosen is ggml's argsort's order of equal values (std::sort over 24)
   mixtral  the llama architecture with experts (Mixtral): expert_count 8, expert_used_count 2,
            each expert of feed_forward_length 128 (llama.cpp's llama reads no
            expert_feed_forward_length): ffn_gate_inp and the ffn_*_exps as qwen3moe's, no dense
@@ -137,6 +141,12 @@ MODELS = {
     "qwen3moe": dict(arch="qwen3moe", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="bpe-qwen2", n_vocab=500,
                      ctx=32768, rope_base=1e6, qk_norm=True, head_keys=True,
                      moe=dict(n_expert=8, n_used=2, n_ff_exp=128)),
+    # ties: 24 experts (more than the 16 that libstdc++'s std::sort orders by insertion alone) whose
+    # router rows come in identical triples, so every token's top 2 is chosen among tied experts
+    # and only the order ggml's argsort gives equal values decides which (docs/design/moe.md)
+    "qwen3moe-ties": dict(arch="qwen3moe", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="bpe-qwen2",
+                          n_vocab=500, ctx=32768, rope_base=1e6, qk_norm=True, head_keys=True,
+                          moe=dict(n_expert=24, n_used=2, n_ff_exp=32, tie_group=3)),
     "mixtral": dict(arch="llama", n_embd=256, n_head=4, n_head_kv=1, head=128, vocab="spm", n_vocab=480,
                     ctx=32768, rope_base=1e6, head_keys=True, n_ff=128, moe=dict(n_expert=8, n_used=2)),
     # Gated DeltaNet hybrids (build_hybrid): GDN = the linear-attention geometry below
@@ -694,7 +704,12 @@ def build(name, spec, path, seed):
         norm(b + "ffn_norm.weight", E)
         if moe:
             X, F = moe["n_expert"], moe.get("n_ff_exp", n_ff)
-            t(b + "ffn_gate_inp.weight", (X, E), ROUTER_STD * unit_in)
+            if "tie_group" in moe:
+                r = moe["tie_group"]
+                g = rand_tensor(seed, name + "/" + b + "ffn_gate_inp.weight", (X // r, E), ROUTER_STD * unit_in)
+                w.add_tensor(b + "ffn_gate_inp.weight", np.repeat(g, r, axis=0))
+            else:
+                t(b + "ffn_gate_inp.weight", (X, E), ROUTER_STD * unit_in)
             t(b + "ffn_gate_exps.weight", (X, F, E), unit_in)
             t(b + "ffn_up_exps.weight", (X, F, E), unit_in)
             t(b + "ffn_down_exps.weight", (X, E, F), 1 / math.sqrt(F))
