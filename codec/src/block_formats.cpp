@@ -496,6 +496,8 @@ const std::vector<BlockFormatInfo>& table() {
       {F::nvfp4, "nvfp4", 64, 36, "ggml block_nvfp4", id<F::nvfp4>(), "NVFP4",
        decode_each<lowbit::nvfp4, 64, 36>, nullptr},
       {F::q1_0, "q1_0", 128, 18, "ggml block_q1_0", id<F::q1_0>(), "Q1_0", nullptr, nullptr},
+      {F::q2_0, "q2_0", 64, 18, "ggml block_q2_0 (f16 d, 16 B of 2-bit codes)", id<F::q2_0>(), "Q2_0", nullptr,
+       nullptr},
       {F::tq6_0, "tq6_0", kTq6BlockValues, kTq6BlockBytes,
        "note section 2.1 (98 B / 128, 6.125 bits); sjkv staging.h", kNo, nullptr, dec_tq6_0, enc_tq6_0},
       {F::tq5_0, "tq5_0", 128, 82, "note section 6 (82 B / 128, 5.125 bits); sjkv's reconstruction, docs/REPLAY.md",
@@ -510,7 +512,7 @@ const std::vector<BlockFormatInfo>& table() {
 }
 
 // Table index of each format: GGUF ids 0..kMaxGgufId directly, the cache-only rows after.
-constexpr uint32_t kMaxGgufId = 41;
+constexpr uint32_t kMaxGgufId = 42;
 constexpr uint32_t kCacheOnlyCount = 4;
 constexpr int16_t kAbsent = -1;
 

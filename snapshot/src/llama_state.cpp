@@ -79,6 +79,7 @@
 #include <vector>
 
 #include "byte_reader.h"
+#include "sjkv/block_formats.h"
 #include "sjkv/io/paths.h"
 #include "sjkv/fp16.h"
 
@@ -93,16 +94,10 @@ constexpr uint64_t kChunkBytes = 1u << 20;  // read granularity for cache data
 constexpr int32_t kTypeF32 = 0, kTypeF16 = 1;
 
 std::string ggml_type_name(int32_t t) {
-  static const char* const names[] = {
-      "F32",   "F16",        "Q4_0",       "Q4_1",       "Q4_2",     "Q4_3",     "Q5_0",
-      "Q5_1",  "Q8_0",       "Q8_1",       "Q2_K",       "Q3_K",     "Q4_K",     "Q5_K",
-      "Q6_K",  "Q8_K",       "IQ2_XXS",    "IQ2_XS",     "IQ3_XXS",  "IQ1_S",    "IQ4_NL",
-      "IQ3_S", "IQ2_S",      "IQ4_XS",     "I8",         "I16",      "I32",      "I64",
-      "F64",   "IQ1_M",      "BF16",       "Q4_0_4_4",   "Q4_0_4_8", "Q4_0_8_8", "TQ1_0",
-      "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4",    "NVFP4",    "Q1_0",
-      "Q2_0"};
-  if (t >= 0 && static_cast<size_t>(t) < sizeof(names) / sizeof(names[0])) return names[t];
-  return "unknown";
+  if (t < 0) return "unknown";
+  if (const BlockFormatInfo* f = format_by_gguf_id(static_cast<uint32_t>(t))) return f->gguf_name;
+  const char* removed = removed_gguf_type_name(static_cast<uint32_t>(t));
+  return removed ? removed : "unknown";
 }
 
 

@@ -44,7 +44,7 @@ const Fact kFacts[] = {
     {22, "IQ2_S", 256, 82},   {23, "IQ4_XS", 256, 136}, {24, "I8", 1, 1},        {25, "I16", 1, 2},
     {26, "I32", 1, 4},        {27, "I64", 1, 8},       {28, "F64", 1, 8},        {29, "IQ1_M", 256, 56},
     {30, "BF16", 1, 2},       {34, "TQ1_0", 256, 54},  {35, "TQ2_0", 256, 66},   {39, "MXFP4", 32, 17},
-    {40, "NVFP4", 64, 36},    {41, "Q1_0", 128, 18},
+    {40, "NVFP4", 64, 36},    {41, "Q1_0", 128, 18},   {42, "Q2_0", 64, 18},
 };
 
 TEST(BlockFormats, GgufTypesAreGgmls) {
@@ -73,7 +73,7 @@ TEST(BlockFormats, RemovedAndUnknownIds) {
     EXPECT_EQ(sjkv::format_by_gguf_id(id), nullptr) << id;
     EXPECT_STREQ(sjkv::removed_gguf_type_name(id), name);
   }
-  for (uint32_t id : {42u, 1000u, sjkv::kCacheOnlyFormatBase, sjkv::kNoGgufId}) {
+  for (uint32_t id : {43u, 1000u, sjkv::kCacheOnlyFormatBase, sjkv::kNoGgufId}) {
     EXPECT_EQ(sjkv::format_by_gguf_id(id), nullptr) << id;
     EXPECT_EQ(sjkv::removed_gguf_type_name(id), nullptr) << id;
   }
