@@ -45,6 +45,8 @@ def span(a, b):
 FIXTURES = {
     "qwen2":      ("qwen2",   8192, 4112, span(0, 64) + span(4096, 4112)),
     "qwen3":      ("qwen3",   8192, 4112, span(0, 64) + span(4096, 4112)),
+    "qwen2-yarn": ("qwen2-yarn", 8192, 4112, span(0, 64) + span(4096, 4112)),
+    "qwen3-yarn": ("qwen3-yarn", 8192, 4112, span(0, 64) + span(4096, 4112)),
     "llama3":     ("llama3",  8192, 4112, span(0, 64) + span(4096, 4112)),
     "mistral":    ("mistral", 8192, 4112, span(0, 64) + span(4096, 4112)),
     "gemma2":     ("gemma2",  8192, 4112, span(0, 64) + span(4096, 4112)),

@@ -22,6 +22,8 @@ TEXT below).
   mistral  llama   256     4/1 x 128          SPM, 480              32768    1e6
   gemma2   gemma2  256     4/2 x 128          SPM, 520              32768    1e4 (key absent)
   phi3     phi3    384     4/2 x 96           SPM, 460              131072   1e4
+  qwen2-yarn qwen2  256     2/1 x 128          BPE, pre qwen2, 500   32768    1e6
+  qwen3-yarn qwen3  256     4/2 x 128          BPE, pre qwen2, 500   32768    1e6
   qwen3moe qwen3moe 256    4/2 x 128          BPE, pre qwen2, 500   32768    1e6
   qwen3moe-ties qwen3moe 256 4/2 x 128        BPE, pre qwen2, 500   32768    1e6
   mixtral  llama   256     4/1 x 128          SPM, 480              32768    1e6
@@ -34,6 +36,9 @@ TEXT below).
 
   qwen2    q/k/v biases; tied output (no output.weight); no BOS added
   qwen3    attn_q_norm/attn_k_norm [128]; attn_q [256, 512]; untied
+  qwen2-yarn, qwen3-yarn  qwen2's and qwen3's layers (own weights) with YaRN: rope.scaling.type
+           yarn, factor 4, original_context_length 1024 (so positions past 4096 extrapolate);
+           q and k divided by YaRN's magnitude factor 1 + 0.1 ln 4
   llama3   rope_freqs [64] by the Llama 3 rule (factor 8, low 1, high 4, original context
            8192); bos <|begin_of_text|>; untied
   mistral  sliding_window 64 declared, which llama.cpp's llama graph ignores; untied
@@ -128,6 +133,10 @@ MODELS = {
                     ctx=32768, rope_base=1e6, qkv_bias=True, tied=True),
     "qwen3":   dict(arch="qwen3", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="bpe-qwen2", n_vocab=500,
                     ctx=32768, rope_base=1e6, qk_norm=True, head_keys=True),
+    "qwen2-yarn": dict(arch="qwen2", n_embd=256, n_head=2, n_head_kv=1, head=128, vocab="bpe-qwen2", n_vocab=500,
+                       ctx=32768, rope_base=1e6, qkv_bias=True, tied=True, yarn=dict(factor=4.0, orig_ctx=1024)),
+    "qwen3-yarn": dict(arch="qwen3", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="bpe-qwen2", n_vocab=500,
+                       ctx=32768, rope_base=1e6, qk_norm=True, head_keys=True, yarn=dict(factor=4.0, orig_ctx=1024)),
     "llama3":  dict(arch="llama", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="bpe-llama3", n_vocab=520,
                     ctx=32768, rope_base=5e5, head_keys=True, llama3_rope=True),
     "mistral": dict(arch="llama", n_embd=256, n_head=4, n_head_kv=1, head=128, vocab="spm", n_vocab=480,
@@ -659,6 +668,13 @@ def build(name, spec, path, seed):
         w.add_rope_scaling_orig_ctx_len(spec["orig_ctx"])
         attn_factor = math.sqrt(1 + math.log(scale) / math.log(spec["orig_ctx"]))
         w.add_rope_scaling_attn_factors(attn_factor)
+    if spec.get("yarn"):
+        # as the converter writes YaRN (conversion/base.py): type, factor, original context; no
+        # yarn_* keys. rope multiplies q and k by 1 + 0.1 ln(factor).
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(spec["yarn"]["factor"])
+        w.add_rope_scaling_orig_ctx_len(spec["yarn"]["orig_ctx"])
+        attn_factor = 1 + 0.1 * math.log(spec["yarn"]["factor"])
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     n_vocab = add_vocab(w, spec)
 

@@ -155,7 +155,7 @@ TEST_P(Arch, LogitsAgreeWithLlamaCpp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(LlamaCpp, Arch,
-                         ::testing::Values("qwen2", "qwen3", "llama3", "mistral", "gemma2", "phi3", "phi3-short",
+                         ::testing::Values("qwen2", "qwen3", "qwen2-yarn", "qwen3-yarn", "llama3", "mistral", "gemma2", "phi3", "phi3-short",
                                            "qwen3moe", "qwen3moe-ties", "mixtral", "qwen35", "qwen35moe", "gemma4",
                                            "gemma4-e", "gemma4moe"),
                          [](const ::testing::TestParamInfo<const char*>& i) {

@@ -86,6 +86,8 @@ struct Synth {
   uint32_t matrix_type = kGgmlF16;   // F32, F16 or Q8_0 for the matrices
   uint32_t vocab_tokens = 0;         // > 0: a tokenizer.ggml.tokens array of that many pieces
   std::string rope_scaling;          // rope.scaling.type when not empty
+  std::vector<std::pair<std::string, float>> f32_keys;     // more "<arch>." keys
+  std::vector<std::pair<std::string, uint32_t>> u32_keys;  // more "<arch>." keys
   uint32_t experts = 0;              // > 0: expert_count
   bool untied = false;               // an output.weight of its own (else the embedding is the output)
   std::string nan_in;                // tensor with a NaN as its sixth value
@@ -143,6 +145,8 @@ std::string write_synth(const Synth& s, const std::string& name) {
   w.key_f32(a + "rope.freq_base", s.arch == "gemma3" ? 1e6f : 1e4f);
   if (s.arch == "gemma3") w.key_u32(a + "attention.sliding_window", 4);
   if (!s.rope_scaling.empty()) w.key_str(a + "rope.scaling.type", s.rope_scaling);
+  for (const auto& k : s.f32_keys) w.key_f32(a + k.first, k.second);
+  for (const auto& k : s.u32_keys) w.key_u32(a + k.first, k.second);
   if (s.experts) {
     w.key_u32(a + "expert_count", s.experts);
     w.key_u32(a + "expert_used_count", 2);
@@ -345,8 +349,10 @@ TEST_P(SynthModel, DefectsNameTheFileAndTensor) {
   EXPECT_NO_THROW((void)Model::load(write_synth(d, "vocab-ok.gguf")));
   // what the forward pass does not implement is refused by name
   d = s;
-  d.rope_scaling = "yarn";
-  expect_defect(d, "yarn.gguf", "rope scaling 'yarn' is not supported (none, linear)");
+  d.rope_scaling = "yarn";  // qwen2 and qwen3 only (YarnIsCheckedKeyByKey)
+  expect_defect(d, "yarn.gguf", "rope scaling 'yarn' is not supported for " + s.arch);
+  d.rope_scaling = "dynamic";
+  expect_defect(d, "dynamic.gguf", "rope scaling 'dynamic' is not supported (none, linear)");
   // experts: gemma3 has none; a llama file with expert_count (Mixtral) needs every layer's
   // router and experts, and has no dense FFN
   d = s;
@@ -428,6 +434,36 @@ TEST_P(SynthModel, PrefixThenSuffixIsTheWholePass) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Arch, SynthModel, ::testing::Values("llama", "gemma3"));
+
+// YaRN (qwen2, qwen3; docs/design/yarn.md): a well-formed declaration loads, and each key out of
+// range is refused by name, including the yarn_* keys llama.cpp reads for no such file.
+TEST(Model, YarnIsCheckedKeyByKey) {
+  Synth s;
+  s.arch = "qwen2";  // the llama tensors load as qwen2 (its q/k/v biases are optional)
+  s.rope_scaling = "yarn";
+  s.f32_keys = {{"rope.scaling.factor", 4.0f}, {"rope.scaling.yarn_beta_fast", 32.0f}};
+  s.u32_keys = {{"rope.scaling.original_context_length", 64}};
+  EXPECT_NO_THROW((void)Model::load(write_synth(s, "yarn-ok.gguf")));
+  Synth d = s;
+  d.f32_keys = {};
+  expect_defect(d, "yarn-nofactor.gguf", "qwen2.rope.scaling.factor must be finite and at least 1 for YaRN (absent)");
+  d.f32_keys = {{"rope.scaling.factor", 0.5f}};
+  expect_defect(d, "yarn-factor.gguf", "qwen2.rope.scaling.factor must be finite and at least 1 for YaRN");
+  d = s;
+  d.u32_keys = {{"rope.scaling.original_context_length", 0}};
+  expect_defect(d, "yarn-orig.gguf", "qwen2.rope.scaling.original_context_length 0 out of range");
+  for (const char* key : {"rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor", "rope.scaling.yarn_beta_fast",
+                          "rope.scaling.yarn_beta_slow"}) {
+    d = s;
+    d.f32_keys = {{"rope.scaling.factor", 4.0f}, {key, -1.0f}};
+    expect_defect(d, "yarn-key.gguf", std::string("qwen2.") + key + " -1.000000 out of range");
+  }
+  d = s;
+  d.rope_scaling = "longrope";
+  expect_defect(d, "longrope.gguf", "rope scaling 'longrope' is not supported for qwen2");
+  d.rope_scaling = "dynamic";
+  expect_defect(d, "dynamic.gguf", "rope scaling 'dynamic' is not supported (none, linear, yarn)");
+}
 
 TEST(Model, UnsupportedArchitectureIsAFileError) {
   Synth s;

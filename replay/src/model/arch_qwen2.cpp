@@ -28,16 +28,21 @@ class Qwen2Model final : public GraphModel {
 }  // namespace
 
 ArchEntry qwen2() {
-  static const ArchTable t{"qwen2",
-                          RopeStyle::neox,
-                          SwaRope::global,
-                          RopeFactors::none,
-                          false,
-                          {{"rope.freq_base", &Hparams::rope_base, 10000.0f}},
-                          join({{vec("attn_norm.weight", Dim::embd, &Layer::attn_norm)},
-                                qkv_slots(true),
-                                {vec("ffn_norm.weight", Dim::embd, &Layer::ffn_norm)},
-                                gated_ffn_slots()})};
+  static const ArchTable t = [] {
+    ArchTable a{"qwen2",
+                RopeStyle::neox,
+                SwaRope::global,
+                RopeFactors::none,
+                false,
+                {{"rope.freq_base", &Hparams::rope_base, 10000.0f},
+                 {"rope.scaling.attn_factor", &Hparams::rope_attn_factor, 1.0f}},
+                join({{vec("attn_norm.weight", Dim::embd, &Layer::attn_norm)},
+                      qkv_slots(true),
+                      {vec("ffn_norm.weight", Dim::embd, &Layer::ffn_norm)},
+                      gated_ffn_slots()})};
+    a.yarn = true;  // Qwen 2.5 / 3 long-context files (rope.scaling.type "yarn")
+    return a;
+  }();
   return {&t, [](const std::string& path, const LoadOptions& opt) { return make<Qwen2Model>(path, opt, t); }};
 }
 

@@ -30,18 +30,23 @@ class Qwen3Model final : public GraphModel {
 }  // namespace
 
 ArchEntry qwen3() {
-  static const ArchTable t{"qwen3",
-                          RopeStyle::neox,
-                          SwaRope::global,
-                          RopeFactors::none,
-                          false,
-                          {{"rope.freq_base", &Hparams::rope_base, 10000.0f}},
-                          join({{vec("attn_norm.weight", Dim::embd, &Layer::attn_norm)},
-                                qkv_slots(false),
-                                {vec("attn_q_norm.weight", Dim::head, &Layer::q_norm),
-                                 vec("attn_k_norm.weight", Dim::head, &Layer::k_norm),
-                                 vec("ffn_norm.weight", Dim::embd, &Layer::ffn_norm)},
-                                gated_ffn_slots()})};
+  static const ArchTable t = [] {
+    ArchTable a{"qwen3",
+                RopeStyle::neox,
+                SwaRope::global,
+                RopeFactors::none,
+                false,
+                {{"rope.freq_base", &Hparams::rope_base, 10000.0f},
+                 {"rope.scaling.attn_factor", &Hparams::rope_attn_factor, 1.0f}},
+                join({{vec("attn_norm.weight", Dim::embd, &Layer::attn_norm)},
+                      qkv_slots(false),
+                      {vec("attn_q_norm.weight", Dim::head, &Layer::q_norm),
+                       vec("attn_k_norm.weight", Dim::head, &Layer::k_norm),
+                       vec("ffn_norm.weight", Dim::embd, &Layer::ffn_norm)},
+                      gated_ffn_slots()})};
+    a.yarn = true;  // Qwen 2.5 / 3 long-context files (rope.scaling.type "yarn")
+    return a;
+  }();
   return {&t, [](const std::string& path, const LoadOptions& opt) { return make<Qwen3Model>(path, opt, t); }};
 }
 

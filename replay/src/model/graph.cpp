@@ -221,12 +221,16 @@ void GraphModel::load_rope(const std::string& p, const ModelGeometry& g) {
   const std::string scaling = f_.has(p + "rope.scaling.type") ? f_.get_string(p + "rope.scaling.type") : "linear";
   float factor = f_.has(p + "rope.scaling.factor") ? f_.get_f32(p + "rope.scaling.factor") : 0.0f;
   if (factor == 0.0f && f_.has(p + "rope.scale_linear")) factor = f_.get_f32(p + "rope.scale_linear");
+  const bool yarn = scaling == "yarn";
   if (scaling == "none") factor = 0.0f;
   else if (scaling == "longrope") {
     if (table_.factors != RopeFactors::long_short) fail("rope scaling 'longrope' is not supported for " + info_.architecture);
+  } else if (yarn) {
+    if (!table_.yarn) fail("rope scaling 'yarn' is not supported for " + info_.architecture);
   } else if (scaling != "linear") {
     fail("rope scaling '" + scaling + "' is not supported (none, linear" +
-         std::string(table_.factors == RopeFactors::long_short ? ", longrope" : "") + ")");
+         std::string(table_.factors == RopeFactors::long_short ? ", longrope" : "") +
+         std::string(table_.yarn ? ", yarn" : "") + ")");
   }
   if (factor != 0.0f && !(factor > 0.0f && std::isfinite(factor))) fail("rope.scaling.factor must be positive");
   if (!(hp_.rope_attn_factor > 0.0f) || !std::isfinite(hp_.rope_attn_factor))
@@ -236,6 +240,7 @@ void GraphModel::load_rope(const std::string& p, const ModelGeometry& g) {
   global.base = hp_.rope_base;
   global.scale = factor == 0.0f ? 1.0 : 1.0 / static_cast<double>(factor);
   global.n_rot = n_rot_;
+  if (yarn) load_yarn(p, factor, global);
   RopeConfig local = global;
   if (table_.swa_rope == SwaRope::gemma3 || table_.swa_rope == SwaRope::gemma4) {
     local.base = hp_.rope_base_swa != 0.0f ? hp_.rope_base_swa : 10000.0f;
@@ -281,6 +286,51 @@ void GraphModel::load_rope(const std::string& p, const ModelGeometry& g) {
                            : info_.n_ctx_train;
     }
   }
+}
+
+// YaRN as llama.cpp 0.3.36 computes it (docs/design/yarn.md): every quantity in f32, in
+// llama.cpp's order of operations, so the angle table holds ggml's bits.
+void GraphModel::load_yarn(const std::string& p, float factor, RopeConfig& rc) const {
+  if (!(factor >= 1.0f) || !std::isfinite(factor))
+    fail(p + "rope.scaling.factor must be finite and at least 1 for YaRN (" +
+         (factor == 0.0f ? std::string("absent") : std::to_string(factor)) + ")");
+  const std::string orig_key = p + "rope.scaling.original_context_length";
+  const uint64_t orig = f_.has(orig_key) ? f_.get_uint(orig_key) : info_.n_ctx_train;
+  if (orig == 0 || orig > (uint64_t(1) << 24))
+    fail(orig_key + " " + std::to_string(orig) + " out of range (1 to 2^24)");
+  // Read by llama.cpp for no qwen2/qwen3 file (it takes ext_factor 1, beta_fast 32, beta_slow 1
+  // and the attention factor below whatever they say): checked, then left unused as there.
+  auto in_range = [&](const char* key, float lo, float hi) {
+    if (!f_.has(p + key)) return;
+    const float v = f_.get_f32(p + key);
+    if (!(v >= lo && v <= hi))
+      fail(p + key + " " + std::to_string(v) + " out of range (" + std::to_string(lo) + " to " + std::to_string(hi) + ")");
+  };
+  in_range("rope.scaling.yarn_ext_factor", 0.0f, 1.0f);
+  in_range("rope.scaling.yarn_attn_factor", 1e-3f, 1e3f);
+  in_range("rope.scaling.yarn_beta_fast", 1e-3f, 1e6f);
+  in_range("rope.scaling.yarn_beta_slow", 1e-3f, 1e6f);
+
+  // llama_model: freq_scale = 1 / factor; llama_context: factor = 1 / freq_scale again.
+  const float freq_scale = 1.0f / factor;
+  const float s = 1.0f / freq_scale;
+  rc.yarn = true;
+  rc.scale = static_cast<double>(freq_scale);
+  // ggml_rope_yarn_corr_dims with beta_fast 32 and beta_slow 1: the pair that turns 32 times,
+  // and the one that turns once, over the original context.
+  const float base = static_cast<float>(rc.base), pi = static_cast<float>(3.14159265358979323846);
+  auto corr_dim = [&](float turns) {
+    return static_cast<float>(rc.n_rot) * std::log(static_cast<float>(orig) / (turns * 2.0f * pi)) /
+           (2.0f * std::log(base));
+  };
+  rc.yarn_low = std::max(0.0f, std::floor(corr_dim(32.0f)));
+  rc.yarn_high = std::min(static_cast<float>(rc.n_rot - 1), std::ceil(corr_dim(1.0f)));
+  // llama_context: yarn_attn_factor = get_mscale(s) / (1 + 0.1 ln s) times rope.scaling.attn_factor;
+  // rope_yarn multiplies it by 1 + 0.1 ln(1 / freq_scale) again.
+  float attn = s <= 1.0f ? 1.0f : 0.1f * std::log(s) + 1.0f;
+  attn = attn * (1.0f / (1.0f + 0.1f * std::log(s)));
+  attn = attn * hp_.rope_attn_factor;
+  rc.yarn_mscale = attn * (1.0f + 0.1f * std::log(1.0f / freq_scale));
 }
 
 void GraphModel::set_context(uint32_t n_ctx) {
@@ -970,6 +1020,27 @@ void GraphModel::ubatch(const Span& sp, uint32_t m, uint32_t pos, Kv& kv, float*
     const bool ff = ropes_[c].factors && !rope_ff_.empty();
     u.rcos[c].resize(size_t(m) * half);
     u.rsin[c].resize(size_t(m) * half);
+    if (ropes_[c].yarn) {
+      // ggml_rope_cache_init and rope_yarn (ext_factor 1): the running f32 angle, its
+      // interpolated form, the two mixed by the ramp over pairs yarn_low..yarn_high.
+      const RopeConfig& rc = ropes_[c];
+      const float step = std::pow(static_cast<float>(rc.base), -2.0f / static_cast<float>(n_rot));
+      const float fscale = static_cast<float>(rc.scale);
+      const float width = std::max(0.001f, rc.yarn_high - rc.yarn_low);
+      for (uint32_t i = 0; i < m; ++i) {
+        float th = static_cast<float>(pos + i);
+        for (uint32_t j = 0; j < half; ++j, th = th * step) {
+          const float extrap = ff ? th / rope_ff_[j] : th;
+          const float interp = fscale * extrap;
+          const float y = (static_cast<float>(j) - rc.yarn_low) / width;
+          const float mix = 1.0f - std::min(1.0f, std::max(0.0f, y));
+          const float theta = interp * (1.0f - mix) + extrap * mix;
+          u.rcos[c][size_t(i) * half + j] = std::cos(theta) * rc.yarn_mscale;
+          u.rsin[c][size_t(i) * half + j] = std::sin(theta) * rc.yarn_mscale;
+        }
+      }
+      continue;
+    }
     if (ggml_angles_) {
       // ggml_rope_cache_init: theta_j = p * s^j as a running f32 product, s = powf(base, -2 / n_rot),
       // divided by the factor, times the scale, then cosf/sinf.

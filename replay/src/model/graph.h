@@ -177,6 +177,9 @@ struct ArchTable {
   // near a tie, whose keys every later position reads (Mixtral: KL 6.5e-5 past 4096 exact,
   // 1.9e-11 so; docs/design/moe.md). Dense files of the same architecture keep exact angles.
   bool ggml_angles_experts = false;
+  // rope.scaling.type "yarn" accepted (Qwen 2.5 / 3 long-context files): llama.cpp's YaRN, with
+  // the angles built as ggml builds them (docs/design/yarn.md). Elsewhere a YaRN file is refused.
+  bool yarn = false;
 };
 
 // A hybrid's Gated DeltaNet shape (<arch>.ssm.*): Hk key heads and Hv value heads of S values,
@@ -305,8 +308,14 @@ class GraphModel : public Model {
     double scale = 1.0;  // multiplies positions (1 / linear scaling factor)
     uint32_t n_rot = 0;
     bool factors = true;  // the frequency factors in use apply
+    // YaRN: pair j turns by the extrapolated angle (unscaled) below yarn_low, by the interpolated
+    // one (times scale) above yarn_high, and by a linear ramp between; cos and sin are multiplied
+    // by yarn_mscale (llama.cpp's yarn_attn_factor times 1 + 0.1 ln(1 / scale)).
+    bool yarn = false;
+    float yarn_low = 0.0f, yarn_high = 0.0f, yarn_mscale = 1.0f;
     bool operator==(const RopeConfig& o) const {
-      return base == o.base && scale == o.scale && n_rot == o.n_rot && factors == o.factors;
+      return base == o.base && scale == o.scale && n_rot == o.n_rot && factors == o.factors && yarn == o.yarn &&
+             yarn_low == o.yarn_low && yarn_high == o.yarn_high && yarn_mscale == o.yarn_mscale;
     }
   };
   [[noreturn]] void fail(const std::string& what) const { throw FileError(f_.path(), what); }
@@ -319,6 +328,7 @@ class GraphModel : public Model {
   void load_moe(const std::string& p);
   uint64_t dim(Dim d, const Layer* L = nullptr) const;  // L: that layer's attention shape and FFN width
   void load_rope(const std::string& p, const ModelGeometry& g);
+  void load_yarn(const std::string& p, float factor, RopeConfig& rc) const;
   void check_eval(const int32_t* tokens, uint32_t n, uint32_t n_ubatch, const Kv& kv) const;
   void run_ubatches(const int32_t* tokens, const float* x_in, uint32_t n, uint32_t pos0, uint32_t n_ubatch,
                     uint32_t l0, uint32_t l1, Kv& kv, float* x_out, float* hidden, float* logits, bool all_logits);
