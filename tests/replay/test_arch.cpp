@@ -112,7 +112,10 @@ std::vector<float> sjkv_logits(Model& m, const Fixture& f) {
 // routing tie pick other experts (docs/design/moe.md). qwen3moe-ties (router rows in identical
 // triples over 24 experts) at most 1.2e-11; breaking its ties to the lower index instead of
 // as ggml's argsort (std::sort) does costs 2.4 nats on average.
-// A position slip costs at least 0.5 nats on every model.
+// qwen2-yarn / qwen3-yarn (YaRN, angles built as ggml builds them) at most 5.8e-10; exact angles
+// gave 1.4e-7, and a ramp one pair late, no magnitude factor or linear scaling 1 to 11 nats
+// (docs/design/yarn.md).
+// A position slip costs at least 0.37 nats on every model.
 double max_kl(const std::string& name) {
   if (name == "gemma2") return 3e-5;
   if (name == "gemma4moe") return 3e-4;
