@@ -64,7 +64,7 @@ def random_normal_half(rng):
 
 
 class Gen:
-    """Per-type block makers: scale blocks (set_scales) and edge blocks (edge)."""
+    """Per-type block makers: scale blocks (set_scales) and edge blocks (fill_edge)."""
 
     def __init__(self, qtype, rng):
         self.qtype = qtype
@@ -84,8 +84,21 @@ class Gen:
             out.append(blk)
         return out
 
+    D_OFFSET = 0  # byte offset of the fp16 scale d
+    EDGES = 0     # edge blocks: fill_edge's pattern for b = 0 .. EDGES - 1
+
     def set_scales(self, blk, d, d2):
-        put16(blk, self.d_offset(), d)
+        put16(blk, self.D_OFFSET, d)
+
+    def edge(self):
+        """Random blocks, each given fill_edge's pattern for its number, then edge scales."""
+        out = []
+        for b in range(self.EDGES):
+            blk = self.rand_block()
+            self.fill_edge(blk, b)
+            self.set_scales(blk, self.edge_d(b), self.edge_d(b + 3))
+            out.append(blk)
+        return out
 
     def edge_d(self, b):
         return EDGE_D[b % len(EDGE_D)]
@@ -98,196 +111,128 @@ def set_nibble(blk, off, k, v):
 
 
 class Q2_K(Gen):
-    def d_offset(self):
-        return 80
+    D_OFFSET = 80  # d, then dmin
+    EDGES = 16  # every scale byte (scale nibble x min nibble)
 
     def set_scales(self, blk, d, d2):
-        put16(blk, 80, d)
-        put16(blk, 82, d2)
+        put16(blk, self.D_OFFSET, d)
+        put16(blk, self.D_OFFSET + 2, d2)
 
-    def edge(self):
-        out = []
-        for b in range(16):  # every scale byte (scale nibble x min nibble)
-            blk = self.rand_block()
-            blk[0:16] = np.arange(16 * b, 16 * b + 16, dtype=np.uint8)
-            self.set_scales(blk, self.edge_d(b), self.edge_d(b + 3))
-            out.append(blk)
-        return out
+    def fill_edge(self, blk, b):
+        blk[0:16] = np.arange(16 * b, 16 * b + 16, dtype=np.uint8)
 
 
 class Q3_K(Gen):
-    def d_offset(self):
-        return 108
+    D_OFFSET = 108
+    EDGES = 4  # 64 six-bit scales, 16 a block
 
-    def edge(self):
-        out = []
-        for b in range(4):  # 64 six-bit scales, 16 a block
-            blk = self.rand_block()
-            blk[96:108] = 0
-            for k in range(16):
-                s = 16 * b + k
-                lo, hi = s & 0xF, s >> 4
-                set_nibble(blk, 96 + k % 8, k // 8, lo)
-                blk[96 + 8 + k % 4] |= hi << (2 * (k // 4))
-            put16(blk, 108, self.edge_d(b))
-            out.append(blk)
-        return out
+    def fill_edge(self, blk, b):
+        blk[96:108] = 0
+        for k in range(16):
+            s = 16 * b + k
+            lo, hi = s & 0xF, s >> 4
+            set_nibble(blk, 96 + k % 8, k // 8, lo)
+            blk[96 + 8 + k % 4] |= hi << (2 * (k // 4))
 
 
 class IQ4_NL(Gen):
-    def d_offset(self):
-        return 0
+    EDGES = 16  # every byte of two nibbles
 
-    def edge(self):
-        out = []
-        for b in range(16):  # every byte of two nibbles
-            blk = self.rand_block()
-            blk[2:18] = np.arange(16 * b, 16 * b + 16, dtype=np.uint8)
-            put16(blk, 0, self.edge_d(b))
-            out.append(blk)
-        return out
+    def fill_edge(self, blk, b):
+        blk[2:18] = np.arange(16 * b, 16 * b + 16, dtype=np.uint8)
 
 
 class IQ4_XS(Gen):
-    def d_offset(self):
-        return 0
+    EDGES = 8  # 64 six-bit scales, 8 a block
 
-    def edge(self):
-        out = []
-        for b in range(8):  # 64 six-bit scales, 8 a block
-            blk = self.rand_block()
-            h = 0
-            for ib in range(8):
-                s = 8 * b + ib
-                set_nibble(blk, 4 + ib // 2, ib % 2, s & 0xF)
-                h |= (s >> 4) << (2 * ib)
-            put16(blk, 2, h)
-            if b < 2:  # every qs byte
-                blk[8:136] = np.arange(128 * b, 128 * b + 128, dtype=np.uint8)
-            put16(blk, 0, self.edge_d(b))
-            out.append(blk)
-        return out
+    def fill_edge(self, blk, b):
+        h = 0
+        for ib in range(8):
+            s = 8 * b + ib
+            set_nibble(blk, 4 + ib // 2, ib % 2, s & 0xF)
+            h |= (s >> 4) << (2 * ib)
+        put16(blk, 2, h)
+        if b < 2:  # every qs byte
+            blk[8:136] = np.arange(128 * b, 128 * b + 128, dtype=np.uint8)
 
 
 class IQ2_XXS(Gen):
-    def d_offset(self):
-        return 0
+    EDGES = 8
 
-    def edge(self):
-        out = []
-        for b in range(8):
-            blk = self.rand_block()
-            for ib in range(8):
-                idx = sign = 0
-                for g in range(4):
-                    n = 32 * b + 4 * ib + g
-                    idx |= (n % 256) << (8 * g)
-                    sign |= (n % 128) << (7 * g)
-                put32(blk, 2 + 8 * ib, idx)
-                put32(blk, 2 + 8 * ib + 4, sign | (((8 * b + ib) % 16) << 28))
-            put16(blk, 0, self.edge_d(b))
-            out.append(blk)
-        return out
+    def fill_edge(self, blk, b):
+        for ib in range(8):
+            idx = sign = 0
+            for g in range(4):
+                n = 32 * b + 4 * ib + g
+                idx |= (n % 256) << (8 * g)
+                sign |= (n % 128) << (7 * g)
+            put32(blk, 2 + 8 * ib, idx)
+            put32(blk, 2 + 8 * ib + 4, sign | (((8 * b + ib) % 16) << 28))
 
 
 class IQ2_XS(Gen):
-    def d_offset(self):
-        return 0
+    EDGES = 16
 
-    def edge(self):
-        out = []
-        for b in range(16):
-            blk = self.rand_block()
-            for j in range(32):
-                n = 32 * b + j
-                put16(blk, 2 + 2 * j, (n % 512) | ((n % 128) << 9))
-            for i in range(8):  # scales 2i, 2i+1 = 0..15 each block
-                blk[66 + i] = (2 * i) | ((2 * i + 1) << 4)
-            put16(blk, 0, self.edge_d(b))
-            out.append(blk)
-        return out
+    def fill_edge(self, blk, b):
+        for j in range(32):
+            n = 32 * b + j
+            put16(blk, 2 + 2 * j, (n % 512) | ((n % 128) << 9))
+        for i in range(8):  # scales 2i, 2i+1 = 0..15 each block
+            blk[66 + i] = (2 * i) | ((2 * i + 1) << 4)
 
 
 class IQ2_S(Gen):
-    def d_offset(self):
-        return 0
+    EDGES = 32
 
-    def edge(self):
-        out = []
-        for b in range(32):
-            blk = self.rand_block()
-            for j in range(32):
-                n = 32 * b + j  # grid index 0..1023
-                blk[2 + j] = n & 0xFF
-                blk[34 + j] = n & 0xFF  # sign bytes: all 256 in 8 blocks
-            for i in range(8):
-                blk[66 + i] = sum(((32 * b + 4 * i + k) >> 8 & 3) << (2 * k) for k in range(4))
-                blk[74 + i] = (2 * i) | ((2 * i + 1) << 4)
-            put16(blk, 0, self.edge_d(b))
-            out.append(blk)
-        return out
+    def fill_edge(self, blk, b):
+        for j in range(32):
+            n = 32 * b + j  # grid index 0..1023
+            blk[2 + j] = n & 0xFF
+            blk[34 + j] = n & 0xFF  # sign bytes: all 256 in 8 blocks
+        for i in range(8):
+            blk[66 + i] = sum(((32 * b + 4 * i + k) >> 8 & 3) << (2 * k) for k in range(4))
+            blk[74 + i] = (2 * i) | ((2 * i + 1) << 4)
 
 
 class IQ3_XXS(Gen):
-    def d_offset(self):
-        return 0
+    EDGES = 4
 
-    def edge(self):
-        out = []
-        for b in range(4):
-            blk = self.rand_block()
-            blk[2:66] = np.arange(64 * b, 64 * b + 64, dtype=np.uint8)
-            for ib in range(8):
-                sign = 0
-                for g in range(4):
-                    sign |= ((32 * b + 4 * ib + g) % 128) << (7 * g)
-                put32(blk, 66 + 4 * ib, sign | (((8 * b + ib) % 16) << 28))
-            put16(blk, 0, self.edge_d(b))
-            out.append(blk)
-        return out
+    def fill_edge(self, blk, b):
+        blk[2:66] = np.arange(64 * b, 64 * b + 64, dtype=np.uint8)
+        for ib in range(8):
+            sign = 0
+            for g in range(4):
+                sign |= ((32 * b + 4 * ib + g) % 128) << (7 * g)
+            put32(blk, 66 + 4 * ib, sign | (((8 * b + ib) % 16) << 28))
 
 
 class IQ3_S(Gen):
-    def d_offset(self):
-        return 0
+    EDGES = 8
 
-    def edge(self):
-        out = []
-        for b in range(8):
-            blk = self.rand_block()
-            for j in range(64):
-                n = 64 * b + j  # grid index 0..511
-                blk[2 + j] = n & 0xFF
-            for i in range(8):
-                blk[66 + i] = sum(((64 * b + 8 * i + k) >> 8 & 1) << k for k in range(8))
-            blk[74:106] = np.arange(32 * b, 32 * b + 32, dtype=np.uint8)  # sign bytes
-            for i in range(4):
-                blk[106 + i] = ((8 * b + 2 * i) % 16) | (((8 * b + 2 * i + 1) % 16) << 4)
-            put16(blk, 0, self.edge_d(b))
-            out.append(blk)
-        return out
+    def fill_edge(self, blk, b):
+        for j in range(64):
+            n = 64 * b + j  # grid index 0..511
+            blk[2 + j] = n & 0xFF
+        for i in range(8):
+            blk[66 + i] = sum(((64 * b + 8 * i + k) >> 8 & 1) << k for k in range(8))
+        blk[74:106] = np.arange(32 * b, 32 * b + 32, dtype=np.uint8)  # sign bytes
+        for i in range(4):
+            blk[106 + i] = ((8 * b + 2 * i) % 16) | (((8 * b + 2 * i + 1) % 16) << 4)
 
 
 class IQ1_S(Gen):
-    def d_offset(self):
-        return 0
+    EDGES = 64
 
-    def edge(self):
-        out = []
-        for b in range(64):
-            blk = self.rand_block()
-            for ib in range(8):
-                h = 0
-                for g in range(4):
-                    n = 32 * b + 4 * ib + g  # grid index 0..2047
-                    blk[2 + 4 * ib + g] = n & 0xFF
-                    h |= (n >> 8) << (3 * g)
-                h |= ((ib + b) % 8) << 12
-                h |= ((ib + b) & 1) << 15
-                put16(blk, 34 + 2 * ib, h)
-            put16(blk, 0, self.edge_d(b))
-            out.append(blk)
-        return out
+    def fill_edge(self, blk, b):
+        for ib in range(8):
+            h = 0
+            for g in range(4):
+                n = 32 * b + 4 * ib + g  # grid index 0..2047
+                blk[2 + 4 * ib + g] = n & 0xFF
+                h |= (n >> 8) << (3 * g)
+            h |= ((ib + b) % 8) << 12
+            h |= ((ib + b) & 1) << 15
+            put16(blk, 34 + 2 * ib, h)
 
 
 class IQ1_M(Gen):
@@ -296,50 +241,34 @@ class IQ1_M(Gen):
             w = get16(blk, 48 + 2 * i)
             put16(blk, 48 + 2 * i, (w & 0x0FFF) | (((d >> (4 * i)) & 0xF) << 12))
 
-    def edge(self):
-        out = []
-        for b in range(64):
-            blk = self.rand_block()
-            for j in range(32):
-                n = 32 * b + j  # grid index 0..2047
-                blk[j] = n & 0xFF
-                set_nibble(blk, 32 + j // 2, j % 2, (n >> 8) | (((b + j) & 1) << 3))
-            for i in range(4):
-                w = sum(((b + 4 * i + k) % 8) << (3 * k) for k in range(4))
-                put16(blk, 48 + 2 * i, w)
-            self.set_scales(blk, self.edge_d(b), 0)
-            out.append(blk)
-        return out
+    EDGES = 64
+
+    def fill_edge(self, blk, b):
+        for j in range(32):
+            n = 32 * b + j  # grid index 0..2047
+            blk[j] = n & 0xFF
+            set_nibble(blk, 32 + j // 2, j % 2, (n >> 8) | (((b + j) & 1) << 3))
+        for i in range(4):
+            w = sum(((b + 4 * i + k) % 8) << (3 * k) for k in range(4))
+            put16(blk, 48 + 2 * i, w)
 
 
 class TQ1_0(Gen):
-    def d_offset(self):
-        return 52
+    D_OFFSET = 52
+    EDGES = 16
 
-    def edge(self):
-        out = []
-        for b in range(16):
-            blk = self.rand_block()
-            blk[0:32] = (np.arange(32) + 32 * b) % 256
-            blk[32:48] = (np.arange(16) + 16 * b) % 256
-            blk[48:52] = np.arange(4) * 64 + 4 * b + (b % 4)
-            put16(blk, 52, self.edge_d(b))
-            out.append(blk)
-        return out
+    def fill_edge(self, blk, b):
+        blk[0:32] = (np.arange(32) + 32 * b) % 256
+        blk[32:48] = (np.arange(16) + 16 * b) % 256
+        blk[48:52] = np.arange(4) * 64 + 4 * b + (b % 4)
 
 
 class TQ2_0(Gen):
-    def d_offset(self):
-        return 64
+    D_OFFSET = 64
+    EDGES = 4
 
-    def edge(self):
-        out = []
-        for b in range(4):
-            blk = self.rand_block()
-            blk[0:64] = np.arange(64 * b, 64 * b + 64, dtype=np.uint8)
-            put16(blk, 64, self.edge_d(b))
-            out.append(blk)
-        return out
+    def fill_edge(self, blk, b):
+        blk[0:64] = np.arange(64 * b, 64 * b + 64, dtype=np.uint8)
 
 
 class MXFP4(Gen):
@@ -353,8 +282,6 @@ class MXFP4(Gen):
             out.append(blk)
         return out
 
-    def edge(self):
-        return []
 
 
 class NVFP4(Gen):
@@ -369,8 +296,6 @@ class NVFP4(Gen):
             out.append(blk)
         return out
 
-    def edge(self):
-        return []
 
 
 GENS = [Q2_K, Q3_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M,
