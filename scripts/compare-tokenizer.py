@@ -8,7 +8,7 @@ project, never a dependency of it); run this script with the Python that has it:
   PY scripts/compare-tokenizer.py agree --model M.gguf --tool build/bench/sjkv_tokenize FILE...
 
   # random short strings of awkward pieces (white space, digits, scripts, emoji, bad bytes)
-  PY scripts/compare-tokenizer.py random --model M.gguf --tool build/bench/sjkv_tokenize --n 5000 --seed 1
+  PY scripts/compare-tokenizer.py random --model M.gguf --tool build/bench/sjkv_tokenize --n 5000 --seed 1 [--pieces case]
 
   # every token's piece and end-of-generation flag
   PY scripts/compare-tokenizer.py vocab --model M.gguf --tool build/bench/sjkv_tokenize
@@ -355,7 +355,15 @@ def cmd_agree(a):
         print("  differs:", w)
 
 
-def random_texts(n, seed):
+# --pieces case: what GPT-4o's pre-tokenizer (gpt-4o, llama4) cuts apart: case changes with
+# ASCII and non-ASCII capitals, contractions after capitals, slashes after punctuation, and
+# gpt-oss's harmony markers (some of which llama.cpp matches in text as user-defined tokens).
+CASE_PIECES = ["HTTP", "Server", "iPhone", "A", "b", "\u00c9COLE", "\u00e9cole", "\u0416\u0436", "\u03a9",
+               "'S", "'Re", "'ll", "/", "//", "*/", "\u01c5", "\u02b0", "\u1e9e", "<|start|>", "<|end|>",
+               "<|message|>", "<|channel|>", "<|return|>", "<|call|>", "<|constrain|>", "<|endoftext|>"]
+
+
+def random_texts(n, seed, extra=()):
     """Short strings drawn from pieces that stress the pre-tokenizers and merges."""
     import random
     rng = random.Random(seed)
@@ -365,7 +373,7 @@ def random_texts(n, seed):
               "\u00e9", "e\u0301", "\u00df", "\u0416", "\u05d0", "\u0627", "\u4e2d", "\u65e5\u672c",
               "\uac00", "\u0e01", "\U0001f999", "\U0001f44d\U0001f3fd", "\u200d", "\ufeff", "\x00", "\x7f",
               "\U0001d400", "\U000e0041", "\u0378", "\uffff", "\u0301", "\u094d\u0924", "\u0e31", "\u05b8",
-              "\u20e3", "\ufe0f", "'\u017f"]
+              "\u20e3", "\ufe0f", "'\u017f"] + list(extra)
     out = []
     for _ in range(n):
         s = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 12)))
@@ -378,7 +386,7 @@ def random_texts(n, seed):
 
 def cmd_random(a):
     lm = llama(a.model)
-    texts = random_texts(a.n, a.seed)
+    texts = random_texts(a.n, a.seed, CASE_PIECES if a.pieces == "case" else ())
     shown = 0
     for bos in (False, True):
         mine = ours(a.tool, a.model, texts, bos)
@@ -434,6 +442,8 @@ def main():
     r.add_argument("--model", required=True)
     r.add_argument("--tool", required=True)
     r.add_argument("--n", type=int, default=5000)
+    r.add_argument("--pieces", choices=["default", "case"], default="default",
+                   help="case: add CASE_PIECES (capitals, slashes, harmony markers) to the pieces")
     r.add_argument("--seed", type=int, default=1)
     r.add_argument("--show", type=int, default=5)
     v = sub.add_parser("vocab")

@@ -11,7 +11,7 @@ numpy's version nor the CPU changes them. The writer is the PyPI package gguf, p
   python3 scripts/make-test-models.py --out DIR [--only NAME...] \\
       [--check tests/golden/arch/models.sha256] [--write-hashes FILE]
 
-Models: 4 layers (the hybrids 8, gemma4 6, gemma4-e 8, gemma4moe 4, gemma4-tok 2), n_ff 512, rms eps 1e-6, every tensor F32 (BPE:
+Models: 4 layers (the hybrids 8, gemma4 6, gemma4-e 8, gemma4moe 4, gemma4-tok 2, gptoss-tok 2), n_ff 512, rms eps 1e-6, every tensor F32 (BPE:
 byte-level with merges, SPM: SentencePiece-style pieces with byte fallback; both learned from
 TEXT below).
 
@@ -33,6 +33,7 @@ TEXT below).
   gemma4-e gemma4  256     4/1 x 512, 4/1 x 128 SPM, 520            32768    1e6, sliding 1e4
   gemma4moe gemma4 256     4/1 x 512, 4/2 x 128 SPM, 520            32768    1e6, sliding 1e4
   gemma4-tok gemma4 256    4/1 x 512, 4/2 x 128 gemma4 BPE, 600     32768    1e6, sliding 1e4
+  gptoss-tok llama 256     4/2 x 128          BPE, pre gpt-4o, 800  32768    1.5e5
 
   qwen2    q/k/v biases; tied output (no output.weight); no BOS added
   qwen3    attn_q_norm/attn_k_norm [128]; attn_q [256, 512]; untied
@@ -95,6 +96,9 @@ TEXT below).
   gemma4-tok 2 layers (sliding, full) of gemma4's shapes, for the tokenizer kind "gemma4" (BPE over
            raw UTF-8 with spaces as U+2581, merges learned on whole lines; <pad> <eos> <bos> <unk>,
            newline runs of 1-3, 256 byte tokens <0xXX>, its chat markers): tests/golden/tokenizer/arch-gemma4-tok.txt
+  gptoss-tok 2 llama layers, for gpt-oss's tokenizer (pre-tokenizer gpt-4o: merges learned on TEXT and GPTOSS_TEXT
+           cut by GPT4O_SPLIT and by COARSE_SPLIT, so that some cross GPT-4o's cuts; the harmony markers as
+           control tokens, <|startoftext|> bos not added, <|return|> eos): tests/golden/tokenizer/arch-gptoss-tok.txt
 
 Written only when named (--only qwen35-0.8b; never by default, and not in models.sha256):
 
@@ -172,6 +176,9 @@ MODELS = {
     # gemma4's tokenizer kind on a 2-layer gemma4 (its tokenizer golden, not a logits fixture)
     "gemma4-tok": dict(arch="gemma4", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="bpe-gemma4", n_vocab=600,
                        ctx=32768, rope_base=1e6, tied=True, gemma4="tok"),
+    # gpt-oss's tokenizer (pre-tokenizer gpt-4o, harmony markers) on 2 llama layers (its tokenizer golden)
+    "gptoss-tok": dict(arch="llama", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="bpe-gptoss", n_vocab=800,
+                       ctx=32768, rope_base=1.5e5, head_keys=True, n_block=2),
     "gemma4moe": dict(arch="gemma4", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="spm-gemma", n_vocab=520,
                       ctx=32768, rope_base=1e6, tied=True, gemma4="moe"),
     # Written only when named (--only): the published shape of Qwen 3.5 0.8B (docs/design/qwen35.md
@@ -394,6 +401,24 @@ spaces, new lines, tabs, punctuation, digits, accents and characters from other 
 needs a vocabulary that is small enough to read but complete enough to cover every byte.
 """
 
+# gptoss-tok's text besides TEXT: what GPT-4o's pre-tokenizer cuts apart and others do not (case
+# changes, contractions in capitals, digit runs, punctuation runs with slashes and newlines),
+# letters of other scripts, combining marks, and a conversation in gpt-oss's harmony format.
+GPTOSS_TEXT = """
+CamelCase and camelCase names: HTTPServer, XMLHttpRequest, getHTTPResponse, iPhone, McDonald, ALLCAPS.
+getHTTPResponse setHTTPHeader getXMLValue toUpperCase iPhone eBay; getHTTPResponse setHTTPHeader getXMLValue.
+DON'T SHOUT, WE'RE FINE, IT'S OK, YOU'VE WON, THEY'LL SEE, I'M HERE, HE'D GO; don't, it's, we'll.
+Numbers: 7, 42, 365, 2048, 12345, 9876543, 3.14159, 1,000,000, 2025-12-05, 0x7FFF, v1.2.3.
+Paths and comments: /usr/local/bin, http://example.com/a/b/c, // note\n, /* block */, ../../x, ==> !== ...
+Кириллица и Латиница: Привет, Мир! ПРИВЕТ мир. Ελληνικά: Καλημέρα ΚΟΣΜΕ. 日本語のテキスト、中文文本。
+Marks: cafe\u0301, nai\u0308ve, नमस्ते दुनिया, हिन्दी में, สวัสดีชาวโลก, שָׁלוֹם, مَرْحَبًا.
+<|start|>user<|message|>What is 2+2?<|end|><|start|>assistant<|channel|>analysis<|message|>Simple sum.<|end|>
+<|start|>assistant<|channel|>final<|message|>4<|return|>
+"""
+GPT4O_SPLIT = re.compile(r"[^\r\n\w]?[^\W\d_a-z]*[^\W\d_A-Z]+(?:'(?:[sStTmMdD]|[rR][eE]|[vV][eE]|[lL][lL]))?|"
+                         r"[^\r\n\w]?[^\W\d_a-z]+[^\W\d_A-Z]*(?:'(?:[sStTmMdD]|[rR][eE]|[vV][eE]|[lL][lL]))?|"
+                         r"\d{1,3}| ?[^\s\w]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+COARSE_SPLIT = re.compile(r"[^\r\n\w]?[^\W\d_]+(?:'(?:[sStTmMdD]|[rR][eE]|[vV][eE]|[lL][lL]))?| ?\d+| ?[^\s\w]+\s*|\s+")
 BPE_SPLIT = re.compile(r"'(?:s|t|re|ve|m|ll|d)| ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+")
 SPM_SPLIT = re.compile(r" ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]+")
 SPACE_MARK = "\u2581"
@@ -458,6 +483,10 @@ NORMAL, UNKNOWN, CONTROL, UNUSED, BYTE = 1, 2, 3, 5, 6
 BPE_SPECIALS = {
     "bpe-qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
     "bpe-qwen35": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+    # gpt-oss's o200k_harmony markers, control in the file (llama.cpp makes <|start|> <|message|>
+    # <|channel|> <|constrain|> user-defined, and <|end|> too when <|return|> and <|call|> are EOG)
+    "bpe-gptoss": ["<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>", "<|start|>",
+                   "<|end|>", "<|message|>", "<|call|>"],
     "bpe-llama3": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
 }
 
@@ -466,7 +495,15 @@ def bpe_vocab(kind, n_vocab):
     bs, chars = byte_chars()
     enc = {b: c for b, c in zip(bs, chars)}
     specials = BPE_SPECIALS[kind]
-    words = count_words(tuple(enc[b] for b in w.encode()) for w in BPE_SPLIT.findall(TEXT))
+    if kind == "bpe-gptoss":
+        # merges learned on GPT-4o's words (approximated by GPT4O_SPLIT) and on coarser ones
+        # (COARSE_SPLIT: letters of any case together, digit runs whole), so that some merges
+        # cross GPT-4o's cuts and a pre-tokenizer that cuts less gives other ids
+        text = TEXT + GPTOSS_TEXT
+        words = count_words(tuple(enc[b] for b in w.encode())
+                            for w in GPT4O_SPLIT.findall(text) + COARSE_SPLIT.findall(text))
+    else:
+        words = count_words(tuple(enc[b] for b in w.encode()) for w in BPE_SPLIT.findall(TEXT))
     n_merges = n_vocab - 256 - len(specials)
     merges = learn_merges(words, n_merges)
     tokens = list(chars)
@@ -567,12 +604,17 @@ def add_vocab(w, spec):
         v["tokens"] += ["[PAD%d]" % i for i in range(n_vocab, n_vocab + pad)]
         v["types"] += [UNUSED] * pad
         w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre({"bpe-qwen2": "qwen2", "bpe-qwen35": "qwen35"}.get(kind, "llama-bpe"))
+        w.add_tokenizer_pre({"bpe-qwen2": "qwen2", "bpe-qwen35": "qwen35", "bpe-gptoss": "gpt-4o"}.get(kind, "llama-bpe"))
         w.add_token_list(v["tokens"])
         w.add_token_types(v["types"])
         w.add_token_merges(v["merges"])
         first_special = n_vocab - len(BPE_SPECIALS[kind])
-        if kind in ("bpe-qwen2", "bpe-qwen35"):  # Qwen: <|endoftext|> is both, and no BOS is added
+        if kind == "bpe-gptoss":  # as gpt-oss's GGUF: <|startoftext|> BOS (not added), <|return|> EOS
+            w.add_bos_token_id(first_special)
+            w.add_eos_token_id(first_special + 2)
+            w.add_pad_token_id(first_special + 1)
+            w.add_add_bos_token(False)
+        elif kind in ("bpe-qwen2", "bpe-qwen35"):  # Qwen: <|endoftext|> is both, and no BOS is added
             w.add_bos_token_id(first_special)
             w.add_eos_token_id(first_special)
             w.add_add_bos_token(False)
@@ -638,7 +680,8 @@ def build(name, spec, path, seed):
     w.add_name(name)
     w.add_context_length(spec["ctx"])
     w.add_embedding_length(E)
-    w.add_block_count(N_LAYER)
+    n_block = spec.get("n_block", N_LAYER)
+    w.add_block_count(n_block)
     w.add_feed_forward_length(n_ff)
     if moe:
         w.add_expert_count(moe["n_expert"])
@@ -695,7 +738,7 @@ def build(name, spec, path, seed):
         long_f, short_f = longrope_factors(D // 2)
         w.add_tensor("rope_factors_long.weight", long_f)
         w.add_tensor("rope_factors_short.weight", short_f)
-    for il in range(N_LAYER):
+    for il in range(n_block):
         b = "blk.%d." % il
         norm(b + "attn_norm.weight", E)
         if spec.get("fused"):

@@ -209,6 +209,14 @@ void load_common(const GgufFile& f, Vocab& v) {
     v.eog.insert(id);
     v.control[size_t(id)] = true;
   }
+  // gpt-oss's harmony markers are always user-defined (matched in text, rendered as text),
+  // whatever their type in the file.
+  for (const char* name : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"}) {
+    const int32_t id = v.find(name);
+    if (id < 0) continue;
+    v.type[size_t(id)] = kUserDefined;
+    v.control[size_t(id)] = false;
+  }
   // Gemma 4 and PLaMo 2 have an ordinary "</s>".
   if (v.find("<|tool_response>") >= 0 || v.find("<|plamo:eos|>") >= 0) {
     const int32_t s = v.find("</s>");
@@ -219,6 +227,23 @@ void load_common(const GgufFile& f, Vocab& v) {
   }
   for (int32_t id : {v.eos, eot, eom}) {
     if (id >= 0) v.eog.insert(id);
+  }
+  // o200k_harmony (gpt-oss) and Solar Open end a message with <|end|> and a turn with <|return|>
+  // or <|call|> (<|flush|> or <|calls|>): llama.cpp drops <|end|> from the end-of-generation
+  // set, and makes it user-defined, when the set also holds <|return|> and <|call|> (or
+  // <|calls|>), or <|call|> (or <|calls|>) and <|flush|>.
+  {
+    auto in_eog = [&](const char* name) {
+      const int32_t id = v.find(name);
+      return id >= 0 && v.eog.count(id) != 0;
+    };
+    const int32_t end = v.find("<|end|>");
+    const bool call = in_eog("<|call|>") || in_eog("<|calls|>");
+    if (end >= 0 && v.eog.count(end) != 0 && call && (in_eog("<|return|>") || in_eog("<|flush|>"))) {
+      v.eog.erase(end);
+      v.type[size_t(end)] = kUserDefined;
+      v.control[size_t(end)] = false;
+    }
   }
 
   for (uint32_t i = 0; i < n; ++i) {

@@ -23,6 +23,8 @@ bool pre_tokenizer_from_name(std::string_view pre, PreTokenizer* out, bool* igno
       {"llama-bpe", PreTokenizer::llama3, true}, {"falcon3", PreTokenizer::llama3, true},
       {"qwen2", PreTokenizer::qwen2, false},     {"stablelm2", PreTokenizer::qwen2, false},
       {"deepseek-r1-qwen", PreTokenizer::qwen2, false}, {"qwen35", PreTokenizer::qwen35, false},
+      {"gpt-4o", PreTokenizer::gpt4o, false},    {"llama4", PreTokenizer::gpt4o, false},
+      {"kanana2", PreTokenizer::gpt4o, false},   {"talkie", PreTokenizer::gpt4o, false},
   };
   for (const auto& e : kNames) {
     if (pre == e.name) {
@@ -147,6 +149,73 @@ void split_llama3(const Segment& s, size_t max_digits, std::vector<size_t>& lens
   }
 }
 
+// GPT-4o's expression with llama.cpp's classes (see PreTokenizer::gpt4o): "upper" is an ASCII
+// capital or any non-ASCII letter, "lower" an ASCII small letter or any non-ASCII letter.
+// std::regex tries the alternatives in order and backtracks greedy runs one character at a
+// time; the cuts below are where that search first succeeds.
+void split_gpt4o(const Segment& s, std::vector<size_t>& lens) {
+  auto ascii_upper = [&](size_t q) { return s.at(q) >= 'A' && s.at(q) <= 'Z'; };
+  auto upper = [&](size_t q) { return s.letter(q) && !(s.at(q) >= 'a' && s.at(q) <= 'z'); };
+  auto lower = [&](size_t q) { return s.letter(q) && !ascii_upper(q); };
+  size_t p = s.b;
+  auto emit = [&](size_t q) {
+    lens.push_back(q - p);
+    p = q;
+  };
+  while (p < s.e) {
+    // [^\r\n\p{L}\p{N}]? before the letters: any character that is in the segment and
+    // neither a newline, a letter nor a number (white space included).
+    const bool lead = s.in(p) && !s.newline(p) && !s.letter(p) && !s.number(p);
+    const size_t q = lead ? p + 1 : p;
+    if (s.letter(q)) {
+      size_t r = q;  // upper* / upper+
+      while (upper(r)) ++r;
+      size_t end;
+      if (lower(r)) {
+        // upper* then lower+ from r (an ASCII small letter: non-ASCII ones are in the run)
+        end = r;
+        while (lower(end)) ++end;
+      } else {
+        // The run is followed by no letter. The first alternative gives back characters until
+        // one that is also "lower" ends the word: the last non-ASCII letter of the run. With
+        // none (ASCII capitals only) the second alternative takes the whole run.
+        end = r;
+        for (size_t k = r; k > q; --k) {
+          if (!ascii_upper(k - 1)) {
+            end = k;
+            break;
+          }
+        }
+      }
+      emit(end + contraction(s, end, true));
+      continue;
+    }
+    // \p{N}{1,3}
+    if (s.number(p)) {
+      size_t e = p;
+      while (s.number(e) && e - p < 3) ++e;
+      emit(e);
+      continue;
+    }
+    //  ?[^\s\p{L}\p{N}]+[\r\n/]*
+    const size_t r = s.at(p) == ' ' && s.other(p + 1) ? p + 1 : p;
+    if (s.other(r)) {
+      size_t e = r;
+      while (s.other(e)) ++e;
+      while (s.newline(e) || s.at(e) == '/') ++e;
+      emit(e);
+      continue;
+    }
+    // \s*[\r\n]+ up to the last newline of the white-space run, else \s+(?!\S) or \s+
+    size_t n = 0, after_newline = 0;
+    while (s.space(p + n)) {
+      if (s.newline(p + n)) after_newline = p + n + 1;
+      ++n;
+    }
+    emit(after_newline > 0 ? after_newline : p + white_space_word(s, p, n));
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> pre_tokenize(PreTokenizer kind, std::string_view text) {
@@ -187,6 +256,7 @@ std::vector<std::string> pre_tokenize(PreTokenizer kind, std::string_view text) 
       case PreTokenizer::llama3: split_llama3(s, 3, lens); break;
       case PreTokenizer::qwen2:
       case PreTokenizer::qwen35: split_llama3(s, 1, lens); break;
+      case PreTokenizer::gpt4o: split_gpt4o(s, lens); break;
     }
     b += n;
   }

@@ -26,6 +26,15 @@ enum class PreTokenizer {
   //   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|
   //    ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
   qwen35,
+  // GPT-4o (o200k, gpt-oss's o200k_harmony, Llama 4): letters cut at case changes,
+  //   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+  //   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|
+  //   \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  // as llama.cpp runs it: no custom splitter, std::regex over a copy of the text with each
+  // non-ASCII code point replaced by one byte for its class, where "upper" is
+  // (?=\p{L})[^a-z] and "lower" (?=\p{L})[^A-Z]. So a non-ASCII letter is both upper and
+  // lower, combining marks are punctuation (no \p{M}), and the contraction is ASCII-only.
+  gpt4o,
 };
 
 // The pre-tokenizer llama.cpp uses for a tokenizer.ggml.pre value; false when unsupported.

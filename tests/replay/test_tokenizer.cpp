@@ -4,6 +4,8 @@
 //    BPE merge order by rank and the pre-tokenizer's cuts.
 //  - The qwen2 and qwen35 pre-tokenizers on text with combining marks: their words against
 //    the patterns' (PyPI regex), and a vocabulary whose merges join marks against llama.cpp's ids.
+//  - GPT-4o's pre-tokenizer (gpt-oss) on words worked out by hand, and the o200k_harmony rule that
+//    takes <|end|> out of the end-of-generation set.
 //  - One reject per vocabulary defect, each a FileError naming the file.
 //  - The real models when present (Gemma 3 270M, SmolLM2 135M): ids equal to llama.cpp's for
 //    the strings in tests/golden/tokenizer/*.txt (produced by llama.cpp, see the README there),
@@ -390,6 +392,61 @@ TEST(TokenizerBpe, BosOnlyWhenTheModelAsksForIt) {
   EXPECT_TRUE(plain->is_eog(0));
 }
 
+// GPT-4o's expression as llama.cpp runs it (PreTokenizer::gpt4o): letters cut where a capital
+// follows small letters, a non-ASCII letter counted both capital and small, contractions kept
+// with the word, digits in runs of 1-3, slashes and newlines after punctuation, marks as
+// punctuation. Words worked out by hand from the expression; the ids of the same strings under
+// gptoss-tok's vocabulary agree with llama.cpp's (arch-gptoss-tok.txt, compare-tokenizer.py).
+TEST(TokenizerPreTokenize, Gpt4oCutsAtCaseChanges) {
+  using sjkv::replay::PreTokenizer;
+  using sjkv::replay::pre_tokenize;
+  using Words = std::vector<std::string>;
+  EXPECT_EQ(pre_tokenize(PreTokenizer::gpt4o, "HTTPServer getHTTPResponse iPhone"),
+            (Words{"HTTPServer", " get", "HTTPResponse", " i", "Phone"}));
+  // "É" is capital and small: the first alternative ends the word at the last non-ASCII letter
+  // of a run of capitals followed by no small letter.
+  EXPECT_EQ(pre_tokenize(PreTokenizer::gpt4o, "\xC3\x89" "COLE caf\xC3\xA9" "COLE ABC\xC3\x89"),
+            (Words{"\xC3\x89", "COLE", " caf\xC3\xA9", "COLE", " ABC\xC3\x89"}));
+  EXPECT_EQ(pre_tokenize(PreTokenizer::gpt4o, "DON'T we'RE it's'll 'S"),
+            (Words{"DON'T", " we'RE", " it's", "'ll", " '", "S"}));
+  EXPECT_EQ(pre_tokenize(PreTokenizer::gpt4o, "12345 x//y!!\n/z"),
+            (Words{"123", "45", " x", "//", "y", "!!\n/", "z"}));
+  EXPECT_EQ(pre_tokenize(PreTokenizer::gpt4o, "e\xCC\x81x  \n\n a\tb"),
+            (Words{"e", "\xCC\x81x", "  \n\n", " a", "\tb"}));
+}
+
+// o200k_harmony's end-of-generation rule: with <|return|> and <|call|> also EOG, llama.cpp
+// takes <|end|> out of the set and makes it user-defined (matched in text, rendered as text);
+// without <|call|> it stays an EOG control token. <|start|> <|message|> <|channel|> are always
+// user-defined.
+TEST(TokenizerBpe, HarmonyEndIsNotEndOfGeneration) {
+  auto vocab = [](bool with_call) {
+    std::vector<std::string> tokens = {"<|endoftext|>", "a", "b", "<|end|>", "<|return|>", "<|start|>", "<|message|>"};
+    if (with_call) tokens.push_back("<|call|>");
+    std::vector<int32_t> types(tokens.size(), 3);
+    types[1] = types[2] = 1;
+    Gguf g;
+    g.str("tokenizer.ggml.model", "gpt2").str("tokenizer.ggml.pre", "gpt-4o");
+    g.strings("tokenizer.ggml.tokens", tokens).i32s("tokenizer.ggml.token_type", types);
+    g.strings("tokenizer.ggml.merges", {"a b"});
+    g.u32("tokenizer.ggml.bos_token_id", 0).u32("tokenizer.ggml.eos_token_id", 4);
+    return Tokenizer::from_gguf(g.parse());
+  };
+  const auto harmony = vocab(true);
+  EXPECT_FALSE(harmony->is_eog(3));
+  for (int32_t id : {0, 4, 7}) EXPECT_TRUE(harmony->is_eog(id)) << id;
+  EXPECT_EQ(harmony->encode("<|start|>a<|message|>b<|end|>", false), (Ids{5, 1, 6, 2, 3}));
+  EXPECT_EQ(harmony->encode("a<|return|>", false), (Ids{1}));  // control: not matched (no byte tokens here)
+  EXPECT_EQ(harmony->encode_special("a<|return|>", false), (Ids{1, 4}));
+  EXPECT_EQ(harmony->piece(3), "<|end|>");
+  EXPECT_EQ(harmony->piece(4), "");
+  const auto no_call = vocab(false);
+  EXPECT_TRUE(no_call->is_eog(3));
+  EXPECT_EQ(no_call->piece(3), "");
+  EXPECT_EQ(no_call->encode_special("b<|end|>", false), (Ids{2, 3}));
+  EXPECT_EQ(no_call->encode("<|start|>", false), (Ids{5}));
+}
+
 // A vocabulary whose merges join combining marks to their neighbours, and llama.cpp's ids for
 // strings with marks under qwen2 and qwen35 (tests/golden/tokenizer/marks-vocab.txt, written
 // by `scripts/compare-tokenizer.py marks`). The test models' merges are ASCII-only, so a mark's
@@ -695,7 +752,7 @@ TEST_P(TokenizerTestModel, MatchesLlamaCpp) {
 }
 INSTANTIATE_TEST_SUITE_P(Arch, TokenizerTestModel,
                          ::testing::Values("qwen2", "qwen3", "qwen35", "llama3", "mistral", "gemma2",
-                                           "phi3", "gemma4-tok"));
+                                           "phi3", "gemma4-tok", "gptoss-tok"));
 
 // Gemma 4's kind (tokenizer.ggml.model "gemma4", BPE over raw UTF-8): BOS 2 always, newline
 // runs whole, spaces as U+2581 in the pieces, byte tokens for what no merge covers.
@@ -732,6 +789,44 @@ TEST(TokenizerGemma4, ChatMarkersAsLlamaCpp) {
   EXPECT_EQ(tok->encode("<|turn>", false).size(), 5u);  // without parse_special: text
   for (int32_t id = 589; id < 600; ++id) EXPECT_EQ(tok->is_eog(id), id == 590 || id == 595) << id;
   for (int32_t id = 0; id < 4; ++id) EXPECT_EQ(tok->is_eog(id), id == 1) << id;
+}
+
+// gpt-oss's tokenizer (gptoss-tok: pre-tokenizer gpt-4o, the harmony markers 791-799) on a
+// harmony conversation: llama.cpp matches <|start|> <|message|> <|channel|> <|constrain|> and
+// <|end|> as user-defined tokens even without parse_special, <|return|> and <|call|> only with
+// it; its end-of-generation set is <|endoftext|> <|return|> <|call|>, not <|end|>. Ids from
+// llama-cpp-python 0.3.36: Llama(vocab_only=True).tokenize(text, add_bos=False, special=True /
+// False) and llama_vocab_is_eog.
+TEST(TokenizerGptOss, HarmonyAsLlamaCpp) {
+  const std::string path = std::string(SJKV_TEST_MODELS_DIR) + "/gptoss-tok.gguf";
+  ASSERT_EQ(::access(path.c_str(), R_OK), 0) << "no test model at " << path << " (the arch_test_models test makes it)";
+  const auto tok = Tokenizer::from_gguf(GgufFile::open(path));
+  EXPECT_EQ(tok->bos(), 791);
+  EXPECT_EQ(tok->eos(), 793);
+  // The user's message holds what GPT-4o's expression cuts apart and Llama 3's does not.
+  const std::string chat =
+      "<|start|>system<|message|>You are ChatGPT.<|end|><|start|>user<|message|>What's 2+2? getHTTPResponse, CamelCase, "
+      "XMLHttpRequest; DON'T // 2025-12-05\n/\xC3\x89" "COLE<|end|><|start|>assistant<|channel|>analysis<|message|>SIMPLE "
+      "sum.<|end|><|start|>assistant<|channel|>final<|message|>4<|return|><|start|>assistant "
+      "to=f<|constrain|>json<|message|>{}<|call|>";
+  const Ids head = {796, 82, 88, 276, 571, 798, 56, 289, 359, 220, 34, 395, 38, 47, 51, 13, 797, 796,
+                    602, 262, 798, 54, 395, 510, 220, 17, 10, 17, 30, 481, 439, 11, 220, 776, 433, 11,
+                    220, 441, 39, 599, 49, 68, 376, 371, 26, 220, 781, 501, 14, 220, 429, 20, 12, 428,
+                    12, 749, 198, 14, 127, 231, 34, 46, 43, 36, 797, 796, 558, 795, 298, 266, 88, 82,
+                    587, 798, 50, 40, 44, 47, 43, 36, 696, 13, 797, 796, 558, 795, 69, 264, 266, 798,
+                    19};
+  Ids special = head;
+  for (int32_t id : {793, 796, 558, 286, 28, 69, 794, 73, 82, 271, 798, 90, 92, 799}) special.push_back(id);
+  Ids plain = head;
+  for (int32_t id : {300, 469, 302, 796, 558, 286, 28, 69, 794, 73, 82, 271, 798, 90, 92, 300, 66, 366, 302}) {
+    plain.push_back(id);
+  }
+  EXPECT_EQ(tok->encode_special(chat, false), special);
+  EXPECT_EQ(tok->encode(chat, false), plain);
+  for (int32_t id = 791; id < 800; ++id) EXPECT_EQ(tok->is_eog(id), id == 792 || id == 793 || id == 799) << id;
+  EXPECT_EQ(tok->piece(797), "<|end|>");
+  EXPECT_EQ(tok->piece(796), "<|start|>");
+  EXPECT_EQ(tok->piece(793), "");
 }
 
 TEST(TokenizerRealModel, SmolLM2MatchesLlamaCpp) {
