@@ -210,6 +210,15 @@ inline float signed_amax(const float* x, int n) {
   return max;
 }
 
+// The smallest and largest of x[0..n), scanned as ggml's q4_1 / q5_1 quantizers scan them.
+inline void min_max(const float* x, int n, float* mn, float* mx) {
+  *mn = *mx = x[0];
+  for (int j = 1; j < n; ++j) {
+    if (x[j] < *mn) *mn = x[j];
+    if (x[j] > *mx) *mx = x[j];
+  }
+}
+
 void q4_0_block(const float* x, uint8_t* y) {
   const float d = signed_amax(x, 32) / -8.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
@@ -222,11 +231,8 @@ void q4_0_block(const float* x, uint8_t* y) {
 }
 
 void q4_1_block(const float* x, uint8_t* y) {
-  float mn = x[0], mx = x[0];
-  for (int j = 1; j < 32; ++j) {
-    if (x[j] < mn) mn = x[j];
-    if (x[j] > mx) mx = x[j];
-  }
+  float mn, mx;
+  min_max(x, 32, &mn, &mx);
   const float d = (mx - mn) / 15.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   store_u16(y, f32_to_f16(d));
@@ -254,11 +260,8 @@ void q5_0_block(const float* x, uint8_t* y) {
 }
 
 void q5_1_block(const float* x, uint8_t* y) {
-  float mn = x[0], mx = x[0];
-  for (int j = 1; j < 32; ++j) {
-    if (x[j] < mn) mn = x[j];
-    if (x[j] > mx) mx = x[j];
-  }
+  float mn, mx;
+  min_max(x, 32, &mn, &mx);
   const float d = (mx - mn) / 31.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   store_u16(y, f32_to_f16(d));
