@@ -523,16 +523,7 @@ def main():
         fname = os.path.basename(final)
         digests[fname] = mtm.sha256(final)
         print("%s  %s (%d bytes, %s)" % (digests[fname], final, os.path.getsize(final), TYPES[n][0]))
-    if a.write_hashes:
-        with open(a.write_hashes, "w", encoding="utf-8") as f:
-            for fname, d in digests.items():
-                f.write("%s  %s\n" % (d, fname))
-    if expected is not None:
-        for fname, d in digests.items():
-            if expected.get(fname) != d:
-                fail("%s: SHA-256 %s differs from %s in %s (is gguf 0.19.0 installed?)"
-                     % (fname, d, expected.get(fname, "(none)"), a.check), 1)
-        print("all %d files match %s" % (len(digests), a.check))
+    mtm.hash_list(digests, a.write_hashes, expected, a.check)
     if a.fixtures:
         make_fixtures(names, a.out, a.fixtures, a.threads)
     return 0

@@ -1124,16 +1124,22 @@ def main():
                 os.unlink(tmp)
         digests[n + ".gguf"] = sha256(final)
         print("%s  %s (%d bytes)" % (digests[n + ".gguf"], final, os.path.getsize(final)))
-    if a.write_hashes:
-        with open(a.write_hashes, "w", encoding="utf-8") as f:
+    hash_list(digests, a.write_hashes, expected, a.check)
+
+
+def hash_list(digests, write_path, expected, check_path):
+    """Writes the files' SHA-256 list to write_path (when given) and checks them against
+    `expected` (the list read from check_path, or None)."""
+    if write_path:
+        with open(write_path, "w", encoding="utf-8") as f:
             for fname, d in digests.items():
                 f.write("%s  %s\n" % (d, fname))
     if expected is not None:
         for fname, d in digests.items():
             if expected.get(fname) != d:
                 fail("%s: SHA-256 %s differs from %s in %s (is gguf 0.19.0 installed?)"
-                     % (fname, d, expected.get(fname, "(none)"), a.check), 1)
-        print("all %d files match %s" % (len(digests), a.check))
+                     % (fname, d, expected.get(fname, "(none)"), check_path), 1)
+        print("all %d files match %s" % (len(digests), check_path))
 
 
 if __name__ == "__main__":
