@@ -34,6 +34,7 @@ TEXT below).
   gemma4moe gemma4 256     4/1 x 512, 4/2 x 128 SPM, 520            32768    1e6, sliding 1e4
   gemma4-tok gemma4 256    4/1 x 512, 4/2 x 128 gemma4 BPE, 600     32768    1e6, sliding 1e4
   gptoss-tok llama 256     4/2 x 128          BPE, pre gpt-4o, 800  32768    1.5e5
+  gpt-oss  gpt-oss 256     8/2 x 64           BPE, pre gpt-4o, 800  32768    1.5e5
 
   qwen2    q/k/v biases; tied output (no output.weight); no BOS added
   qwen3    attn_q_norm/attn_k_norm [128]; attn_q [256, 512]; untied
@@ -96,6 +97,15 @@ TEXT below).
   gemma4-tok 2 layers (sliding, full) of gemma4's shapes, for the tokenizer kind "gemma4" (BPE over
            raw UTF-8 with spaces as U+2581, merges learned on whole lines; <pad> <eos> <bos> <unk>,
            newline runs of 1-3, 256 byte tokens <0xXX>, its chat markers): tests/golden/tokenizer/arch-gemma4-tok.txt
+  gpt-oss  the published gpt-oss layers at small size: q/k/v and attn_output with biases; attn_sinks
+           [8] (one learned logit per query head, mean SINK_MEAN); post_attention_norm before the
+           FFN (no ffn_norm); sliding_window 128, no pattern key (llama.cpp's pattern 2: layers 0
+           and 2 slide); YaRN as its converter writes it (type, factor 32, original context 256,
+           yarn_beta_fast 32, yarn_beta_slow 1), q and k divided by 1 + 0.1 ln 32; every FFN 8
+           experts of 128, top 4: ffn_gate_inp [256, 8] with its bias, ffn_gate/up/down_exps with
+           biases [128, 8] / [256, 8], gate and up of std EXPERT_GLU_STD so the clamp at 7 of
+           swiglu_oai bites; feed_forward_length 128 (the converter writes the experts' width);
+           gpt-oss's vocabulary (gptoss-tok's); untied
   gptoss-tok 2 llama layers, for gpt-oss's tokenizer (pre-tokenizer gpt-4o: merges learned on TEXT and GPTOSS_TEXT
            cut by GPT4O_SPLIT and by COARSE_SPLIT, so that some cross GPT-4o's cuts; the harmony markers as
            control tokens, <|startoftext|> bos not added, <|return|> eos): tests/golden/tokenizer/arch-gptoss-tok.txt
@@ -179,6 +189,10 @@ MODELS = {
     # gpt-oss's tokenizer (pre-tokenizer gpt-4o, harmony markers) on 2 llama layers (its tokenizer golden)
     "gptoss-tok": dict(arch="llama", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="bpe-gptoss", n_vocab=800,
                        ctx=32768, rope_base=1.5e5, head_keys=True, n_block=2),
+    # gpt-oss (build(): the gptoss flag adds sinks, biases, post_attention_norm and its experts)
+    "gpt-oss": dict(arch="gpt-oss", n_embd=256, n_head=8, n_head_kv=2, head=64, vocab="bpe-gptoss", n_vocab=800,
+                    ctx=32768, rope_base=1.5e5, head_keys=True, qkv_bias=True, swa=128, n_ff=128, gptoss=True,
+                    yarn=dict(factor=32.0, orig_ctx=256, betas=True), moe=dict(n_expert=8, n_used=4, n_ff_exp=128)),
     "gemma4moe": dict(arch="gemma4", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="spm-gemma", n_vocab=520,
                       ctx=32768, rope_base=1e6, tied=True, gemma4="moe"),
     # Written only when named (--only): the published shape of Qwen 3.5 0.8B (docs/design/qwen35.md
@@ -258,6 +272,11 @@ SSM_A_RANGE = (0.05, 1.2)  # ssm_a = -(uniform in this range): decays exp(softpl
 SSM_OUT_STD = 1.5     # ssm_out (its input, the gated norm's output, has rms ~0.5)
 ROUTER_STD = 2.0      # ffn_gate_inp: router logits of std ~2, so the top-2 changes from token to token
 SHEXP_GATE_STD = 1.5  # ffn_gate_inp_shexp: sigmoid(.) of the shared expert
+# gpt-oss: sink logits of mean SINK_MEAN (a query's log-sum-exp over 64 to 4096 keys of score std
+# 2.5 is about 7 to 11, so a sink takes a share that matters), gate and up pre-activations of std
+# EXPERT_GLU_STD (a few per cent beyond swiglu_oai's clamp at 7), router and expert biases of BIAS_STD.
+SINK_MEAN, SINK_STD = 8.0, 2.0
+EXPERT_GLU_STD = 3.0
 
 
 # ---- deterministic numbers ------------------------------------------------------------------
@@ -712,11 +731,15 @@ def build(name, spec, path, seed):
         attn_factor = math.sqrt(1 + math.log(scale) / math.log(spec["orig_ctx"]))
         w.add_rope_scaling_attn_factors(attn_factor)
     if spec.get("yarn"):
-        # as the converter writes YaRN (conversion/base.py): type, factor, original context; no
-        # yarn_* keys. rope multiplies q and k by 1 + 0.1 ln(factor).
+        # as the converter writes YaRN (conversion/base.py): type, factor, original context; the
+        # yarn_beta_* keys only where the HF config names them (gpt-oss's). rope multiplies q and k
+        # by 1 + 0.1 ln(factor).
         w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         w.add_rope_scaling_factor(spec["yarn"]["factor"])
         w.add_rope_scaling_orig_ctx_len(spec["yarn"]["orig_ctx"])
+        if spec["yarn"].get("betas"):
+            w.add_rope_scaling_yarn_beta_fast(32.0)
+            w.add_rope_scaling_yarn_beta_slow(1.0)
         attn_factor = 1 + 0.1 * math.log(spec["yarn"]["factor"])
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     n_vocab = add_vocab(w, spec)
@@ -758,10 +781,26 @@ def build(name, spec, path, seed):
             norm(b + "attn_q_norm.weight", D, QK_NORM_MEAN)
             norm(b + "attn_k_norm.weight", D, QK_NORM_MEAN)
         t(b + "attn_output.weight", (E, H * D), 1 / math.sqrt(H * D))
-        if spec.get("post_norms"):
+        gptoss = spec.get("gptoss")
+        if gptoss:
+            t(b + "attn_output.bias", (E,), BIAS_STD)
+            t(b + "attn_sinks.weight", (H,), SINK_STD, SINK_MEAN)
+            norm(b + "post_attention_norm.weight", E)  # gpt-oss: the FFN's input norm
+        elif spec.get("post_norms"):
             norm(b + "post_attention_norm.weight", E)
-        norm(b + "ffn_norm.weight", E)
-        if moe:
+        if not gptoss:
+            norm(b + "ffn_norm.weight", E)
+        if moe and gptoss:
+            X, F = moe["n_expert"], moe["n_ff_exp"]
+            t(b + "ffn_gate_inp.weight", (X, E), ROUTER_STD * unit_in)
+            t(b + "ffn_gate_inp.bias", (X,), BIAS_STD)
+            t(b + "ffn_gate_exps.weight", (X, F, E), EXPERT_GLU_STD * unit_in)
+            t(b + "ffn_gate_exps.bias", (X, F), BIAS_STD)
+            t(b + "ffn_up_exps.weight", (X, F, E), EXPERT_GLU_STD * unit_in)
+            t(b + "ffn_up_exps.bias", (X, F), BIAS_STD)
+            t(b + "ffn_down_exps.weight", (X, E, F), 1 / (EXPERT_GLU_STD * math.sqrt(F)))
+            t(b + "ffn_down_exps.bias", (X, E), BIAS_STD)
+        elif moe:
             X, F = moe["n_expert"], moe.get("n_ff_exp", n_ff)
             if "tie_group" in moe:
                 r = moe["tie_group"]

@@ -10,6 +10,8 @@
 // (its scores are gemm's fixed order, its softmax and its weight x V see only its own rows).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -67,6 +69,15 @@ inline void tile_block_update_portable(const TileBlock& b, const float* kt, cons
                                        float* scratch) {
   tile_block_update_portable(b, TileRows::f32(kt, vt, D), D, scale, scratch);
 }
+// A learned sink logit joining a finished online softmax (m its maximum score, s its sum of
+// e^(score - m)): the factor for the accumulated weight x V, 1 / (s + e^(sink - m)) taken at the
+// larger of m and the sink, as ggml's soft_max with sinks; 0 when no row was seen.
+inline float sink_normaliser(float m, float s, float sink) {
+  const float top = std::max(m, sink);
+  const float c = std::exp(m - top);  // 1 unless the sink is the larger
+  return c / (s * c + std::exp(sink - top));
+}
+
 // Whether tile_block_update runs the AVX2 build on this machine.
 bool tile_block_uses_avx2();
 

@@ -189,7 +189,8 @@ void fused_attend(const LayerShape& s, const RowSource& src, uint32_t pos0, uint
     for (uint32_t qi = 0; qi < nq; ++qi) {
       const uint32_t i = qi / gq, head = h * gq + qi % gq;
       float* o = out + (static_cast<size_t>(i) * H + head) * D;
-      const float inv = sum[qi] > 0.0f ? 1.0f / sum[qi] : 0.0f;
+      const float inv = s.sink_logits.empty() ? (sum[qi] > 0.0f ? 1.0f / sum[qi] : 0.0f)
+                                              : detail::sink_normaliser(mx[qi], sum[qi], s.sink_logits[head]);
       for (uint32_t d = 0; d < D; ++d) o[d] = acc[static_cast<size_t>(qi) * D + d] * inv;
       src.unrotate_output(o);
     }
@@ -633,8 +634,14 @@ class SjArm final : public KvArm {
   }
   void check_layers(const std::vector<LayerShape>& layers) const override {
     std::vector<uint32_t> full;
-    for (const LayerShape& s : layers)
+    for (const LayerShape& s : layers) {
       if (s.full_attention) full.push_back(s.layer);
+      // A key shift moves every score of a query by q.mean, which the softmax over the stored
+      // rows does not see but a learned sink logit beside them does.
+      if (opt_.kmean && s.full_attention && !s.sink_logits.empty())
+        throw std::invalid_argument("kmean=sink: layer " + std::to_string(s.layer) +
+                                    " has learned attention sinks, whose weight a shift of the keys would change");
+    }
     std::string list;
     for (uint32_t l : full) list += (list.empty() ? "" : ", ") + std::to_string(l);
     for (const auto* ids : {&opt_.layers, &opt_.wide})

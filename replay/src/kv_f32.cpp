@@ -79,7 +79,10 @@ class F32Layer final : public LayerKv {
         sc[j - lo] = s;
         mx = std::max(mx, s);
       }
-      double den = 0.0;
+      // A learned sink joins the softmax with no value row (llama.cpp's soft_max with sinks).
+      const bool sink = !s_.sink_logits.empty();
+      if (sink) mx = std::max(mx, s_.sink_logits[h]);
+      double den = sink ? std::exp(static_cast<double>(s_.sink_logits[h]) - mx) : 0.0;
       for (auto& s : sc) {
         s = std::exp(s - mx);
         den += s;

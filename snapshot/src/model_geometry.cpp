@@ -230,7 +230,7 @@ class GeometryReader {
     } else if (g.sliding_window > 0) {
       uint32_t p = 0;
       if (arch_ == "gemma3") p = 6;
-      else if (arch_ == "gemma2") p = 2;
+      else if (arch_ == "gemma2" || arch_ == "gpt-oss") p = 2;
       else if (arch_ == "cohere2") p = 4;
       if (p) {
         for (uint32_t i = 0; i < n; ++i) swa[i] = i % p < p - 1;
@@ -367,7 +367,7 @@ constexpr SupportedArch kSupported[] = {
     {"phi3", true, false},       {"qwen2", true, false},     {"qwen3", true, false},
     {"qwen3moe", true, false},   {"cohere2", false, false},  {"qwen35", true, true},
     {"qwen35moe", true, true},
-    {"qwen3next", false, true},  {"gemma4", true, false},
+    {"qwen3next", false, true},  {"gemma4", true, false},   {"gpt-oss", true, false},
 };
 
 }  // namespace

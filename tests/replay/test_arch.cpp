@@ -95,7 +95,7 @@ TEST_P(Arch, LogitsAgreeWithLlamaCpp) {
 INSTANTIATE_TEST_SUITE_P(LlamaCpp, Arch,
                          ::testing::Values("qwen2", "qwen3", "qwen2-yarn", "qwen3-yarn", "llama3", "mistral", "gemma2", "phi3", "phi3-short",
                                            "qwen3moe", "qwen3moe-ties", "mixtral", "qwen35", "qwen35moe", "gemma4",
-                                           "gemma4-e", "gemma4moe"),
+                                           "gemma4-e", "gemma4moe", "gpt-oss"),
                          [](const ::testing::TestParamInfo<const char*>& i) {
                            std::string s = i.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -115,7 +115,7 @@ TEST_P(Experts, WeightsStayInTheFilesBlocks) {
   EXPECT_EQ(m->info().weight_bytes, file_bytes) << name;
 }
 
-INSTANTIATE_TEST_SUITE_P(LlamaCpp, Experts, ::testing::Values("qwen3moe", "mixtral"));
+INSTANTIATE_TEST_SUITE_P(LlamaCpp, Experts, ::testing::Values("qwen3moe", "mixtral", "gpt-oss"));
 
 // The hybrids' recurrent state, carried across ubatches: any ubatch split, thread count and
 // state format gives the bits of one token at a time; a state reset between two ubatches

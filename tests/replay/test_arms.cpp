@@ -106,7 +106,8 @@ LayerShape shape(uint32_t D, uint32_t H, uint32_t Hkv, uint32_t n_ctx, uint32_t 
   return s;
 }
 
-// Plain attention in double over the arm's decoded rows (model basis), causal, windowed.
+// Plain attention in double over the arm's decoded rows (model basis), causal, windowed, with
+// the shape's learned sink logits in the softmax.
 void naive_attend(const InspectableKv& kv, const LayerShape& s, uint32_t pos0, uint32_t n, const float* q, float scale,
                   std::vector<double>& out) {
   const uint32_t D = s.head_dim, H = s.n_head, gq = H / s.n_head_kv;
@@ -129,7 +130,9 @@ void naive_attend(const InspectableKv& kv, const LayerShape& s, uint32_t pos0, u
           lg[p - lo] = dot * scale;
           m = std::max(m, lg[p - lo]);
         }
-        double S = 0.0;
+        const bool sink = !s.sink_logits.empty();
+        if (sink) m = std::max(m, static_cast<double>(s.sink_logits[head]));
+        double S = sink ? std::exp(s.sink_logits[head] - m) : 0.0;
         double* o = &out[(static_cast<size_t>(i) * H + head) * D];
         for (uint32_t p = lo; p <= qpos; ++p) {
           const double w = std::exp(lg[p - lo] - m);
@@ -159,9 +162,10 @@ struct RunResult {
 };
 
 RunResult run_arm(const std::string& spec, const Data& d, uint32_t N, uint32_t ub, const std::vector<uint32_t>& check,
-                  uint32_t window = 0) {
+                  uint32_t window = 0, const std::vector<float>& sinks = {}) {
   RunResult r;
-  const LayerShape s = shape(d.D, d.H, d.Hkv, N, window);
+  LayerShape s = shape(d.D, d.H, d.Hkv, N, window);
+  s.sink_logits = sinks;
   auto arm = make_arm(spec);
   r.layer = arm->make_layer(s);
   InspectableKv* kv = inspect(r.layer);
@@ -180,8 +184,8 @@ RunResult run_arm(const std::string& spec, const Data& d, uint32_t N, uint32_t u
     naive_attend(*kv, s, pos0, n, q, scale, ref);
     for (size_t i = 0; i < out.size(); ++i) r.max_err = std::max(r.max_err, std::fabs(out[i] - ref[i]));
     ++r.checks;
-    if (const SequenceCache* c = kv->codec_cache()) {
-      // attention_ref works in the rotated basis: rotate q, rotate its output back.
+    if (const SequenceCache* c = sinks.empty() ? kv->codec_cache() : nullptr) {
+      // attention_ref (which has no learned sinks) works in the rotated basis: rotate q, rotate its output back.
       const CacheView view = c->view(0);
       const uint32_t rot = kv->k_rotation(), gq = d.H / d.Hkv;
       std::vector<float> qr(d.D), o(d.D), kb(d.D), vb(d.D);
@@ -736,6 +740,62 @@ TEST(ArmAttention, FusedMatchesReferenceForEveryArm) {
       }
     }
   }
+}
+
+// Learned sink logits (gpt-oss) in every arm's fused attention, against the naive reference
+// over the arm's decoded rows, full and sliding; the sinks change the answer (one head's sink
+// far below every score must not, the others' above them must take most of the weight).
+TEST(ArmAttention, LearnedSinksInEveryArm) {
+  const uint32_t N = 704, ub = 64, H = 4;
+  const Data d = make_data(N, 128, H, 2, 17);
+  const std::vector<float> sinks{-200.0f, 6.0f, 4.0f, 40.0f};
+  for (std::string spec : arm_examples()) {
+    if (spec.rfind("sj:", 0) == 0 && spec.find("tail=") == std::string::npos) spec += ":tail=128";
+    if (spec.find("kmean=") != std::string::npos) continue;  // refused beside sinks (ArmSinks below)
+    SCOPED_TRACE(spec);
+    for (uint32_t window : {0u, 128u}) {
+      const RunResult r = run_arm(spec, d, N, ub, {0, 10}, window, sinks);
+      EXPECT_EQ(r.checks, 2u);
+      EXPECT_LE(r.max_err, 2e-5 * r.vmax + 1e-6) << "vmax " << r.vmax << ", window " << window;
+      // Against the same arm without sinks: head 0 the same, head 3 (sink 40) near zero.
+      auto plain = make_arm(spec)->make_layer(shape(d.D, d.H, d.Hkv, N, window));
+      std::vector<float> a(static_cast<size_t>(ub) * H * d.D), b(a.size());
+      for (uint32_t p0 = 0; p0 < N; p0 += ub) {
+        plain->begin_ubatch(p0, ub);
+        plain->store(p0, ub, &d.k[static_cast<size_t>(p0) * d.Hkv * d.D], &d.v[static_cast<size_t>(p0) * d.Hkv * d.D]);
+      }
+      const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+      const uint32_t p0 = N - ub;
+      r.layer->attend(p0, ub, &d.q[static_cast<size_t>(p0) * H * d.D], scale, a.data());
+      plain->attend(p0, ub, &d.q[static_cast<size_t>(p0) * H * d.D], scale, b.data());
+      double diff1 = 0, big3 = 0, plain3 = 0;
+      for (uint32_t i = 0; i < ub; ++i)
+        for (uint32_t x = 0; x < d.D; ++x) {
+          const size_t o0 = (static_cast<size_t>(i) * H) * d.D + x;
+          EXPECT_EQ(a[o0], b[o0]) << "head 0, sink -200";
+          diff1 = std::max(diff1, static_cast<double>(std::fabs(a[o0 + d.D] - b[o0 + d.D])));
+          big3 = std::max(big3, static_cast<double>(std::fabs(a[o0 + 3 * d.D])));
+          plain3 = std::max(plain3, static_cast<double>(std::fabs(b[o0 + 3 * d.D])));
+        }
+      EXPECT_GT(diff1, 1e-3);
+      EXPECT_LT(big3, 1e-6 * plain3);
+    }
+  }
+}
+
+// kmean=sink shifts the keys, which moves every score of a query by q.mean: invisible to a
+// softmax over the stored rows, not to a learned sink beside them. Refused by name.
+TEST(ArmSinks, KMeanIsRefusedBesideLearnedSinks) {
+  std::vector<LayerShape> layers{shape(64, 4, 2, 256)};
+  layers[0].sink_logits = {1.0f, 2.0f, 3.0f, 4.0f};
+  try {
+    make_arm("sj:4/4:kmean=sink")->check_layers(layers);
+    FAIL() << "kmean=sink accepted beside sinks";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("learned attention sinks"), std::string::npos) << e.what();
+  }
+  layers[0].sink_logits.clear();
+  EXPECT_NO_THROW(make_arm("sj:4/4:kmean=sink")->check_layers(layers));
 }
 
 // The rows attend reads for the codec arms are the codec's own (resolve_row), bit for bit,

@@ -233,11 +233,13 @@ void expect_defect(const Synth& s, const std::string& name, const std::string& n
 // ---- the exact f32 cache ---------------------------------------------------------------------
 
 TEST(KvF32, CausalSlidingGqaAttentionMatchesDirectSoftmax) {
+  for (const bool sinks : {false, true}) {
   LayerShape s;
   s.n_head = 4;
   s.n_head_kv = 2;
   s.head_dim = 8;
   s.window = 3;
+  if (sinks) s.sink_logits = {-1.0f, 0.0f, 0.7f, 3.0f};  // gpt-oss: a logit per query head, no value
   auto kv = make_f32_layer(s);
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -261,14 +263,15 @@ TEST(KvF32, CausalSlidingGqaAttentionMatchesDirectSoftmax) {
         for (uint32_t c = 0; c < D; ++c) d += double(q[(p * H + h) * D + c]) * k[(j * Hkv + kh) * D + c];
         w.push_back(std::exp(0.5 * d));
       }
-      const double sum = std::accumulate(w.begin(), w.end(), 0.0);
+      const double sum = std::accumulate(w.begin(), w.end(), 0.0) + (sinks ? std::exp(s.sink_logits[h]) : 0.0);
       for (uint32_t c = 0; c < D; ++c) {
         double e = 0;
         for (uint32_t j = lo; j <= p; ++j) e += w[j - lo] * v[(j * Hkv + kh) * D + c];
-        EXPECT_NEAR(out[(p * H + h) * D + c], e / sum, 1e-5) << p << " " << h << " " << c;
+        EXPECT_NEAR(out[(p * H + h) * D + c], e / sum, 1e-5) << p << " " << h << " " << c << (sinks ? " sinks" : "");
       }
     }
   EXPECT_EQ(kv->bits().occupied, 32.0);
+  }
 }
 
 // ---- synthetic models ------------------------------------------------------------------------

@@ -49,6 +49,13 @@ float gelu_fp16(float x) {
 }
 float silu(float x) { return static_cast<float>(static_cast<double>(x) / (1.0 + std::exp(-static_cast<double>(x)))); }
 float sigmoid(float x) { return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(x)))); }
+// gpt-oss's clamped SwiGLU as ggml's swiglu_oai computes it, in f32 (alpha 1.702, limit 7:
+// llama.cpp's constants for LLM_FFN_SWIGLU_OAI_MOE).
+float swiglu_oai(float gate, float up) {
+  const float x = std::min(gate, 7.0f);
+  const float y = std::min(std::max(up, -7.0f), 7.0f);
+  return x / (1.0f + std::exp(1.702f * (-x))) * (y + 1.0f);
+}
 // One row r of a value head's state, one token of the delta rule: r = decay r; then
 // r += ((v - r.k) beta) k; returns r.q. Each dot in one fixed order (eight lanes, lane j the
 // products of i = j, j + 8, ..., the lanes summed in a fixed tree, the rest in order), fused
@@ -152,6 +159,7 @@ uint64_t GraphModel::dim(Dim d, const Layer* L) const {
     case Dim::n_expert: return moe_.n_expert;
     case Dim::ff2_exp: return uint64_t(2) * moe_.ff_exp;
     case Dim::pe: return n_pe_;
+    case Dim::heads: return info_.n_head;
     case Dim::one: return 1;
   }
   return 0;
@@ -260,6 +268,7 @@ void GraphModel::load_rope(const std::string& p, const ModelGeometry& g) {
            std::to_string(d_swa));
   } else if (table_.swa_rope == SwaRope::gemma2 && hp_.rope_base_swa != 0.0f) {
     local.base = hp_.rope_base_swa;
+    if (yarn) load_yarn(p, factor, local);  // YaRN's corrections depend on the base
   }
   if (!(global.base > 1.0) || !(local.base > 1.0) || !std::isfinite(global.base) || !std::isfinite(local.base))
     fail("rope.freq_base must be finite and above 1");
@@ -514,6 +523,7 @@ void GraphModel::load() {
     s.n_head_kv = layers_[il].n_head_kv;
     s.head_dim = layers_[il].head_dim;
     s.softcap = hp_.attn_softcap;
+    s.sink_logits = layers_[il].sinks;
     info_.layers.push_back(s);
   }
   set_context(opt_.n_ctx ? opt_.n_ctx : static_cast<uint32_t>(std::min<uint64_t>(info_.n_ctx_train, UINT32_MAX)));
@@ -646,6 +656,7 @@ void GraphModel::attn_output(const Layer& L, Ubatch& u) const {
 }
 
 void GraphModel::ffn(const Layer& L, Act act, Ubatch& u) const {
+  if (act == Act::swiglu_oai) throw std::logic_error("ffn: swiglu_oai is only an experts' unit");
   const int nt = threads();
   const uint32_t F = L.n_ff;
   if (L.gate.rows) {
@@ -818,6 +829,21 @@ void GraphModel::moe_route(float* logits, uint32_t m, std::vector<uint32_t>& sel
   std::vector<uint32_t> order(NE);
   for (uint32_t t = 0; t < m; ++t) {
     float* p = logits + size_t(t) * NE;
+    if (table_.gating == MoeGating::softmax_top_k) {
+      // gpt-oss: the top K of the logits (the same argsort), then a softmax over those K (max,
+      // e^(x - max) summed in double, times the f32 reciprocal, as ggml_soft_max); no renormalising.
+      for (uint32_t e = 0; e < NE; ++e) order[e] = e;
+      std::sort(order.begin(), order.end(), [p](uint32_t x, uint32_t y) { return p[x] > p[y]; });
+      const float top = p[order[0]];
+      double sum = 0.0;
+      for (uint32_t r = 0; r < K; ++r) {
+        sel[size_t(t) * K + r] = order[r];
+        sum += wsel[size_t(t) * K + r] = std::exp(p[order[r]] - top);
+      }
+      const float inv = static_cast<float>(1.0 / sum);
+      for (uint32_t r = 0; r < K; ++r) wsel[size_t(t) * K + r] *= inv;
+      continue;
+    }
     float mx = p[0];
     for (uint32_t e = 1; e < NE; ++e) mx = std::max(mx, p[e]);
     double sum = 0.0;
@@ -854,26 +880,37 @@ void GraphModel::moe_experts(const Layer& L, Act act, const float* h, uint32_t m
     for (size_t i = 0; i < n; ++i) std::copy_n(h + (slots[i] / K) * E, E, xin.data() + i * E);
     g.resize(n * F);
     o.resize(n * E);
+    // One gated unit; gpt-oss's experts add their biases to gate and up first (ggml_add_id).
+    const float* gb = L.gate_exps_b.empty() ? nullptr : L.gate_exps_b.data() + size_t(e) * F;
+    const float* ub = L.up_exps_b.empty() ? nullptr : L.up_exps_b.data() + size_t(e) * F;
+    auto glu = [act](float gv, float uv) {
+      switch (act) {
+        case Act::gelu_fp16: return gelu_fp16(gv) * uv;
+        case Act::gelu_tanh: return gelu_tanh(gv) * uv;
+        case Act::swiglu_oai: return swiglu_oai(gv, uv);
+        case Act::silu: break;
+      }
+      return silu(gv) * uv;
+    };
     if (fused) {
       up.resize(n * 2 * F);
       matmul(L.gate_up_exps[e], xin.data(), static_cast<uint32_t>(n), up.data());
       for (size_t i = 0; i < n; ++i)
-        for (uint32_t c = 0; c < F; ++c) {
-          const float gv = up[i * 2 * F + c], uv = up[i * 2 * F + F + c];
-          g[i * F + c] = (act == Act::gelu_fp16 ? gelu_fp16(gv) : act == Act::gelu_tanh ? gelu_tanh(gv) : silu(gv)) * uv;
-        }
+        for (uint32_t c = 0; c < F; ++c) g[i * F + c] = glu(up[i * 2 * F + c], up[i * 2 * F + F + c]);
     } else {
       up.resize(n * F);
       matmul(L.gate_exps[e], xin.data(), static_cast<uint32_t>(n), g.data());
       matmul(L.up_exps[e], xin.data(), static_cast<uint32_t>(n), up.data());
-      if (act == Act::gelu_fp16)
-        for (size_t i = 0; i < n * F; ++i) g[i] = gelu_fp16(g[i]) * up[i];
-      else if (act == Act::gelu_tanh)
-        for (size_t i = 0; i < n * F; ++i) g[i] = gelu_tanh(g[i]) * up[i];
-      else
-        for (size_t i = 0; i < n * F; ++i) g[i] = silu(g[i]) * up[i];
+      for (size_t i = 0; i < n; ++i)
+        for (uint32_t c = 0; c < F; ++c) {
+          const size_t j = i * F + c;
+          g[j] = gb ? glu(g[j] + gb[c], up[j] + ub[c]) : glu(g[j], up[j]);
+        }
     }
     matmul(L.down_exps[e], g.data(), static_cast<uint32_t>(n), o.data());
+    if (!L.down_exps_b.empty())
+      for (size_t i = 0; i < n; ++i)
+        for (uint32_t c = 0; c < E; ++c) o[i * E + c] = o[i * E + c] + L.down_exps_b[size_t(e) * E + c];
     // llama.cpp: the expert's scale multiplies its product, then the routing weight.
     if (!L.exp_scale.empty())
       for (float& v : o) v = v * L.exp_scale[e];
@@ -891,15 +928,18 @@ void GraphModel::moe_experts(const Layer& L, Act act, const float* h, uint32_t m
     }
 }
 
-void GraphModel::moe_ffn(const Layer& L, Ubatch& u) const {
+void GraphModel::moe_ffn(const Layer& L, Ubatch& u, Act act) const {
   const uint32_t m = u.m, E = info_.n_embd, NE = moe_.n_expert;
   std::vector<float> logits(size_t(m) * NE);
   matmul(L.router, u.h.data(), m, logits.data());
+  if (!L.router_b.empty())  // gpt-oss
+    for (uint32_t t = 0; t < m; ++t)
+      for (uint32_t e = 0; e < NE; ++e) logits[size_t(t) * NE + e] = logits[size_t(t) * NE + e] + L.router_b[e];
   std::vector<uint32_t> sel;
   std::vector<float> wsel;
   moe_route(logits.data(), m, sel, wsel);
-  if (L.gate_sh.rows == 0) {  // routed experts only (qwen3moe, Mixtral)
-    moe_experts(L, Act::silu, u.h.data(), m, sel, wsel, u.a.data());
+  if (L.gate_sh.rows == 0) {  // routed experts only (qwen3moe, Mixtral, gpt-oss)
+    moe_experts(L, act, u.h.data(), m, sel, wsel, u.a.data());
     return;
   }
   std::vector<float> routed(size_t(m) * E);
@@ -1156,8 +1196,8 @@ std::vector<TensorSlot> join(std::initializer_list<std::vector<TensorSlot>> part
 }
 
 const std::vector<ArchEntry>& architectures() {
-  static const std::vector<ArchEntry> all{gemma2(), gemma3(), llama(), phi3(), qwen2(), qwen3(), qwen3moe(), qwen35(), qwen35moe(),
-                                          gemma4()};
+  static const std::vector<ArchEntry> all{gemma2(), gemma3(), llama(), phi3(),      qwen2(), qwen3(),
+                                          qwen3moe(), qwen35(), qwen35moe(), gemma4(), gptoss()};
   return all;
 }
 

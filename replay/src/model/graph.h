@@ -42,6 +42,9 @@ struct Layer {
   std::vector<Mat> gate_up_exps;
   std::vector<float> exp_scale, router_scale, post_ffw_norm_1, pre_ffw_norm_2, post_ffw_norm_2;
   std::vector<float> out_scale;  // Gemma 4's layer_output_scale: multiplies the residual stream, empty when absent
+  // gpt-oss: the learned sink logit of each query head [n_head], the router's bias [n_expert] and
+  // each expert's gate, up and down biases ([n_expert][ff_exp], [n_expert][ff_exp], [n_expert][n_embd]).
+  std::vector<float> sinks, router_b, gate_exps_b, up_exps_b, down_exps_b;
   bool sliding = false;
   bool recurrent = false;
   uint32_t rope = 0;  // index into the model's RoPE configurations
@@ -69,7 +72,8 @@ enum class Dim : uint8_t {
   ssm_conv, ssm_inner, ssm_heads, ssm_state, ssm_kernel,
   ff_exp, ff_shexp, n_expert,  // an expert's width, the shared expert's, the expert count
   ff2_exp,                      // 2 ff_exp (an expert's fused gate|up)
-  pe,  // Gemma 4's per-layer embedding width
+  pe,     // Gemma 4's per-layer embedding width
+  heads,  // n_head (one value per query head: gpt-oss's sinks)
   one,
 };
 
@@ -150,6 +154,10 @@ enum class RopeFactors : uint8_t { none, freqs, long_short };
 // required: qwen35moe, qwen3moe); or those whose expert_count is above 0 (llama: Mixtral;
 // gemma4: the 26B-A4B), the others dense.
 enum class Moe : uint8_t { none, required, when_counted };
+// How the router's logits weigh the experts: softmax over all experts, the top k renormalised
+// (qwen3moe, Mixtral, Gemma 4); or the top k of the logits, then a softmax over those k
+// (llama.cpp's SOFTMAX_WEIGHT: gpt-oss).
+enum class MoeGating : uint8_t { softmax, softmax_top_k };
 
 struct ArchTable {
   const char* name;
@@ -180,6 +188,7 @@ struct ArchTable {
   // rope.scaling.type "yarn" accepted (Qwen 2.5 / 3 long-context files): llama.cpp's YaRN, with
   // the angles built as ggml builds them (docs/design/yarn.md). Elsewhere a YaRN file is refused.
   bool yarn = false;
+  MoeGating gating = MoeGating::softmax;
 };
 
 // A hybrid's Gated DeltaNet shape (<arch>.ssm.*): Hk key heads and Hv value heads of S values,
@@ -256,21 +265,25 @@ class GraphModel : public Model {
   void gated_attention(uint32_t il, const Layer& L, Ubatch& u, Kv& kv) const;
   // The Gated DeltaNet from u.h into u.a (docs/design/qwen35.md section 3), the state in kv[il].
   void delta_net(uint32_t il, const Layer& L, Ubatch& u, Kv& kv) const;
-  // From u.h into u.a: the routed experts (softmax, top-k, weights renormalised) plus, when
-  // the layer has one, the shared expert times sigmoid of its gate.
-  void moe_ffn(const Layer& L, Ubatch& u) const;
   // gelu_fp16: ggml's CPU GELU, its input rounded to fp16 and looked up in an fp16 table of
   // the tanh GELU (GGML_GELU_FP16), identity from 10 and 0 from -10 down.
-  enum class Act : uint8_t { silu, gelu_tanh, gelu_fp16 };
+  // swiglu_oai: gpt-oss's clamped SwiGLU, x = min(gate, 7), y = clamp(up, -7, 7),
+  // x sigmoid(1.702 x) (y + 1), in f32 as ggml's swiglu_oai (only for experts).
+  enum class Act : uint8_t { silu, gelu_tanh, gelu_fp16, swiglu_oai };
+  // From u.h into u.a: the routed experts (router logits plus the router's bias when the layer
+  // has one; weights as table_.gating says) plus, when the layer has one, the shared expert
+  // times sigmoid of its gate. act: the routed experts' unit.
+  void moe_ffn(const Layer& L, Ubatch& u, Act act = Act::silu) const;
   // From u.h into u.a: down(act(gate h) * up h), or with the fused matrix act(first half) * second.
   void ffn(const Layer& L, Act act, Ubatch& u) const;
   // The two parts of moe_ffn that Gemma 4 shares. moe_route: router logits [m][n_expert] (in
   // place: their softmax) to each token's top n_used experts and weights (renormalised),
   // [m][n_used] in rank order; ties ordered as ggml's argsort orders them (docs/design/moe.md).
+  // Under MoeGating::softmax_top_k the top n_used of the logits, weighted by their softmax.
   void moe_route(float* logits, uint32_t m, std::vector<uint32_t>& sel, std::vector<float>& wsel) const;
   // moe_experts: the routed experts on h [m][n_embd] into out [m][n_embd]: per selected expert
-  // down(act(gate h) * up h) (gate|up fused or not), times its exp_scale when present, times its
-  // weight, summed in rank order.
+  // down(act(gate h) * up h) (gate|up fused or not; each product plus its bias when the layer has
+  // expert biases), times its exp_scale when present, times its weight, summed in rank order.
   void moe_experts(const Layer& L, Act act, const float* h, uint32_t m, const std::vector<uint32_t>& sel,
                    const std::vector<float>& wsel, float* out) const;
   void residual(Ubatch& u) const;  // x += a
@@ -357,6 +370,7 @@ const std::vector<ArchEntry>& architectures();
 ArchEntry gemma2();
 ArchEntry gemma3();
 ArchEntry gemma4();
+ArchEntry gptoss();
 ArchEntry llama();
 ArchEntry phi3();
 ArchEntry qwen2();

@@ -5,7 +5,8 @@
 //  - K/V rows are the model's (after k-norm and RoPE), f32, [n][n_head_kv][head_dim];
 //  - attend is causal (query i of the ubatch sees positions <= pos0 + i, and only the last
 //    `window` of them when the layer slides), online softmax, GQA (query head h reads KV head
-//    h / (n_head / n_head_kv)), logits soft-capped when the shape says so; compressed arms
+//    h / (n_head / n_head_kv)), logits soft-capped when the shape says so, a learned sink
+//    logit per query head in the softmax when the shape has them; compressed arms
 //    attend over what they store, fused, never materialising a decoded cache;
 //  - results depend on nothing but the inputs: the same bytes for any thread count.
 #pragma once
@@ -40,6 +41,10 @@ struct LayerShape {
   // store). -1: the layer stores its own K/V.
   int32_t kv_source = -1;
   float softcap = 0.0f;         // attention logits soft-capped to cap * tanh(s / cap) (Gemma 2), 0 = none
+  // Learned attention sinks (gpt-oss): one logit per query head that joins every query's
+  // softmax with no value row, so the weights of the stored positions sum to less than 1
+  // (llama.cpp's soft_max with sinks). Empty: none. Not the format's 16-bit sink tokens.
+  std::vector<float> sink_logits;
   uint32_t n_head = 1;
   uint32_t n_head_kv = 1;
   uint32_t head_dim = 128;
