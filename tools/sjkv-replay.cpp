@@ -83,7 +83,7 @@ struct FrontierArgs {
   uint32_t context = 0, keep = 3, replicates = 2000;
   uint64_t boot_seed = 0x5eed2026ull;
   bool quick = false;
-  std::string out, default_arm = "sj:4/4";
+  std::string out, default_arm;  // "": sj:4/4, or sj:4/4:staging=q8_0 where tq6_0 staging cannot hold the head size
 };
 
 void note(const ModelArgs& m, const std::string& line) {
@@ -532,7 +532,7 @@ int do_frontier(ModelArgs ma, const FrontierArgs& fa) {
     if (fa.budgets.empty()) throw cli::UsageError("--budgets: give at least one budget in bits per value");
     for (double b : fa.budgets)
       if (!(b > 0.0 && b <= 32.0)) throw cli::UsageError("--budgets: each budget must be in (0, 32] bits per value");
-    (void)arm_or_usage(fa.default_arm, "--default");
+    if (!fa.default_arm.empty()) (void)arm_or_usage(fa.default_arm, "--default");
     check_output_folder(fa.out);
     for (const std::string& t : fa.tune)
       for (const std::string& h : fa.heldout)
@@ -587,7 +587,34 @@ int do_frontier(ModelArgs ma, const FrontierArgs& fa) {
       if (std::find(specs.begin(), specs.end(), a) == specs.end()) specs.push_back(a);
     const TableChoice choice = table_choice(ma);
     const ModelGeometry g = geometry_of(l.model->info());
-    default_arm = arm_with_tables(fa.default_arm, choice, &g);
+    // Throws std::invalid_argument when the arm cannot run on this model's layers.
+    auto check_fit = [&](const std::string& spec) {
+      const std::unique_ptr<KvArm> arm = make_arm(spec);
+      for (LayerShape s : l.model->info().layers) {
+        s.n_ctx = longest;
+        (void)arm->make_layer(s);
+      }
+      arm->check_layers(l.model->info().layers);
+    };
+    std::string given_default = fa.default_arm;
+    if (given_default.empty()) {
+      given_default = "sj:4/4";
+      try {
+        check_fit(given_default);
+      } catch (const std::invalid_argument& e) {
+        // Head sizes that are not multiples of 128 (gpt-oss, SmolLM2: 64): the codec's scalar
+        // 4/4 with q8_0 staging, the comparable arm docs/REPLAY.md names.
+        given_default = "sj:4/4:staging=q8_0";
+        note(ma, "default arm " + given_default + " (sj:4/4 does not fit: " + e.what() + ")");
+      }
+    } else {
+      try {
+        check_fit(given_default);
+      } catch (const std::invalid_argument& e) {
+        throw cli::UsageError("--default '" + given_default + "' does not fit " + base_name(l.path) + ": " + e.what());
+      }
+    }
+    default_arm = arm_with_tables(given_default, choice, &g);
     std::string with_set;
     // One candidate per arm: specs that differ only in spelling (option order) are one arm, the
     // first spelling kept (the default arm too), so none takes two of the halving's places.
@@ -606,15 +633,10 @@ int do_frontier(ModelArgs ma, const FrontierArgs& fa) {
         }
         by_identity[id] = spec;
         if (id == default_id) default_arm = spec;
-        const std::unique_ptr<KvArm> arm = make_arm(spec);
-        for (LayerShape s : l.model->info().layers) {
-          s.n_ctx = longest;
-          (void)arm->make_layer(s);
-        }
-        arm->check_layers(l.model->info().layers);
+        check_fit(spec);
         candidates.push_back(spec);
       } catch (const std::invalid_argument& e) {
-        if (!fa.arms.empty() || given == fa.default_arm || std::find(fa.also.begin(), fa.also.end(), given) != fa.also.end())
+        if (!fa.arms.empty() || given == given_default || std::find(fa.also.begin(), fa.also.end(), given) != fa.also.end())
           throw cli::UsageError("'" + spec + "' does not fit " + base_name(l.path) + ": " + e.what());
         note(ma, "skipping " + spec + ": " + e.what());
       }
@@ -810,7 +832,9 @@ int main(int argc, char** argv) {
   fr->add_option("--also", fr_a.also, "More candidates beside the list (e.g. SJ-KVaRN arms with trained tables: cb=FILE)");
   fr->add_flag("--quick", fr_a.quick, "A short candidate list (f16, q8_0, q4_0[:rot], kvarn:4/4, sj:4/4 and 3/2t at tail 128)");
   fr->add_option("--keep", fr_a.keep, "Candidates per budget each halving round keeps")->check(CLI::Range(1u, 100u))->capture_default_str();
-  fr->add_option("--default", fr_a.default_arm, "The default arm the picks are compared with")->capture_default_str();
+  fr->add_option("--default", fr_a.default_arm,
+                 "The default arm the picks are compared with (default sj:4/4; sj:4/4:staging=q8_0 on a head size "
+                 "tq6_0 staging cannot hold, e.g. 64)");
   fr->add_option("--bootstrap", fr_a.replicates, "Bootstrap replicates")->check(CLI::Range(100u, 1000000u))->capture_default_str();
   fr->add_option("--bootstrap-seed", fr_a.boot_seed, "Bootstrap seed")->check(cli::non_negative())->capture_default_str();
   fr->add_option("--out", fr_a.out, "Folder for frontier.csv, frontier.svg, recommend.md and the store of scored rows")->required();
