@@ -61,6 +61,8 @@ FIXTURES = {
     "gemma4-e":   ("gemma4-e",  8192, 4112, span(0, 64) + span(4096, 4112)),
     "gemma4moe":  ("gemma4moe", 8192, 4112, span(0, 64) + span(4096, 4112)),
     "gpt-oss":    ("gpt-oss",   8192, 4112, span(0, 64) + span(4096, 4112)),
+    "gpt-oss-mxfp4": ("gpt-oss-mxfp4", 8192, 4112, span(0, 64) + span(4096, 4112)),
+    "gpt-oss-mxfp4-f32": ("gpt-oss-mxfp4-f32", 8192, 4112, span(0, 64) + span(4096, 4112)),
 }
 
 MAGIC = b"SJKVLGT1"

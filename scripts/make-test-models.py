@@ -106,6 +106,10 @@ TEXT below).
            biases [128, 8] / [256, 8], gate and up of std EXPERT_GLU_STD so the clamp at 7 of
            swiglu_oai bites; feed_forward_length 128 (the converter writes the experts' width);
            gpt-oss's vocabulary (gptoss-tok's); untied
+  gpt-oss-mxfp4, gpt-oss-mxfp4-f32  gpt-oss's numbers with ffn_gate/up/down_exps in MXFP4
+           (gguf.quants' rounding, as the published files store experts), and the same blocks decoded
+           back to F32 (llama.cpp multiplies those in f32, so sjkv on the MXFP4 file must agree with it
+           to the F32 bound; file_type MOSTLY_MXFP4_MOE and ALL_F32)
   gptoss-tok 2 llama layers, for gpt-oss's tokenizer (pre-tokenizer gpt-4o: merges learned on TEXT and GPTOSS_TEXT
            cut by GPT4O_SPLIT and by COARSE_SPLIT, so that some cross GPT-4o's cuts; the harmony markers as
            control tokens, <|startoftext|> bos not added, <|return|> eos): tests/golden/tokenizer/arch-gptoss-tok.txt
@@ -193,6 +197,17 @@ MODELS = {
     "gpt-oss": dict(arch="gpt-oss", n_embd=256, n_head=8, n_head_kv=2, head=64, vocab="bpe-gptoss", n_vocab=800,
                     ctx=32768, rope_base=1.5e5, head_keys=True, qkv_bias=True, swa=128, n_ff=128, gptoss=True,
                     yarn=dict(factor=32.0, orig_ctx=256, betas=True), moe=dict(n_expert=8, n_used=4, n_ff_exp=128)),
+    # gpt-oss's weights with the experts in MXFP4 (as gpt-oss ships them: gguf.quants rounds the same
+    # numbers), and its twin with those blocks decoded back to F32 (llama.cpp then multiplies in f32)
+    "gpt-oss-mxfp4": dict(arch="gpt-oss", n_embd=256, n_head=8, n_head_kv=2, head=64, vocab="bpe-gptoss",
+                          n_vocab=800, ctx=32768, rope_base=1.5e5, head_keys=True, qkv_bias=True, swa=128, n_ff=128,
+                          gptoss=True, yarn=dict(factor=32.0, orig_ctx=256, betas=True),
+                          moe=dict(n_expert=8, n_used=4, n_ff_exp=128), weights_of="gpt-oss", experts_mxfp4="blocks"),
+    "gpt-oss-mxfp4-f32": dict(arch="gpt-oss", n_embd=256, n_head=8, n_head_kv=2, head=64, vocab="bpe-gptoss",
+                              n_vocab=800, ctx=32768, rope_base=1.5e5, head_keys=True, qkv_bias=True, swa=128,
+                              n_ff=128, gptoss=True, yarn=dict(factor=32.0, orig_ctx=256, betas=True),
+                              moe=dict(n_expert=8, n_used=4, n_ff_exp=128), weights_of="gpt-oss",
+                              experts_mxfp4="twin"),
     "gemma4moe": dict(arch="gemma4", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="spm-gemma", n_vocab=520,
                       ctx=32768, rope_base=1e6, tied=True, gemma4="moe"),
     # Written only when named (--only): the published shape of Qwen 3.5 0.8B (docs/design/qwen35.md
@@ -741,17 +756,35 @@ def build(name, spec, path, seed):
             w.add_rope_scaling_yarn_beta_fast(32.0)
             w.add_rope_scaling_yarn_beta_slow(1.0)
         attn_factor = 1 + 0.1 * math.log(spec["yarn"]["factor"])
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE if spec.get("experts_mxfp4") == "blocks"
+                    else gguf.LlamaFileType.ALL_F32)
     n_vocab = add_vocab(w, spec)
 
     qk = math.sqrt(SCORE_STD / E) / attn_factor
     unit_in = 1 / math.sqrt(E)  # v, gate, up: outputs of rms 1
 
+    key = spec.get("weights_of", name)  # whose weights (gpt-oss-mxfp4: gpt-oss's numbers)
+
     def t(tname, shape, std, mean=0.0):
-        w.add_tensor(tname, rand_tensor(seed, name + "/" + tname, shape, std, mean))
+        w.add_tensor(tname, rand_tensor(seed, key + "/" + tname, shape, std, mean))
 
     def norm(tname, n, mean=1.0):
         t(tname, (n,), NORM_STD, mean)
+
+    def experts(tname, shape, std):
+        # experts_mxfp4: "blocks" writes gguf.quants' MXFP4 rounding of the numbers, "twin" those
+        # blocks decoded to F32
+        x = rand_tensor(seed, key + "/" + tname, shape, std)
+        how = spec.get("experts_mxfp4")
+        if how is None:
+            w.add_tensor(tname, x)
+            return
+        qt = gguf.GGMLQuantizationType.MXFP4
+        blocks = gguf.quants.quantize(x, qt)
+        if how == "blocks":
+            w.add_tensor(tname, blocks, raw_dtype=qt)
+        else:
+            w.add_tensor(tname, gguf.quants.dequantize(blocks, qt).astype(np.float32))
 
     # numpy shapes are (rows, columns) = llama.cpp's (ne1, ne0)
     t("token_embd.weight", (n_vocab, E), spec.get("embd_std", LOGIT_STD * unit_in if spec.get("tied") else EMBD_STD))
@@ -794,11 +827,11 @@ def build(name, spec, path, seed):
             X, F = moe["n_expert"], moe["n_ff_exp"]
             t(b + "ffn_gate_inp.weight", (X, E), ROUTER_STD * unit_in)
             t(b + "ffn_gate_inp.bias", (X,), BIAS_STD)
-            t(b + "ffn_gate_exps.weight", (X, F, E), EXPERT_GLU_STD * unit_in)
+            experts(b + "ffn_gate_exps.weight", (X, F, E), EXPERT_GLU_STD * unit_in)
             t(b + "ffn_gate_exps.bias", (X, F), BIAS_STD)
-            t(b + "ffn_up_exps.weight", (X, F, E), EXPERT_GLU_STD * unit_in)
+            experts(b + "ffn_up_exps.weight", (X, F, E), EXPERT_GLU_STD * unit_in)
             t(b + "ffn_up_exps.bias", (X, F), BIAS_STD)
-            t(b + "ffn_down_exps.weight", (X, E, F), 1 / (EXPERT_GLU_STD * math.sqrt(F)))
+            experts(b + "ffn_down_exps.weight", (X, E, F), 1 / (EXPERT_GLU_STD * math.sqrt(F)))
             t(b + "ffn_down_exps.bias", (X, E), BIAS_STD)
         elif moe:
             X, F = moe["n_expert"], moe.get("n_ff_exp", n_ff)
