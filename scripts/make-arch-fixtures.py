@@ -55,6 +55,7 @@ FIXTURES = {
     "qwen3moe":   ("qwen3moe", 8192, 4112, span(0, 64) + span(4096, 4112)),
     "mixtral":    ("mixtral",  8192, 4112, span(0, 64) + span(4096, 4112)),
     "qwen3moe-ties": ("qwen3moe-ties", 8192, 4112, span(0, 64) + span(4096, 4112)),
+    "qwen3moe-yarn": ("qwen3moe-yarn", 8192, 4112, span(0, 64) + span(4096, 4112)),
     "qwen35":     ("qwen35",    8192, 4112, span(0, 64) + span(4096, 4112)),
     "qwen35moe":  ("qwen35moe", 8192, 4112, span(0, 64) + span(4096, 4112)),
     "gemma4":     ("gemma4",    8192, 4112, span(0, 64) + span(4096, 4112)),

@@ -26,6 +26,7 @@ TEXT below).
   qwen3-yarn qwen3  256     4/2 x 128          BPE, pre qwen2, 500   32768    1e6
   qwen3moe qwen3moe 256    4/2 x 128          BPE, pre qwen2, 500   32768    1e6
   qwen3moe-ties qwen3moe 256 4/2 x 128        BPE, pre qwen2, 500   32768    1e6
+  qwen3moe-yarn qwen3moe 256 4/2 x 128        BPE, pre qwen2, 500   32768    1e6
   mixtral  llama   256     4/1 x 128          SPM, 480              32768    1e6
   qwen35   qwen35  256     4/2 x 256          BPE, pre qwen35, 500  32768    1e7
   qwen35moe qwen35moe 256  4/2 x 256          BPE, pre qwen35, 500  32768    1e7
@@ -55,6 +56,8 @@ TEXT below).
            512 written and unused, as the converter writes the dense width): ffn_gate_inp
            [256, 8], ffn_gate_exps / ffn_up_exps [256, 128, 8], ffn_down_exps [128, 256, 8]; no
            shared expert; untied
+  qwen3moe-yarn qwen3moe's layers (own weights) with qwen3-yarn's YaRN (factor 4, original context 1024),
+           as the converter writes it for Qwen3-30B-A3B's long-context use
   qwen3moe-ties qwen3moe's shapes with 24 experts of 32, top 2, whose ffn_gate_inp rows come in
            identical triples (experts 3j, 3j+1, 3j+2 tie for every token): which two of a tied
            triple are chosen is ggml's argsort's order of equal values (std::sort over 24)
@@ -168,6 +171,9 @@ MODELS = {
     "qwen3moe": dict(arch="qwen3moe", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="bpe-qwen2", n_vocab=500,
                      ctx=32768, rope_base=1e6, qk_norm=True, head_keys=True,
                      moe=dict(n_expert=8, n_used=2, n_ff_exp=128)),
+    "qwen3moe-yarn": dict(arch="qwen3moe", n_embd=256, n_head=4, n_head_kv=2, head=128, vocab="bpe-qwen2", n_vocab=500,
+                          ctx=32768, rope_base=1e6, qk_norm=True, head_keys=True,
+                          moe=dict(n_expert=8, n_used=2, n_ff_exp=128), yarn=dict(factor=4.0, orig_ctx=1024)),
     # ties: 24 experts (more than the 16 that libstdc++'s std::sort orders by insertion alone) whose
     # router rows come in identical triples, so every token's top 2 is chosen among tied experts
     # and only the order ggml's argsort gives equal values decides which (docs/design/moe.md)

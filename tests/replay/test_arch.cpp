@@ -47,7 +47,7 @@ using namespace sjkv::replay::testfx;
 // routing tie pick other experts (docs/design/moe.md). qwen3moe-ties (router rows in identical
 // triples over 24 experts) at most 1.2e-11; breaking its ties to the lower index instead of
 // as ggml's argsort (std::sort) does costs 2.4 nats on average.
-// qwen2-yarn / qwen3-yarn (YaRN, angles built as ggml builds them) at most 5.8e-10; exact angles
+// qwen2-yarn / qwen3-yarn / qwen3moe-yarn (YaRN, angles built as ggml builds them) at most 5.8e-10; exact angles
 // gave 1.4e-7, and a ramp one pair late, no magnitude factor or linear scaling 1 to 11 nats
 // (docs/design/yarn.md).
 // A position slip costs at least 0.37 nats on every model.
@@ -100,7 +100,7 @@ TEST_P(Arch, LogitsAgreeWithLlamaCpp) {
 
 INSTANTIATE_TEST_SUITE_P(LlamaCpp, Arch,
                          ::testing::Values("qwen2", "qwen3", "qwen2-yarn", "qwen3-yarn", "llama3", "mistral", "gemma2", "phi3", "phi3-short",
-                                           "qwen3moe", "qwen3moe-ties", "mixtral", "qwen35", "qwen35moe", "gemma4",
+                                           "qwen3moe", "qwen3moe-ties", "qwen3moe-yarn", "mixtral", "qwen35", "qwen35moe", "gemma4",
                                            "gemma4-e", "gemma4moe", "gpt-oss"),
                          [](const ::testing::TestParamInfo<const char*>& i) {
                            std::string s = i.param;

@@ -60,17 +60,22 @@ ArchEntry qwen3() {
 }
 
 ArchEntry qwen3moe() {
-  static const ArchTable t{"qwen3moe",
-                          RopeStyle::neox,
-                          SwaRope::global,
-                          RopeFactors::none,
-                          false,
-                          {{"rope.freq_base", &Hparams::rope_base, 10000.0f}},
-                          join({attention_slots(), routed_expert_slots()}),
-                          false,
-                          Moe::required,
-                          false,
-                          true};  // ggml's RoPE angles (docs/design/moe.md)
+  static const ArchTable t = [] {
+    ArchTable a{"qwen3moe",
+                RopeStyle::neox,
+                SwaRope::global,
+                RopeFactors::none,
+                false,
+                {{"rope.freq_base", &Hparams::rope_base, 10000.0f},
+                 {"rope.scaling.attn_factor", &Hparams::rope_attn_factor, 1.0f}},
+                join({attention_slots(), routed_expert_slots()}),
+                false,
+                Moe::required,
+                false,
+                true};  // ggml's RoPE angles (docs/design/moe.md)
+    a.yarn = true;  // Qwen3-30B-A3B's long-context files
+    return a;
+  }();
   return {&t, [](const std::string& path, const LoadOptions& opt) { return make<Qwen3Model>(path, opt, t); }};
 }
 
