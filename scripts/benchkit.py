@@ -1,6 +1,7 @@
-"""Shared by the long-history benchmarks (scripts/bench-hybrid-long, scripts/bench-score): timed
-child processes with their peak memory, resumable phases, and the history every Debian system
-can rebuild (the licence texts of /usr/share/common-licenses, repeated to a token count)."""
+"""Shared by the benchmarks (scripts/bench-hybrid-long, bench-score, bench-replay-long,
+bench-quant-speed): timed child processes with their peak memory, resumable phases, llama.cpp's
+prefill and decode timed the same way everywhere, and the history every Debian system can
+rebuild (the licence texts of /usr/share/common-licenses, repeated to a token count)."""
 import hashlib
 import json
 import math
@@ -11,6 +12,7 @@ import select
 import shlex
 import subprocess
 import sys
+import textwrap
 import time
 
 LICENCES = "/usr/share/common-licenses"
@@ -53,6 +55,40 @@ def write_json(path, obj):
         json.dump(obj, f, indent=1)
         f.write("\n")
     os.replace(tmp, path)
+
+
+# Run by the llama-cpp-python interpreter (argv: model, ids file, threads, ubatch, decode): load,
+# prefill the ids in ubatches (f16 cache, flash attention, logits of the last position only),
+# then greedy decode; one JSON line on stdout with the seconds of each.
+LLAMA_RUN = textwrap.dedent("""
+    import json, sys, time, numpy as np
+    import llama_cpp
+    from llama_cpp import Llama
+    model, idf, threads, ubatch, decode = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    ids = [int(x) for x in open(idf).read().split(",")]
+    t0 = time.perf_counter()
+    llm = Llama(model_path=model, n_ctx=len(ids) + decode + 8, n_batch=ubatch, n_ubatch=ubatch, n_threads=threads,
+                n_threads_batch=threads, type_k=1, type_v=1, flash_attn=True, logits_all=False, verbose=False)
+    tl = time.perf_counter() - t0
+    print("prefill", flush=True, file=sys.stderr)
+    t0 = time.perf_counter()
+    llm.eval(ids)
+    tp = time.perf_counter() - t0
+    def last():
+        return int(np.argmax(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),))))
+    tok = last()
+    t0 = time.perf_counter()
+    for i in range(decode):
+        llm.eval([tok])
+        tok = last()
+    td = time.perf_counter() - t0
+    print(json.dumps(dict(version=llama_cpp.__version__, load_s=tl, prefill_s=tp, decode_s=td)))
+""")
+
+
+def llama_cmd(python, model, ids_file, threads, ubatch, decode):
+    """The command that times llama.cpp on model (LLAMA_RUN); its last stdout line is the JSON."""
+    return [python, "-c", LLAMA_RUN, model, ids_file, str(threads), str(ubatch), str(decode)]
 
 
 def done_phase(path, settings):
