@@ -129,6 +129,11 @@ void dequantize_row_with(bool simd, uint32_t type, const void* src, float* dst, 
         case kGgmlQ8_0: return rows_blocks<kGgmlQ8_0>(s, dst, nb);
         case kGgmlQ4_K: return rows_blocks<kGgmlQ4_K>(s, dst, nb);
         case kGgmlQ6_K: return rows_blocks<kGgmlQ6_K>(s, dst, nb);
+        case kGgmlQ2_K: return rows_blocks<kGgmlQ2_K>(s, dst, nb);
+        case kGgmlQ3_K: return rows_blocks<kGgmlQ3_K>(s, dst, nb);
+        case kGgmlQ5_K: return rows_blocks<kGgmlQ5_K>(s, dst, nb);
+        case kGgmlIQ4_NL: return rows_blocks<kGgmlIQ4_NL>(s, dst, nb);
+        case kGgmlIQ4_XS: return rows_blocks<kGgmlIQ4_XS>(s, dst, nb);
         case kGgmlF16: return rows_halves<kGgmlF16>(s, dst, n);
         case kGgmlBF16: return rows_halves<kGgmlBF16>(s, dst, n);
         default: break;

@@ -97,6 +97,42 @@ SJKV_AVX2_INLINE void codes32_q6(__m256i q, float d, const int8_t* sc, Sink& sin
   }
 }
 
+// 32 byte codes as dl * q - ml with (dl, ml) per 16 values: Q2_K.
+template <class Sink>
+SJKV_AVX2_INLINE void codes32_k16(__m256i q, const float* dl, const float* ml, Sink& sink, int g0) {
+  const Quarters s = quarters(q);
+  for (int i = 0; i < 4; ++i)
+    sink(g0 + i, _mm256_sub_ps(_mm256_mul_ps(_mm256_set1_ps(dl[i / 2]), u8x8_f(s.p[i])), _mm256_set1_ps(ml[i / 2])));
+}
+// 32 byte codes minus off, times dl per 16 values: Q3_K.
+template <class Sink>
+SJKV_AVX2_INLINE void codes32_signed16(__m256i q, int off, const float* dl, Sink& sink, int g0) {
+  const __m256i o = _mm256_set1_epi32(off);
+  const Quarters s = quarters(q);
+  for (int i = 0; i < 4; ++i)
+    sink(g0 + i,
+         _mm256_mul_ps(_mm256_set1_ps(dl[i / 2]), _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(s.p[i]), o))));
+}
+// 32 nibble codes (nibbles32's order) looked up in the IQ4_NL table, times dl: IQ4_NL, IQ4_XS.
+template <class Sink>
+SJKV_AVX2_INLINE void codes32_iq4(__m256i codes, float dl, Sink& sink, int g0) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blockfmt::kIq4nlValues));
+  const __m256i v = _mm256_shuffle_epi8(_mm256_set_m128i(t, t), codes);  // in-lane lookup: the table in both lanes
+  const __m256 dv = _mm256_set1_ps(dl);
+  const Quarters s = quarters(v);
+  for (int i = 0; i < 4; ++i) sink(g0 + i, _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s.p[i]))));
+}
+// Bytes of q whose bit `bit` is set in mask, as `value` (0 elsewhere).
+SJKV_AVX2_INLINE __m256i bits_as(__m256i mask, uint8_t bit, uint8_t value) {
+  const __m256i b = _mm256_set1_epi8(static_cast<char>(bit));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(mask, b), b), _mm256_set1_epi8(static_cast<char>(value)));
+}
+// The 2-bit codes of 32 values of a Q2_K / Q3_K block: chunk c (values 32c ..) of qs.
+SJKV_AVX2_INLINE __m256i two_bits32(const uint8_t* qs, uint32_t c) {
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (c / 4)));
+  return _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(static_cast<int>(2 * (c % 4)))), _mm256_set1_epi8(3));
+}
+
 // avx2_block<type>::walk(b, sink): the block at b, eight values at a time. kValues and kBytes
 // are the block's size; F16 and BF16 walk eight values as one "block".
 template <uint32_t Type>
@@ -189,6 +225,83 @@ struct avx2_block<kGgmlQ6_K> {
       codes32_q6(q2, d, s + 2, sink, g + 4);
       codes32_q6(q3, d, s + 4, sink, g + 8);
       codes32_q6(q4, d, s + 6, sink, g + 12);
+    }
+  }
+};
+template <>
+struct avx2_block<kGgmlQ5_K> {
+  static constexpr uint32_t kValues = 256, kBytes = 176;
+  template <class Sink>
+  SJKV_AVX2_INLINE static void walk(const uint8_t* b, Sink& sink) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const float d = scale_f16(b), dmin = scale_f16(b + 2);
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
+    for (uint32_t j = 0; j < 4; ++j) {
+      uint32_t sc0, m0, sc1, m1;
+      scale_min_k4(2 * j, b + 4, sc0, m0);
+      scale_min_k4(2 * j + 1, b + 4, sc1, m1);
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 48 + 32 * j));
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), bits_as(qh, static_cast<uint8_t>(1u << (2 * j)), 16));
+      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                                         bits_as(qh, static_cast<uint8_t>(2u << (2 * j)), 16));
+      codes32_k(lo, d * static_cast<float>(sc0), dmin * static_cast<float>(m0), sink, static_cast<int>(8 * j));
+      codes32_k(hi, d * static_cast<float>(sc1), dmin * static_cast<float>(m1), sink, static_cast<int>(8 * j + 4));
+    }
+  }
+};
+template <>
+struct avx2_block<kGgmlQ2_K> {
+  static constexpr uint32_t kValues = 256, kBytes = 84;
+  template <class Sink>
+  SJKV_AVX2_INLINE static void walk(const uint8_t* b, Sink& sink) {
+    const float d = scale_f16(b + 80), dmin = scale_f16(b + 82);
+    float dl[16], ml[16];
+    for (uint32_t k = 0; k < 16; ++k) {
+      dl[k] = d * static_cast<float>(b[k] & 0xF);
+      ml[k] = dmin * static_cast<float>(b[k] >> 4);
+    }
+    for (uint32_t c = 0; c < 8; ++c) codes32_k16(two_bits32(b + 16, c), dl + 2 * c, ml + 2 * c, sink, static_cast<int>(4 * c));
+  }
+};
+template <>
+struct avx2_block<kGgmlQ3_K> {
+  static constexpr uint32_t kValues = 256, kBytes = 110;
+  template <class Sink>
+  SJKV_AVX2_INLINE static void walk(const uint8_t* b, Sink& sink) {
+    const uint8_t* sc = b + 96;
+    const float d = scale_f16(b + 108);
+    float dl[16];
+    for (uint32_t k = 0; k < 16; ++k) {
+      const uint32_t lo = (k < 8 ? sc[k] : sc[k - 8] >> 4) & 0xFu;
+      const uint32_t hi = (sc[8 + k % 4] >> (2 * (k / 4))) & 3u;
+      dl[k] = d * static_cast<float>(static_cast<int>(lo | (hi << 4)) - 32);
+    }
+    const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+    // q - 4 where the chunk's hmask bit is clear: (q + 4 h) - 4.
+    for (uint32_t c = 0; c < 8; ++c)
+      codes32_signed16(_mm256_or_si256(two_bits32(b + 32, c), bits_as(hm, static_cast<uint8_t>(1u << c), 4)), 4,
+                       dl + 2 * c, sink, static_cast<int>(4 * c));
+  }
+};
+template <>
+struct avx2_block<kGgmlIQ4_NL> {
+  static constexpr uint32_t kValues = 32, kBytes = 18;
+  template <class Sink>
+  SJKV_AVX2_INLINE static void walk(const uint8_t* b, Sink& sink) {
+    codes32_iq4(nibbles32(b + 2), scale_f16(b), sink, 0);
+  }
+};
+template <>
+struct avx2_block<kGgmlIQ4_XS> {
+  static constexpr uint32_t kValues = 256, kBytes = 136;
+  template <class Sink>
+  SJKV_AVX2_INLINE static void walk(const uint8_t* b, Sink& sink) {
+    const float d = scale_f16(b);
+    const uint32_t scales_h = b[2] | (b[3] << 8);
+    for (uint32_t ib = 0; ib < 8; ++ib) {
+      const uint32_t lo = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0xFu, hi = (scales_h >> (2 * ib)) & 3u;
+      codes32_iq4(nibbles32(b + 8 + 16 * ib), d * static_cast<float>(static_cast<int>(lo | (hi << 4)) - 32), sink,
+                  static_cast<int>(4 * ib));
     }
   }
 };

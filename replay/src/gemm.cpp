@@ -172,6 +172,11 @@ FusedFn fused_fn(uint32_t type, size_t m, size_t n) {
     case kGgmlQ8_0: return fused_of<kGgmlQ8_0>(m, n);
     case kGgmlQ4_K: return fused_of<kGgmlQ4_K>(m, n);
     case kGgmlQ6_K: return fused_of<kGgmlQ6_K>(m, n);
+    case kGgmlQ2_K: return fused_of<kGgmlQ2_K>(m, n);
+    case kGgmlQ3_K: return fused_of<kGgmlQ3_K>(m, n);
+    case kGgmlQ5_K: return fused_of<kGgmlQ5_K>(m, n);
+    case kGgmlIQ4_NL: return fused_of<kGgmlIQ4_NL>(m, n);
+    case kGgmlIQ4_XS: return fused_of<kGgmlIQ4_XS>(m, n);
     default: return nullptr;
   }
 }

@@ -270,6 +270,8 @@ std::vector<uint8_t> random_blocks(uint32_t type, size_t n, std::mt19937& rng) {
       }
       case kGgmlQ6_K: scale(o + 208); break;
       case kGgmlQ4_1: case kGgmlQ5_1: case kGgmlQ4_K: case kGgmlQ5_K: scale(o); scale(o + 2); break;
+      case kGgmlQ2_K: scale(o + 80); scale(o + 82); break;
+      case kGgmlQ3_K: scale(o + 108); break;
       default: scale(o); break;
     }
   }
@@ -280,7 +282,7 @@ TEST(Dequant, FastEqualsPortableBitForBit) {
   if (!dequant_simd()) GTEST_SKIP() << "no AVX2 on this machine";
   std::mt19937 rng(29);
   for (uint32_t type : {kGgmlF32, kGgmlF16, kGgmlBF16, kGgmlQ4_0, kGgmlQ4_1, kGgmlQ5_0, kGgmlQ5_1, kGgmlQ8_0,
-                        kGgmlQ4_K, kGgmlQ5_K, kGgmlQ6_K}) {
+                        kGgmlQ4_K, kGgmlQ5_K, kGgmlQ6_K, kGgmlQ2_K, kGgmlQ3_K, kGgmlIQ4_NL, kGgmlIQ4_XS}) {
     const size_t n = 256 * 7 + (dequant_block_values(type) == 1 ? 5 : 0);
     const auto b = random_blocks(type, n, rng);
     std::vector<float> a(n + 1, -1.0f), f(n + 1, -1.0f);
@@ -300,12 +302,12 @@ TEST(Dequant, FastEqualsPortableBitForBit) {
 TEST(Dequant, FastScalesOfEveryF16PatternEqualPortable) {
   if (!dequant_simd()) GTEST_SKIP() << "no AVX2 on this machine";
   std::mt19937 rng(37);
-  for (uint32_t type : {kGgmlQ8_0, kGgmlQ4_1, kGgmlQ4_K, kGgmlQ6_K}) {
+  for (uint32_t type : {kGgmlQ8_0, kGgmlQ4_1, kGgmlQ4_K, kGgmlQ6_K, kGgmlQ3_K, kGgmlIQ4_XS}) {
     const size_t bb = dequant_block_bytes(type), bv = dequant_block_values(type), nb = 65536;
     std::vector<uint8_t> b = random_blocks(type, nb * bv, rng);
     for (size_t i = 0; i < nb; ++i) {
       uint8_t* blk = b.data() + i * bb;
-      const size_t at = type == kGgmlQ6_K ? 208 : 0;
+      const size_t at = type == kGgmlQ6_K ? 208 : type == kGgmlQ3_K ? 108 : 0;
       blk[at] = static_cast<uint8_t>(i & 0xff);
       blk[at + 1] = static_cast<uint8_t>(i >> 8);
       if (type == kGgmlQ4_1 || type == kGgmlQ4_K) {  // the second scale too, another pattern

@@ -94,7 +94,8 @@ TEST(Gemm, EveryTypeAndShapeEqualsTheReferenceBitForBit) {
   const Case cases[] = {{kGgmlF32, 7},    {kGgmlF32, 13},   {kGgmlF32, 264},  {kGgmlF16, 333},  {kGgmlBF16, 72},
                         {kGgmlQ4_0, 576}, {kGgmlQ4_1, 576}, {kGgmlQ5_0, 640}, {kGgmlQ5_1, 96},  {kGgmlQ8_0, 640},
                         {kGgmlQ4_K, 1024}, {kGgmlQ5_K, 512}, {kGgmlQ6_K, 2048}, {kGgmlF16, 1031}, {kGgmlF16, 256},
-                        // the low-bit weight types: no walker, the panel path through the table's decoder
+                        // the low-bit weight types: AVX2 walkers for Q2_K, Q3_K, IQ4_NL and IQ4_XS, the others
+                        // the panel path through the table's decoder
                         {kGgmlQ2_K, 512}, {kGgmlQ3_K, 256}, {kGgmlIQ2_XXS, 256}, {kGgmlIQ2_XS, 512},
                         {kGgmlIQ2_S, 256}, {kGgmlIQ3_XXS, 256}, {kGgmlIQ3_S, 512}, {kGgmlIQ1_S, 256},
                         {kGgmlIQ1_M, 256}, {kGgmlIQ4_NL, 96}, {kGgmlIQ4_XS, 256}, {kGgmlTQ1_0, 256},
