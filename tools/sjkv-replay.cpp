@@ -83,7 +83,9 @@ struct FrontierArgs {
   uint32_t context = 0, keep = 3, replicates = 2000;
   uint64_t boot_seed = 0x5eed2026ull;
   bool quick = false;
-  std::string out, default_arm;  // "": sj:4/4, or sj:4/4:staging=q8_0 where tq6_0 staging cannot hold the head size
+  // Not given: sj:4/4, or sj:4/4:staging=q8_0 where tq6_0 staging cannot hold the head size.
+  std::string out, default_arm;
+  bool default_given = false;
 };
 
 void note(const ModelArgs& m, const std::string& line) {
@@ -532,7 +534,7 @@ int do_frontier(ModelArgs ma, const FrontierArgs& fa) {
     if (fa.budgets.empty()) throw cli::UsageError("--budgets: give at least one budget in bits per value");
     for (double b : fa.budgets)
       if (!(b > 0.0 && b <= 32.0)) throw cli::UsageError("--budgets: each budget must be in (0, 32] bits per value");
-    if (!fa.default_arm.empty()) (void)arm_or_usage(fa.default_arm, "--default");
+    if (fa.default_given) (void)arm_or_usage(fa.default_arm, "--default");
     check_output_folder(fa.out);
     for (const std::string& t : fa.tune)
       for (const std::string& h : fa.heldout)
@@ -597,7 +599,7 @@ int do_frontier(ModelArgs ma, const FrontierArgs& fa) {
       arm->check_layers(l.model->info().layers);
     };
     std::string given_default = fa.default_arm;
-    if (given_default.empty()) {
+    if (!fa.default_given) {
       given_default = "sj:4/4";
       try {
         check_fit(given_default);
@@ -834,7 +836,8 @@ int main(int argc, char** argv) {
   fr->add_option("--keep", fr_a.keep, "Candidates per budget each halving round keeps")->check(CLI::Range(1u, 100u))->capture_default_str();
   fr->add_option("--default", fr_a.default_arm,
                  "The default arm the picks are compared with (default sj:4/4; sj:4/4:staging=q8_0 on a head size "
-                 "tq6_0 staging cannot hold, e.g. 64)");
+                 "tq6_0 staging cannot hold, e.g. 64)")
+      ->each([&fr_a](const std::string&) { fr_a.default_given = true; });
   fr->add_option("--bootstrap", fr_a.replicates, "Bootstrap replicates")->check(CLI::Range(100u, 1000000u))->capture_default_str();
   fr->add_option("--bootstrap-seed", fr_a.boot_seed, "Bootstrap seed")->check(cli::non_negative())->capture_default_str();
   fr->add_option("--out", fr_a.out, "Folder for frontier.csv, frontier.svg, recommend.md and the store of scored rows")->required();

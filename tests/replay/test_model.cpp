@@ -477,7 +477,7 @@ TEST(Model, UnsupportedArchitectureIsAFileError) {
     FAIL();
   } catch (const FileError& e) {
     EXPECT_NE(e.defect().find("architecture 'cohere2' is not supported (gemma2, gemma3, llama, phi3, qwen2, qwen3, "
-                              "qwen3moe, qwen35, qwen35moe, gemma4)"),
+                              "qwen3moe, qwen35, qwen35moe, gemma4, gpt-oss)"),
               std::string::npos)
         << e.what();
   }
