@@ -4,6 +4,12 @@
 tests/codec/test_block_decode_lowbit.cpp to decode and compare bit for bit.
 
     python3 scripts/make-quant-fixtures.py [OUT_DIR]     # default tests/golden/quants
+    python3 scripts/make-quant-fixtures.py --ggml-lib LIB [OUT_DIR]
+
+Q1_0 and Q2_0 (ggml types 41 and 42) have no gguf.quants dequantizer: with --ggml-lib (the
+libggml-base.so that llama-cpp-python 0.3.36 installs beside its package, a measuring
+instrument, never a build or test dependency) their expected values come from ggml's own
+to_float (ggml_get_type_traits), called through ctypes; only those two files are written then.
 
 File layout (little-endian):
     magic        8 bytes  "SJKVQNT1"
@@ -298,17 +304,76 @@ class NVFP4(Gen):
 
 
 
+class Q1_0(Gen):
+    EDGES = 16  # every byte value in the sign bytes (16 a block)
+
+    def fill_edge(self, blk, b):
+        blk[2:18] = np.arange(16 * b, 16 * b + 16, dtype=np.uint8)
+
+
+class Q2_0(Gen):
+    EDGES = 16  # every byte value in the code bytes (four codes each)
+
+    def fill_edge(self, blk, b):
+        blk[2:18] = np.arange(16 * b, 16 * b + 16, dtype=np.uint8)
+
+
 GENS = [Q2_K, Q3_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M,
         TQ1_0, TQ2_0, MXFP4, NVFP4]
+# ggml's types without a gguf.quants dequantizer: (name, ggml type, values, bytes), per ggml.h and
+# ggml-common.h of llama-cpp-python 0.3.36 (gguf 0.19.0 names Q1_0 but not Q2_0).
+GGML_ONLY = {Q1_0: ("Q1_0", 41, 128, 18), Q2_0: ("Q2_0", 42, 64, 18)}
 
 
-def write_fixture(gen_cls, out_dir):
-    qtype = T[gen_cls.__name__]
-    gen = gen_cls(qtype, np.random.default_rng(int(qtype)))
+def ggml_to_float(lib_path):
+    """f(blocks, type_id, n_values) -> float32 values, by ggml's type traits' to_float."""
+    import ctypes
+
+    class Traits(ctypes.Structure):  # struct ggml_type_traits (ggml.h)
+        _fields_ = [("type_name", ctypes.c_char_p), ("blck_size", ctypes.c_int64),
+                    ("blck_size_interleave", ctypes.c_int64), ("type_size", ctypes.c_size_t),
+                    ("is_quantized", ctypes.c_bool), ("to_float", ctypes.c_void_p),
+                    ("from_float_ref", ctypes.c_void_p)]
+
+    lib = ctypes.CDLL(lib_path)
+    lib.ggml_get_type_traits.restype = ctypes.POINTER(Traits)
+    lib.ggml_get_type_traits.argtypes = [ctypes.c_int]
+    to_float_t = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+
+    def run(blocks, type_id, n_values, values_per_block, block_bytes):
+        t = lib.ggml_get_type_traits(type_id).contents
+        assert t.blck_size == values_per_block and t.type_size == block_bytes, (t.blck_size, t.type_size)
+        src = np.ascontiguousarray(blocks, dtype=np.uint8)
+        out = np.empty(n_values, dtype=np.float32)
+        to_float_t(t.to_float)(src.ctypes.data, out.ctypes.data, n_values)
+        return out.reshape(blocks.shape[0], values_per_block)
+    return run
+
+
+class GgmlOnly:  # the GGMLQuantizationType stand-in of a type gguf 0.19.0 cannot size
+    def __init__(self, name, value):
+        self.name, self.value = name, value
+
+    def __int__(self):
+        return self.value
+
+
+def write_fixture(gen_cls, out_dir, to_float=None):
+    if gen_cls in GGML_ONLY:
+        name, type_id, nvals, nbytes = GGML_ONLY[gen_cls]
+        qtype = GgmlOnly(name, type_id)
+        gen = gen_cls.__new__(gen_cls)
+        gen.qtype, gen.rng, gen.nvals, gen.nbytes = qtype, np.random.default_rng(type_id), nvals, nbytes
+    else:
+        qtype = T[gen_cls.__name__]
+        gen = gen_cls(qtype, np.random.default_rng(int(qtype)))
     blocks = np.stack(gen.scale_blocks() + gen.edge()).astype(np.uint8)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # MXFP4 e = 255 overflows to inf
-        expected = gq.dequantize(blocks, qtype)
+    if to_float is not None:
+        expected = to_float(blocks, int(qtype), blocks.shape[0] * gen.nvals, gen.nvals, gen.nbytes)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # MXFP4 e = 255 overflows to inf
+            expected = gq.dequantize(blocks, qtype)
     n = blocks.shape[0]
     assert blocks.shape == (n, gen.nbytes) and expected.shape == (n, gen.nvals)
     assert expected.dtype == np.float32
@@ -326,10 +391,17 @@ def main():
     if version("gguf") != GGUF_VERSION:
         sys.exit("make-quant-fixtures: gguf %s installed, %s pinned"
                  % (version("gguf"), GGUF_VERSION))
-    out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "tests/golden/quants")
+    args = sys.argv[1:]
+    lib = None
+    if args[:1] == ["--ggml-lib"]:
+        if len(args) < 2:
+            sys.exit("make-quant-fixtures: --ggml-lib needs the path of libggml-base.so")
+        lib, args = args[1], args[2:]
+    out_dir = Path(args[0] if args else "tests/golden/quants")
     out_dir.mkdir(parents=True, exist_ok=True)
-    for g in GENS:
-        path, n = write_fixture(g, out_dir)
+    to_float = ggml_to_float(lib) if lib else None
+    for g in (list(GGML_ONLY) if lib else GENS):
+        path, n = write_fixture(g, out_dir, to_float)
         print("%-28s %4d blocks %7d bytes" % (path, n, path.stat().st_size))
 
 

@@ -242,6 +242,23 @@ void iq1_m(const uint8_t* block, float* out) {
   }
 }
 
+// Q1_0: f16 d, then one bit per value (value j: bit j % 8 of byte j / 8): d where set, -d where
+// clear (ggml negates d once, so a NaN d keeps its payload with the sign flipped).
+void q1_0(const uint8_t* block, float* out) {
+  const float d = fp16_at(block), neg = -d;
+  for (uint32_t v = 0; v < 128; ++v) out[v] = ((block[2 + v / 8] >> (v % 8)) & 1u) ? d : neg;
+}
+
+// Q2_0: f16 d, then 2 bits per value (value j: bits 2 (j % 4) of byte j / 4), codes 0..3 as
+// -1, 0, 1, 2 times d (the integer converted, then one multiply).
+void q2_0(const uint8_t* block, float* out) {
+  const float d = fp16_at(block);
+  for (uint32_t v = 0; v < 64; ++v) {
+    const int q = static_cast<int>((block[2 + v / 4] >> (2 * (v % 4))) & 3u);
+    out[v] = static_cast<float>(q - 1) * d;
+  }
+}
+
 // TQ1_0: trit n of a byte q is ((q * 3^n mod 256) * 3) >> 8 (the byte holds the trits as a
 // fixed-point fraction). Value order: 5 x 32 from qs[0..31], 5 x 16 from qs[32..47], 4 x 4
 // from qh, the trit number outer.

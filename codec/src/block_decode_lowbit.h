@@ -49,6 +49,10 @@ void iq1_m(const uint8_t* block, float* out);
 void tq1_0(const uint8_t* block, float* out);
 // 256 values, 66 bytes: qs[64] (2 bits, value + 1) @0, fp16 d @64.
 void tq2_0(const uint8_t* block, float* out);
+// Q1_0 (128 values, 18 B) and Q2_0 (64 values, 18 B): no gguf.quants dequantizer; checked
+// against ggml's own to_float (scripts/make-quant-fixtures.py --ggml-lib).
+void q1_0(const uint8_t* block, float* out);
+void q2_0(const uint8_t* block, float* out);
 // 32 values, 17 bytes: e8m0 exponent e @0, qs[16] (4-bit E2M1 codes) @1.
 void mxfp4(const uint8_t* block, float* out);
 // 64 values, 36 bytes: four unsigned E4M3 scales (one per 16 values) @0, qs[32] @4.

@@ -47,6 +47,10 @@ const LowbitCase kCases[] = {
     {"TQ2_0", 35, 256, 66, 10, 0, 0x01},
     {"MXFP4", 39, 32, 17, 127, 1, 0x01},  // block 127: e = 127
     {"NVFP4", 40, 64, 36, 1, 4, 0x01},    // block 1: scale byte 1
+    // No gguf.quants dequantizer: the expected values are ggml's own to_float
+    // (make-quant-fixtures.py --ggml-lib). Sizes: ggml-common.h.
+    {"Q1_0", 41, 128, 18, 10, 2, 0x01},
+    {"Q2_0", 42, 64, 18, 10, 2, 0x01},
 };
 
 // Names the case in test output (and in ctest's test names) instead of its bytes.

@@ -99,7 +99,7 @@ TEST(Gemm, EveryTypeAndShapeEqualsTheReferenceBitForBit) {
                         {kGgmlQ2_K, 512}, {kGgmlQ3_K, 256}, {kGgmlIQ2_XXS, 256}, {kGgmlIQ2_XS, 512},
                         {kGgmlIQ2_S, 256}, {kGgmlIQ3_XXS, 256}, {kGgmlIQ3_S, 512}, {kGgmlIQ1_S, 256},
                         {kGgmlIQ1_M, 256}, {kGgmlIQ4_NL, 96}, {kGgmlIQ4_XS, 256}, {kGgmlTQ1_0, 256},
-                        {kGgmlTQ2_0, 512}, {kGgmlMXFP4, 160}, {kGgmlNVFP4, 192}};
+                        {kGgmlTQ2_0, 512}, {kGgmlMXFP4, 160}, {kGgmlNVFP4, 192}, {kGgmlQ1_0, 256}, {kGgmlQ2_0, 192}};
   for (const Case& c : cases)
     for (size_t rows : {size_t(1), size_t(5), size_t(50), size_t(59), size_t(97)}) {  // 59: a last panel of 6 + 5 rows
       const auto w = weights(c.type, rows, c.k, rng);

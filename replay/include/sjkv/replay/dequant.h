@@ -36,6 +36,8 @@ enum GgmlTypeId : uint32_t {
   kGgmlTQ2_0 = static_cast<uint32_t>(BlockFormat::tq2_0),
   kGgmlMXFP4 = static_cast<uint32_t>(BlockFormat::mxfp4),
   kGgmlNVFP4 = static_cast<uint32_t>(BlockFormat::nvfp4),
+  kGgmlQ1_0 = static_cast<uint32_t>(BlockFormat::q1_0),
+  kGgmlQ2_0 = static_cast<uint32_t>(BlockFormat::q2_0),
 };
 
 // True for the types dequantize_row handles: every GGUF type the table decodes (gemm.h's paths
