@@ -82,14 +82,8 @@ void q3_k(const uint8_t* block, float* out) {
   const uint8_t* qs = block + 32;
   const uint8_t* sc = block + 96;
   const float d = fp16_at(block + 108);
-  // Scale k: low nibble from sc[k % 8] (k < 8: low half, else high half), high 2 bits from
-  // sc[8 + k % 4] at bit 2 (k / 4).
   float dl[16];
-  for (uint32_t k = 0; k < 16; ++k) {
-    const uint32_t lo = (k < 8 ? sc[k] : sc[k - 8] >> 4) & 0xFu;
-    const uint32_t hi = (sc[8 + k % 4] >> (2 * (k / 4))) & 3u;
-    dl[k] = d * static_cast<float>(static_cast<int>(lo | (hi << 4)) - 32);
-  }
+  for (uint32_t k = 0; k < 16; ++k) dl[k] = d * static_cast<float>(blockfmt::q3_k_scale(sc, k));
   for (uint32_t v = 0; v < 256; ++v) {
     // hmask bit (v / 32) of hmask[v % 32]; a clear bit subtracts 4.
     const uint32_t h = (hmask[v % 32] >> (v / 32)) & 1u;
@@ -100,13 +94,9 @@ void q3_k(const uint8_t* block, float* out) {
 
 void iq4_xs(const uint8_t* block, float* out) {
   const float d = fp16_at(block);
-  const uint32_t scales_h = le16(block + 2);
-  const uint8_t* scales_l = block + 4;
   const uint8_t* qs = block + 8;
   for (uint32_t ib = 0; ib < 8; ++ib) {
-    const uint32_t lo = (scales_l[ib / 2] >> (4 * (ib % 2))) & 0xFu;
-    const uint32_t hi = (scales_h >> (2 * ib)) & 3u;
-    const float dl = d * static_cast<float>(static_cast<int>(lo | (hi << 4)) - 32);
+    const float dl = d * static_cast<float>(blockfmt::iq4_xs_scale(block, ib));
     const uint8_t* q = qs + 16 * ib;
     float* y = out + 32 * ib;
     for (uint32_t j = 0; j < 16; ++j) {

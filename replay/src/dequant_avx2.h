@@ -268,14 +268,9 @@ struct avx2_block<kGgmlQ3_K> {
   static constexpr uint32_t kValues = 256, kBytes = 110;
   template <class Sink>
   SJKV_AVX2_INLINE static void walk(const uint8_t* b, Sink& sink) {
-    const uint8_t* sc = b + 96;
     const float d = scale_f16(b + 108);
     float dl[16];
-    for (uint32_t k = 0; k < 16; ++k) {
-      const uint32_t lo = (k < 8 ? sc[k] : sc[k - 8] >> 4) & 0xFu;
-      const uint32_t hi = (sc[8 + k % 4] >> (2 * (k / 4))) & 3u;
-      dl[k] = d * static_cast<float>(static_cast<int>(lo | (hi << 4)) - 32);
-    }
+    for (uint32_t k = 0; k < 16; ++k) dl[k] = d * static_cast<float>(blockfmt::q3_k_scale(b + 96, k));
     const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
     // q - 4 where the chunk's hmask bit is clear: (q + 4 h) - 4.
     for (uint32_t c = 0; c < 8; ++c)
@@ -297,12 +292,9 @@ struct avx2_block<kGgmlIQ4_XS> {
   template <class Sink>
   SJKV_AVX2_INLINE static void walk(const uint8_t* b, Sink& sink) {
     const float d = scale_f16(b);
-    const uint32_t scales_h = b[2] | (b[3] << 8);
-    for (uint32_t ib = 0; ib < 8; ++ib) {
-      const uint32_t lo = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0xFu, hi = (scales_h >> (2 * ib)) & 3u;
-      codes32_iq4(nibbles32(b + 8 + 16 * ib), d * static_cast<float>(static_cast<int>(lo | (hi << 4)) - 32), sink,
+    for (uint32_t ib = 0; ib < 8; ++ib)
+      codes32_iq4(nibbles32(b + 8 + 16 * ib), d * static_cast<float>(blockfmt::iq4_xs_scale(b, ib)), sink,
                   static_cast<int>(4 * ib));
-    }
   }
 };
 // Eight values of an F32, F16 or BF16 row from p, as floats (exact conversions).

@@ -107,6 +107,21 @@ inline void scale_min_k4(uint32_t j, const uint8_t* q, uint32_t& sc, uint32_t& m
   }
 }
 
+// The signed 6-bit scale (-32..31) of Q3_K's sub-block k (0..15): its low nibble from
+// sc[k % 8] (k < 8: the low half, else the high), its top 2 bits from sc[8 + k % 4] at bit 2 (k / 4).
+inline int q3_k_scale(const uint8_t* sc, uint32_t k) {
+  const uint32_t lo = (k < 8 ? sc[k] : sc[k - 8] >> 4) & 0xFu;
+  const uint32_t hi = (sc[8 + k % 4] >> (2 * (k / 4))) & 3u;
+  return static_cast<int>(lo | (hi << 4)) - 32;
+}
+// The signed 6-bit scale (-32..31) of IQ4_XS's sub-block ib (0..7): its low nibble from the
+// scales_l bytes at b + 4, its top 2 bits from the little-endian u16 scales_h at b + 2.
+inline int iq4_xs_scale(const uint8_t* b, uint32_t ib) {
+  const uint32_t scales_h = static_cast<uint32_t>(b[2]) | (static_cast<uint32_t>(b[3]) << 8);
+  const uint32_t lo = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0xFu, hi = (scales_h >> (2 * ib)) & 3u;
+  return static_cast<int>(lo | (hi << 4)) - 32;
+}
+
 inline uint16_t f32_to_bf16(float x) {  // ggml_compute_fp32_to_bf16: RNE, NaN kept quiet
   const uint32_t u = f32_bits(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 64u);
