@@ -142,16 +142,8 @@ using pybind::capture_dict;
 
 PYBIND11_MODULE(_sjkv, m) {
   m.doc() = "sjkv's C++ core (the codec, the snapshot encoder, the files); use the sjkv package.";
-#if PYBIND11_VERSION_MAJOR == 2 && PYBIND11_VERSION_MINOR < 12
-  // pybind11 before 2.12 reads numpy 1's dtype layout: under numpy 2 arrays would come back wrong.
-  {
-    const std::string np_version = py::module_::import("numpy").attr("__version__").cast<std::string>();
-    if (np_version.rfind("1.", 0) != 0)
-      throw py::import_error("sjkv was built with pybind11 " + std::to_string(PYBIND11_VERSION_MAJOR) + "." +
-                             std::to_string(PYBIND11_VERSION_MINOR) + ", which needs numpy 1.x; this Python has numpy " +
-                             np_version + " (pip install 'numpy<2')");
-  }
-#endif
+  // pybind11 2.12 and later read numpy 1's and numpy 2's dtype layouts (earlier ones only 1's).
+  static_assert(PYBIND11_VERSION_MAJOR > 2 || PYBIND11_VERSION_MINOR >= 12, "sjkv's module needs pybind11 >= 2.12");
   g_file_error = py::reinterpret_borrow<py::object>(
       py::module_::import("builtins").attr("type")(
           "FileError", py::make_tuple(py::module_::import("builtins").attr("Exception")),
