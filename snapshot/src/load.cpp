@@ -9,6 +9,7 @@
 #include "sjkv/io/llama_state.h"
 #include "sjkv/io/model_geometry.h"
 #include "sjkv/io/paths.h"
+#include "sjkv/io/snapshot_file.h"
 #include "sjkv/io/state_stream.h"
 
 namespace sjkv {
@@ -126,6 +127,10 @@ Capture load_capture_any(const std::string& path, const ImportOptions& opt) {
     throw FileError(path, e.what());
   }
   return c;
+}
+
+Snapshot read_snapshot_any(const std::string& path, const StateImportOptions& opt) {
+  return sniff_input(path) == InputKind::state_stream ? read_state_stream(path, opt) : read_snapshot(path);
 }
 
 }  // namespace sjkv

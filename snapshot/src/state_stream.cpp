@@ -8,7 +8,6 @@
 #include "sjkv/hash.h"
 #include "sjkv/io/atomic_file.h"
 #include "sjkv/io/encode.h"
-#include "sjkv/io/load.h"
 #include "sjkv/io/paths.h"
 #include "sjkv/io/snapshot_file.h"
 #include "sjkv/io/text.h"
@@ -256,10 +255,6 @@ Snapshot parse_state_stream(const uint8_t* p, uint64_t size, const std::string& 
 Snapshot read_state_stream(const std::string& path, const StateImportOptions& opt) {
   const bin::InputFile f = bin::InputFile::open(path);
   return parse_state_stream(f.data(), f.size(), path, opt);
-}
-
-Snapshot read_snapshot_any(const std::string& path, const StateImportOptions& opt) {
-  return sniff_input(path) == InputKind::state_stream ? read_state_stream(path, opt) : read_snapshot(path);
 }
 
 }  // namespace sjkv

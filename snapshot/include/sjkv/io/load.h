@@ -9,6 +9,7 @@
 
 #include "sjkv/io/capture.h"
 #include "sjkv/io/llama_state.h"
+#include "sjkv/io/state_stream.h"
 
 namespace sjkv {
 
@@ -42,5 +43,8 @@ enum class InputKind { capture, snapshot, state_stream, kvd, llama_seq_state, ll
 InputKind sniff_input(const std::string& path);  // throws FileError when unreadable
 const char* input_kind_name(InputKind k);
 Capture load_capture_any(const std::string& path, const ImportOptions& opt);
+// A snapshot from either container, told by its first bytes (sniff_input): an sjkv snapshot
+// file or a sequence-state stream.
+Snapshot read_snapshot_any(const std::string& path, const StateImportOptions& opt = {});
 
 }  // namespace sjkv

@@ -60,8 +60,7 @@ StateHeader peek_state_stream(const uint8_t* data, uint64_t size, const std::str
 Snapshot parse_state_stream(const uint8_t* data, uint64_t size, const std::string& name,
                             const StateImportOptions& opt = {});
 Snapshot read_state_stream(const std::string& path, const StateImportOptions& opt = {});
-// A snapshot from either container, told by its first bytes (sniff_input): an sjkv snapshot
-// file or a sequence-state stream.
-Snapshot read_snapshot_any(const std::string& path, const StateImportOptions& opt = {});
+// read_snapshot_any (either container, by its first bytes) is in sjkv/io/load.h, with the
+// other readers that sniff their input.
 
 }  // namespace sjkv
