@@ -220,99 +220,214 @@ double allocated_bits(const Model& m, const KvArm& arm, uint32_t n_ctx, uint32_t
   return cache_bits(m, kv).allocated / static_cast<double>(n_ctx);
 }
 
-FrontierResult run_frontier(Model& m, const std::string& model_file, const std::string& model_sha256,
-                            const ScoreSet& tuning, const ScoreSet& heldout, const std::vector<std::string>& candidates,
-                            const FrontierOptions& opt, const FrontierProgress& progress, const cluster::Comm& comm) {
-  if (opt.budgets.empty()) throw std::invalid_argument("no budget");
-  if (!std::is_sorted(opt.budgets.begin(), opt.budgets.end())) throw std::invalid_argument("budgets must be ascending");
-  if (tuning.trajectories.empty() || heldout.trajectories.empty())
-    throw std::invalid_argument("the tuning and the held-out sets each need a trajectory");
-  if (opt.keep == 0) throw std::invalid_argument("keep must be at least 1");
-  auto say = [&](const std::string& s) {
-    if (progress.line) progress.line(s);
-  };
+namespace {
 
-  FrontierResult res;
-  res.model_file = model_file;
-  for (const LayerShape& s : m.info().layers)
-    if (s.full_attention) res.head_dim = res.head_dim == 0 || res.head_dim == s.head_dim ? s.head_dim : UINT32_MAX;
-  if (res.head_dim == UINT32_MAX) res.head_dim = 0;
-  res.model_sha256 = model_sha256;
-  res.budgets = opt.budgets;
-  res.default_arm = opt.default_arm;
-  for (const std::string& p : tuning.paths) res.tuning.push_back(base_name(p));
-  for (const std::string& p : heldout.paths) res.heldout.push_back(base_name(p));
-  res.context = opt.context;
-  if (res.context == 0)
-    for (const Trajectory& t : heldout.trajectories)
-      res.context = std::max(res.context, t.n_ctx());
-  // The caches of allocated_bits are reserved for the whole context.
-  const uint64_t n_train = m.info().n_ctx_train;
-  if (res.context > kMaxFrontierContext || (n_train > 0 && res.context > n_train))
-    throw std::invalid_argument("context " + std::to_string(res.context) + " exceeds the model's training context (" +
-                                std::to_string(n_train) + ") or " + std::to_string(kMaxFrontierContext));
-
-  // Candidates, their arms and bits at the context.
-  std::vector<std::string> specs = candidates;
-  if (std::find(specs.begin(), specs.end(), opt.default_arm) == specs.end()) specs.push_back(opt.default_arm);
-  std::map<std::string, std::unique_ptr<KvArm>> arms;
-  const uint32_t bits_ubatch = tuning.trajectories[0].settings.ubatch;
-  for (const std::string& s : specs) {
-    if (arms.count(s)) throw std::invalid_argument("candidate '" + s + "' is listed twice");
-    arms[s] = make_arm(s, opt.sealers);
-    FrontierPoint p;
-    p.arm = s;
-    const ArmSpec spec = ArmSpec::parse(s);
-    p.family = spec.family_name();
-    p.plain = spec.plain_format();
-    p.bits = allocated_bits(m, *arms[s], res.context, bits_ubatch);
-    p.fits = p.bits <= opt.budgets.back() + 1e-9;
-    p.tuning_kl = p.tuning_geomean = std::numeric_limits<double>::quiet_NaN();
-    p.test = LowerTest{p.tuning_kl, p.tuning_kl, p.tuning_kl};
-    res.points.push_back(p);
+// One run_frontier call: its inputs, the result it fills and the scored rows it caches. The
+// steps are the methods, called in order by run_frontier.
+class FrontierRun {
+ public:
+  FrontierRun(Model& m, const std::string& model_file, const std::string& model_sha256, const ScoreSet& tuning,
+              const ScoreSet& heldout, const FrontierOptions& opt, const FrontierProgress& progress,
+              const cluster::Comm& comm)
+      : m_(m), tuning_(tuning), heldout_(heldout), opt_(opt), progress_(progress), comm_(comm),
+        store_(opt.store, model_sha256, kEngineVersion) {
+    res_.model_file = model_file;
+    res_.model_sha256 = model_sha256;
   }
-  auto point = [&](const std::string& s) -> FrontierPoint& {
-    for (FrontierPoint& p : res.points)
+
+  // The model's head size, the budgets, the trajectories' names and the context (checked).
+  void describe() {
+    for (const LayerShape& s : m_.info().layers)
+      if (s.full_attention) res_.head_dim = res_.head_dim == 0 || res_.head_dim == s.head_dim ? s.head_dim : UINT32_MAX;
+    if (res_.head_dim == UINT32_MAX) res_.head_dim = 0;
+    res_.budgets = opt_.budgets;
+    res_.default_arm = opt_.default_arm;
+    for (const std::string& p : tuning_.paths) res_.tuning.push_back(base_name(p));
+    for (const std::string& p : heldout_.paths) res_.heldout.push_back(base_name(p));
+    res_.context = opt_.context;
+    if (res_.context == 0)
+      for (const Trajectory& t : heldout_.trajectories) res_.context = std::max(res_.context, t.n_ctx());
+    // The caches of allocated_bits are reserved for the whole context.
+    const uint64_t n_train = m_.info().n_ctx_train;
+    if (res_.context > kMaxFrontierContext || (n_train > 0 && res_.context > n_train))
+      throw std::invalid_argument("context " + std::to_string(res_.context) + " exceeds the model's training context (" +
+                                  std::to_string(n_train) + ") or " + std::to_string(kMaxFrontierContext));
+  }
+
+  // Candidates (the default arm among them), their arms and bits at the context; no two may
+  // share a store file.
+  void make_candidates(const std::vector<std::string>& candidates) {
+    std::vector<std::string> specs = candidates;
+    if (std::find(specs.begin(), specs.end(), opt_.default_arm) == specs.end()) specs.push_back(opt_.default_arm);
+    const uint32_t bits_ubatch = tuning_.trajectories[0].settings.ubatch;
+    for (const std::string& s : specs) {
+      if (arms_.count(s)) throw std::invalid_argument("candidate '" + s + "' is listed twice");
+      arms_[s] = make_arm(s, opt_.sealers);
+      FrontierPoint p;
+      p.arm = s;
+      const ArmSpec spec = ArmSpec::parse(s);
+      p.family = spec.family_name();
+      p.plain = spec.plain_format();
+      p.bits = allocated_bits(m_, *arms_[s], res_.context, bits_ubatch);
+      p.fits = p.bits <= opt_.budgets.back() + 1e-9;
+      p.tuning_kl = p.tuning_geomean = std::numeric_limits<double>::quiet_NaN();
+      p.test = LowerTest{p.tuning_kl, p.tuning_kl, p.tuning_kl};
+      res_.points.push_back(p);
+    }
+    std::map<std::string, std::string> by_name;  // store name -> arm: a shared name would mix rows
+    for (const std::string& s : specs) {
+      const auto [it, fresh] = by_name.emplace(store_arm_name(s), s);
+      if (!fresh) throw std::invalid_argument("candidates '" + it->second + "' and '" + s + "' would share a store file");
+    }
+  }
+
+  // Every trajectory's SHA-256; a held-out one with a tuning one's bytes is refused.
+  void hash_trajectories() {
+    for (const ScoreSet* set : {&tuning_, &heldout_})
+      for (const std::string& p : set->paths) sha_[p] = sha256_file_hex(p);
+    for (const std::string& h : heldout_.paths)
+      for (const std::string& t : tuning_.paths)
+        if (sha_.at(h) == sha_.at(t))
+          throw std::invalid_argument("held-out trajectory " + h + " has the bytes of tuning trajectory " + t);
+  }
+
+  // Successive halving over the tuning trajectories: round r scores the survivors on the first
+  // min(n, 2^r), then keeps per budget the opt.keep best that fit and its best plain format.
+  void halve() {
+    std::vector<std::string> alive;
+    for (const FrontierPoint& p : res_.points)
+      if (p.fits) alive.push_back(p.arm);
+    const size_t n_tune = tuning_.trajectories.size();
+    using clock = std::chrono::steady_clock;
+    for (size_t round = 0, used = 0; used < n_tune; ++round) {
+      const size_t upto = std::min(n_tune, size_t(1) << round);
+      const auto t0 = clock::now();
+      for (size_t i = 0; i < upto; ++i) {
+        rows_of(tuning_, i, alive);
+        const double el = std::chrono::duration<double>(clock::now() - t0).count();
+        const double left = el / static_cast<double>(i + 1) * static_cast<double>(upto - i - 1);
+        say("round " + std::to_string(round + 1) + ": " + std::to_string(alive.size()) + " candidates, trajectory " +
+            std::to_string(i + 1) + "/" + std::to_string(upto) + ", " + fmt("%.0f", el) + " s, about " +
+            fmt("%.0f", left) + " s left in the round");
+      }
+      used = upto;
+      for (const std::string& a : alive) {
+        FrontierPoint& p = point(a);
+        const auto rows = gathered(tuning_, upto, a);
+        p.tuning_kl = pooled_mean(rows);
+        p.tuning_geomean = geomean_kl(kl_of(rows));
+        p.trajectories = static_cast<uint32_t>(upto);
+      }
+      if (used == n_tune) break;
+      std::set<std::string> keep = {opt_.default_arm};
+      for (double b : opt_.budgets) {
+        std::vector<const FrontierPoint*> in;
+        for (const std::string& a : alive)
+          if (point(a).bits <= b + 1e-9) in.push_back(&point(a));
+        std::stable_sort(in.begin(), in.end(), [](const FrontierPoint* x, const FrontierPoint* y) {
+          return x->tuning_geomean < y->tuning_geomean;
+        });
+        for (size_t k = 0; k < in.size() && k < opt_.keep; ++k) keep.insert(in[k]->arm);
+        // The budget's best plain format stays too: the held-out comparison needs it fully scored.
+        for (const FrontierPoint* q : in)
+          if (q->plain) {
+            keep.insert(q->arm);
+            break;
+          }
+      }
+      std::vector<std::string> next;
+      for (const std::string& a : alive)
+        if (keep.count(a)) next.push_back(a);
+      alive = next;
+    }
+  }
+
+  // The frontier: frontier_rule over the fully scored candidates, and per budget the plain
+  // format of lowest geomean_kl (the held-out comparison's baseline, not nested).
+  void pick() {
+    const size_t n_tune = tuning_.trajectories.size();
+    std::vector<RuleCandidate> scored;
+    std::vector<FrontierPoint*> scored_point;
+    for (FrontierPoint& p : res_.points)
+      if (p.trajectories == n_tune && std::isfinite(p.tuning_geomean)) {
+        scored.push_back({p.arm, p.bits, kl_of(gathered(tuning_, n_tune, p.arm))});
+        scored_point.push_back(&p);
+      }
+    const FrontierRule rule = frontier_rule(opt_.budgets, scored, opt_.bootstrap);
+    for (size_t i = 0; i < scored.size(); ++i) scored_point[i]->test = rule.tests[i];
+    for (size_t k = 0; k < opt_.budgets.size(); ++k) {
+      FrontierPick pk;
+      pk.budget = opt_.budgets[k];
+      if (rule.picks[k] != kNoPick) pk.arm = scored[rule.picks[k]].arm;
+      double best_plain = INFINITY;
+      for (const FrontierPoint* p : scored_point)
+        if (p->plain && p->bits <= pk.budget + 1e-9 && p->tuning_geomean < best_plain) {
+          best_plain = p->tuning_geomean;
+          pk.plain = p->arm;
+        }
+      res_.picks.push_back(pk);
+    }
+  }
+
+  // The default arm, the picks and their plain formats on the held-out trajectories, with the
+  // picks' ratios against the default and the plain format.
+  void rescore_heldout() {
+    std::vector<std::string> final_arms = {opt_.default_arm};
+    for (const FrontierPick& pk : res_.picks)
+      for (const std::string& a : {pk.arm, pk.plain})
+        if (!a.empty() && std::find(final_arms.begin(), final_arms.end(), a) == final_arms.end()) final_arms.push_back(a);
+    for (size_t i = 0; i < heldout_.trajectories.size(); ++i) {
+      rows_of(heldout_, i, final_arms);
+      say("held-out: trajectory " + std::to_string(i + 1) + "/" + std::to_string(heldout_.trajectories.size()) + ", " +
+          std::to_string(final_arms.size()) + " arms");
+    }
+    const size_t n_held = heldout_.trajectories.size();
+    const auto def_rows = gathered(heldout_, n_held, opt_.default_arm);
+    res_.heldout_default = arm_stats(opt_.default_arm, def_rows);
+    for (FrontierPick& pk : res_.picks) {
+      if (pk.arm.empty()) continue;
+      const auto rows = gathered(heldout_, n_held, pk.arm);
+      pk.heldout = arm_stats(pk.arm, rows);
+      pk.vs_default = compare_arms(pk.arm, opt_.default_arm, kl_of(rows), kl_of(def_rows), opt_.bootstrap);
+      if (!pk.plain.empty()) {
+        const auto prow = gathered(heldout_, n_held, pk.plain);
+        pk.heldout_plain = arm_stats(pk.plain, prow);
+        pk.vs_plain = compare_arms(pk.arm, pk.plain, kl_of(rows), kl_of(prow), opt_.bootstrap);
+      }
+    }
+  }
+
+  FrontierResult& result() { return res_; }
+
+ private:
+  void say(const std::string& s) const {
+    if (progress_.line) progress_.line(s);
+  }
+  FrontierPoint& point(const std::string& s) {
+    for (FrontierPoint& p : res_.points)
       if (p.arm == s) return p;
     throw std::logic_error("frontier: no point " + s);
-  };
-
-  std::map<std::string, std::string> by_name;  // store name -> arm: a shared name would mix rows
-  for (const std::string& s : specs) {
-    const auto [it, fresh] = by_name.emplace(store_arm_name(s), s);
-    if (!fresh) throw std::invalid_argument("candidates '" + it->second + "' and '" + s + "' would share a store file");
   }
-
-  const FrontierStore store(opt.store, model_sha256, kEngineVersion);
-  std::map<std::string, std::string> traj_key;  // path -> store key
-  std::map<std::string, std::string> sha;       // path -> SHA-256 of its bytes
-  for (const ScoreSet* set : {&tuning, &heldout})
-    for (const std::string& p : set->paths) sha[p] = sha256_file_hex(p);
-  for (const std::string& h : heldout.paths)
-    for (const std::string& t : tuning.paths)
-      if (sha.at(h) == sha.at(t))
-        throw std::invalid_argument("held-out trajectory " + h + " has the bytes of tuning trajectory " + t);
-  auto key_of = [&](const std::string& path) {
-    auto it = traj_key.find(path);
-    if (it != traj_key.end()) return it->second;
-    return traj_key[path] = FrontierStore::trajectory_key(path, sha.at(path));
-  };
-  // rows[arm][set index][trajectory]
-  std::map<std::string, std::vector<ScoreRow>> cache;  // "arm\ttrajectory path" -> rows
-  uint64_t jobs_dealt = 0;
-  auto rows_of = [&](const ScoreSet& set, size_t i, const std::vector<std::string>& want) {
+  const std::string& key_of(const std::string& path) {
+    auto it = traj_key_.find(path);
+    if (it != traj_key_.end()) return it->second;
+    return traj_key_[path] = FrontierStore::trajectory_key(path, sha_.at(path));
+  }
+  // rows[arm] of trajectory i of `set` for every arm of `want`: from this run's cache, else the
+  // store, else scored (over the ranks) and stored.
+  void rows_of(const ScoreSet& set, size_t i, const std::vector<std::string>& want) {
     const Trajectory& t = set.trajectories[i];
     const std::string& path = set.paths[i];
     const std::string key = key_of(path);
-    const uint32_t ub = opt.ubatch ? opt.ubatch : t.settings.ubatch;
+    const uint32_t ub = opt_.ubatch ? opt_.ubatch : t.settings.ubatch;
     std::vector<std::string> missing;
     for (const std::string& a : want) {
       const std::string ck = a + "\t" + path;
-      if (cache.count(ck)) continue;
+      if (cache_.count(ck)) continue;
       std::vector<PositionsCsvRow> rows;
-      if (store.get(key, a, ub, t.generated(), &rows)) {
-        cache[ck] = score_rows(rows);
-        ++res.jobs_cached;
+      if (store_.get(key, a, ub, t.generated(), &rows)) {
+        cache_[ck] = score_rows(rows);
+        ++res_.jobs_cached;
       } else {
         missing.push_back(a);
       }
@@ -321,36 +436,36 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
     // Job k of this trajectory (the k-th missing arm) is scored by rank (jobs + k) mod size,
     // which stores its rows as soon as they are done; every rank receives every job's rows
     // (the ranking needs them), and rank 0 stores those its store lacks (a store no rank shares).
-    const size_t size = static_cast<size_t>(comm.size()), rank = static_cast<size_t>(comm.rank());
-    const uint64_t first_job = jobs_dealt;
-    jobs_dealt += missing.size();
+    const size_t size = static_cast<size_t>(comm_.size()), rank = static_cast<size_t>(comm_.rank());
+    const uint64_t first_job = jobs_dealt_;
+    jobs_dealt_ += missing.size();
     cluster::Packer mine;
-    comm.agree([&](uint64_t& jkey) {
+    comm_.agree([&](uint64_t& jkey) {
       std::vector<const KvArm*> run;
       std::vector<size_t> index;
       for (size_t k = 0; k < missing.size(); ++k)
         if ((first_job + k) % size == rank) {
-          run.push_back(arms.at(missing[k]).get());
+          run.push_back(arms_.at(missing[k]).get());
           index.push_back(k);
         }
       if (run.empty()) return;
       jkey = first_job + index[0];
       const auto t0 = std::chrono::steady_clock::now();
-      score_arms(m, run, t, ub, [&](size_t r, std::vector<ScoreRow>&& rows, const ScoreDetail&) {
+      score_arms(m_, run, t, ub, [&](size_t r, std::vector<ScoreRow>&& rows, const ScoreDetail&) {
         const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         say(base_name(path) + ": " + missing[index[r]] + " scored (" + std::to_string(r + 1) + "/" +
             std::to_string(run.size()) + ", " + fmt("%.0f", el) + " s, about " +
             fmt("%.0f", el / static_cast<double>(r + 1) * static_cast<double>(run.size() - r - 1)) +
             " s left on this trajectory)");
         // Stored at once by the rank that scored it: a run stopped now keeps every finished arm.
-        store.put(key, missing[index[r]], ub, store_rows(missing[index[r]], t, base_name(path), rows));
+        store_.put(key, missing[index[r]], ub, store_rows(missing[index[r]], t, base_name(path), rows));
         mine.u64(index[r]).u64(rows.size());
         for (const ScoreRow& x : rows) mine.f64(x.kl).u64(x.same_top).f64(x.bits_occupied).f64(x.bits_allocated);
         if (r + 1 < run.size()) jkey = first_job + index[r + 1];
       });
     });
     std::vector<uint8_t> got(missing.size(), 0);
-    for (const std::vector<uint8_t>& b : comm.all_gather(mine.bytes)) {
+    for (const std::vector<uint8_t>& b : comm_.all_gather(mine.bytes)) {
       cluster::Unpacker in(b);
       while (!in.done()) {
         const size_t k = in.u64();
@@ -364,116 +479,54 @@ FrontierResult run_frontier(Model& m, const std::string& model_file, const std::
           x.bits_occupied = in.f64();
           x.bits_allocated = in.f64();
         }
-        if (comm.root() && !store.has(key, missing[k], ub)) store.put(key, missing[k], ub, store_rows(missing[k], t, base_name(path), rows));
-        cache[missing[k] + "\t" + path] = std::move(rows);
-        ++res.jobs_scored;
+        if (comm_.root() && !store_.has(key, missing[k], ub))
+          store_.put(key, missing[k], ub, store_rows(missing[k], t, base_name(path), rows));
+        cache_[missing[k] + "\t" + path] = std::move(rows);
+        ++res_.jobs_scored;
       }
     }
     if (std::count(got.begin(), got.end(), 0)) throw std::runtime_error("frontier: no rank scored a job");
-  };
-  auto gathered = [&](const ScoreSet& set, size_t n, const std::string& a) {
+  }
+  // The cached rows of arm a on the first n trajectories of `set`.
+  std::vector<std::vector<ScoreRow>> gathered(const ScoreSet& set, size_t n, const std::string& a) const {
     std::vector<std::vector<ScoreRow>> out;
-    for (size_t i = 0; i < n; ++i) out.push_back(cache.at(a + "\t" + set.paths[i]));
+    for (size_t i = 0; i < n; ++i) out.push_back(cache_.at(a + "\t" + set.paths[i]));
     return out;
-  };
-
-  // Successive halving over the tuning trajectories.
-  std::vector<std::string> alive;
-  for (const FrontierPoint& p : res.points)
-    if (p.fits) alive.push_back(p.arm);
-  const size_t n_tune = tuning.trajectories.size();
-  using clock = std::chrono::steady_clock;
-  for (size_t round = 0, used = 0; used < n_tune; ++round) {
-    const size_t upto = std::min(n_tune, size_t(1) << round);
-    const auto t0 = clock::now();
-    for (size_t i = 0; i < upto; ++i) {
-      rows_of(tuning, i, alive);
-      const double el = std::chrono::duration<double>(clock::now() - t0).count();
-      const double left = el / static_cast<double>(i + 1) * static_cast<double>(upto - i - 1);
-      say("round " + std::to_string(round + 1) + ": " + std::to_string(alive.size()) + " candidates, trajectory " +
-          std::to_string(i + 1) + "/" + std::to_string(upto) + ", " + fmt("%.0f", el) + " s, about " + fmt("%.0f", left) +
-          " s left in the round");
-    }
-    used = upto;
-    for (const std::string& a : alive) {
-      FrontierPoint& p = point(a);
-      const auto rows = gathered(tuning, upto, a);
-      p.tuning_kl = pooled_mean(rows);
-      p.tuning_geomean = geomean_kl(kl_of(rows));
-      p.trajectories = static_cast<uint32_t>(upto);
-    }
-    if (used == n_tune) break;
-    std::set<std::string> keep = {opt.default_arm};
-    for (double b : opt.budgets) {
-      std::vector<const FrontierPoint*> in;
-      for (const std::string& a : alive)
-        if (point(a).bits <= b + 1e-9) in.push_back(&point(a));
-      std::stable_sort(in.begin(), in.end(),
-                       [](const FrontierPoint* x, const FrontierPoint* y) { return x->tuning_geomean < y->tuning_geomean; });
-      for (size_t k = 0; k < in.size() && k < opt.keep; ++k) keep.insert(in[k]->arm);
-      // The budget's best plain format stays too: the held-out comparison needs it fully scored.
-      for (const FrontierPoint* q : in)
-        if (q->plain) {
-          keep.insert(q->arm);
-          break;
-        }
-    }
-    std::vector<std::string> next;
-    for (const std::string& a : alive)
-      if (keep.count(a)) next.push_back(a);
-    alive = next;
   }
 
-  // The frontier: frontier_rule over the fully scored candidates, and per budget the plain
-  // format of lowest geomean_kl (the held-out comparison's baseline, not nested).
-  std::vector<RuleCandidate> scored;
-  std::vector<FrontierPoint*> scored_point;
-  for (FrontierPoint& p : res.points)
-    if (p.trajectories == n_tune && std::isfinite(p.tuning_geomean)) {
-      scored.push_back({p.arm, p.bits, kl_of(gathered(tuning, n_tune, p.arm))});
-      scored_point.push_back(&p);
-    }
-  const FrontierRule rule = frontier_rule(opt.budgets, scored, opt.bootstrap);
-  for (size_t i = 0; i < scored.size(); ++i) scored_point[i]->test = rule.tests[i];
-  for (size_t k = 0; k < opt.budgets.size(); ++k) {
-    FrontierPick pk;
-    pk.budget = opt.budgets[k];
-    if (rule.picks[k] != kNoPick) pk.arm = scored[rule.picks[k]].arm;
-    double best_plain = INFINITY;
-    for (const FrontierPoint* p : scored_point)
-      if (p->plain && p->bits <= pk.budget + 1e-9 && p->tuning_geomean < best_plain) {
-        best_plain = p->tuning_geomean;
-        pk.plain = p->arm;
-      }
-    res.picks.push_back(pk);
-  }
+  Model& m_;
+  const ScoreSet& tuning_;
+  const ScoreSet& heldout_;
+  const FrontierOptions& opt_;
+  const FrontierProgress& progress_;
+  const cluster::Comm& comm_;
+  const FrontierStore store_;
+  FrontierResult res_;
+  std::map<std::string, std::unique_ptr<KvArm>> arms_;
+  std::map<std::string, std::string> traj_key_;  // path -> store key
+  std::map<std::string, std::string> sha_;       // path -> SHA-256 of its bytes
+  std::map<std::string, std::vector<ScoreRow>> cache_;  // "arm\ttrajectory path" -> rows
+  uint64_t jobs_dealt_ = 0;
+};
 
-  // Held-out rescoring.
-  std::vector<std::string> final_arms = {opt.default_arm};
-  for (const FrontierPick& pk : res.picks)
-    for (const std::string& a : {pk.arm, pk.plain})
-      if (!a.empty() && std::find(final_arms.begin(), final_arms.end(), a) == final_arms.end()) final_arms.push_back(a);
-  for (size_t i = 0; i < heldout.trajectories.size(); ++i) {
-    rows_of(heldout, i, final_arms);
-    say("held-out: trajectory " + std::to_string(i + 1) + "/" + std::to_string(heldout.trajectories.size()) + ", " +
-        std::to_string(final_arms.size()) + " arms");
-  }
-  const size_t n_held = heldout.trajectories.size();
-  const auto def_rows = gathered(heldout, n_held, opt.default_arm);
-  res.heldout_default = arm_stats(opt.default_arm, def_rows);
-  for (FrontierPick& pk : res.picks) {
-    if (!pk.arm.empty()) {
-      const auto rows = gathered(heldout, n_held, pk.arm);
-      pk.heldout = arm_stats(pk.arm, rows);
-      pk.vs_default = compare_arms(pk.arm, opt.default_arm, kl_of(rows), kl_of(def_rows), opt.bootstrap);
-      if (!pk.plain.empty()) {
-        const auto prow = gathered(heldout, n_held, pk.plain);
-        pk.heldout_plain = arm_stats(pk.plain, prow);
-        pk.vs_plain = compare_arms(pk.arm, pk.plain, kl_of(rows), kl_of(prow), opt.bootstrap);
-      }
-    }
-  }
-  return res;
+}  // namespace
+
+FrontierResult run_frontier(Model& m, const std::string& model_file, const std::string& model_sha256,
+                            const ScoreSet& tuning, const ScoreSet& heldout, const std::vector<std::string>& candidates,
+                            const FrontierOptions& opt, const FrontierProgress& progress, const cluster::Comm& comm) {
+  if (opt.budgets.empty()) throw std::invalid_argument("no budget");
+  if (!std::is_sorted(opt.budgets.begin(), opt.budgets.end())) throw std::invalid_argument("budgets must be ascending");
+  if (tuning.trajectories.empty() || heldout.trajectories.empty())
+    throw std::invalid_argument("the tuning and the held-out sets each need a trajectory");
+  if (opt.keep == 0) throw std::invalid_argument("keep must be at least 1");
+  FrontierRun run(m, model_file, model_sha256, tuning, heldout, opt, progress, comm);
+  run.describe();
+  run.make_candidates(candidates);
+  run.hash_trajectories();
+  run.halve();
+  run.pick();
+  run.rescore_heldout();
+  return std::move(run.result());
 }
 
 std::string frontier_csv(const FrontierResult& r) {
