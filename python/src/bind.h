@@ -21,7 +21,11 @@ void check_range(const char* name, long long value, long long lo, long long hi);
 inline void check_threads(long long threads) { check_range("threads", threads, 0, 1024); }
 // A capture as a dict: k, v (float16 [layers, tokens, kv_heads, head_dim]), layer_ids, ...
 pybind11::dict capture_dict(const Capture& c);
-// The sequence cache, the other files, training and results (bind_more.cpp).
-void bind_more(pybind11::module_& m);
+// The bindings by concern, one file each: the codec as engines drive it (Cache, Arm), the input
+// files beyond snapshots, training, results.
+void bind_cache(pybind11::module_& m);
+void bind_files(pybind11::module_& m);
+void bind_train(pybind11::module_& m);
+void bind_results(pybind11::module_& m);
 
 }  // namespace sjkv::pybind

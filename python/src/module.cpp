@@ -310,7 +310,10 @@ PYBIND11_MODULE(_sjkv, m) {
       py::arg("path"), py::arg("k"), py::arg("v"), py::arg("comment") = "",
       "Writes a table pair in the form its name says: .sjcb (sjkv's container, no provenance), .h (the C header of "
       "the reference generator) or any other name a raw table file (K then V, fp16).");
-  pybind::bind_more(m);
+  pybind::bind_cache(m);
+  pybind::bind_files(m);
+  pybind::bind_train(m);
+  pybind::bind_results(m);
   m.def("table_sets", [] {
     std::vector<std::string> names;
     for (const TableSet& s : shipped_table_sets()) names.push_back(s.summary());
