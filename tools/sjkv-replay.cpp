@@ -598,23 +598,16 @@ int do_frontier(ModelArgs ma, const FrontierArgs& fa) {
       }
       arm->check_layers(l.model->info().layers);
     };
-    std::string given_default = fa.default_arm;
-    if (!fa.default_given) {
-      given_default = "sj:4/4";
-      try {
-        check_fit(given_default);
-      } catch (const std::invalid_argument& e) {
-        // Head sizes that are not multiples of 128 (gpt-oss, SmolLM2: 64): the codec's scalar
-        // 4/4 with q8_0 staging, the comparable arm docs/REPLAY.md names.
-        given_default = "sj:4/4:staging=q8_0";
-        note(ma, "default arm " + given_default + " (sj:4/4 does not fit: " + e.what() + ")");
-      }
-    } else {
-      try {
-        check_fit(given_default);
-      } catch (const std::invalid_argument& e) {
+    std::string given_default = fa.default_given ? fa.default_arm : "sj:4/4";
+    try {
+      check_fit(given_default);
+    } catch (const std::invalid_argument& e) {
+      if (fa.default_given)
         throw cli::UsageError("--default '" + given_default + "' does not fit " + base_name(l.path) + ": " + e.what());
-      }
+      // Head sizes that are not multiples of 128 (gpt-oss, SmolLM2: 64): the codec's scalar
+      // 4/4 with q8_0 staging, the comparable arm docs/REPLAY.md names.
+      note(ma, "default arm sj:4/4:staging=q8_0 (sj:4/4 does not fit: " + std::string(e.what()) + ")");
+      given_default = "sj:4/4:staging=q8_0";
     }
     default_arm = arm_with_tables(given_default, choice, &g);
     std::string with_set;

@@ -25,14 +25,7 @@ struct sjkv_config {
   sjkv::CodecConfig cfg;
 };
 
-struct sjkv_codebook {
-  std::vector<sjkv::RawCodebook> pairs;  // one per width
-  const sjkv::RawCodebook* of(uint32_t bits) const {
-    for (const sjkv::RawCodebook& r : pairs)
-      if (r.bits == bits) return &r;
-    return nullptr;
-  }
-};
+struct sjkv_codebook : sjkv::CodebookPairs {};  // one pair per width
 
 struct sjkv_cache {
   sjkv_codebook tables;  // the cache's own copy: the seal options point into it
@@ -72,13 +65,10 @@ sjkv_error guarded(F&& f) {
   }
 }
 
-// The K table of the bits_k pair and the V table of the bits_v pair (null: the format's).
+// The tables a configuration seals with (null: the format's).
 sjkv::TrellisCodebooks tables_for(const sjkv::CodecConfig& c, const sjkv_codebook* cb) {
-  sjkv::TrellisCodebooks t;
-  if (!cb || c.resolved_body() != sjkv::Body::trellis) return t;
-  if (const sjkv::RawCodebook* k = cb->of(c.bits_k)) t.k = k->k.data();
-  if (const sjkv::RawCodebook* v = cb->of(c.bits_v)) t.v = v->v.data();
-  return t;
+  if (!cb || c.resolved_body() != sjkv::Body::trellis) return {};
+  return cb->tables(c.bits_k, c.bits_v);
 }
 
 sjkv::SealOptions seal_options(const sjkv::CodecConfig& c, const sjkv_codebook* cb) {
@@ -290,11 +280,10 @@ sjkv_error sjkv_cache_read(const sjkv_cache* cache, uint32_t layer, uint32_t hea
   const sjkv::CacheShape& sh = cache->seq->shape();
   if (layer >= sh.n_layers || head >= sh.n_head_kv || pos >= cache->seq->n_stored())
     return fail(SJKV_ERR_ARGUMENT, "sjkv_cache_read: layer, head or position out of range");
-  const uint32_t D = cache->seq->config().head_dim;
-  std::vector<float> k(D), v(D);
-  sjkv::resolve_row(cache->seq->view(layer), pos, head, k.data(), v.data());
-  if (k_out) std::memcpy(k_out, k.data(), D * sizeof(float));
-  if (v_out) std::memcpy(v_out, v.data(), D * sizeof(float));
+  // resolve_row writes both sides: a side the caller does not want goes to scratch.
+  thread_local std::vector<float> scratch;
+  scratch.resize(cache->seq->config().head_dim);
+  sjkv::resolve_row(cache->seq->view(layer), pos, head, k_out ? k_out : scratch.data(), v_out ? v_out : scratch.data());
   return ok();
 }
 

@@ -182,23 +182,35 @@ struct avx2_block<kGgmlQ8_0> {
     }
   }
 };
+// Q4_K and Q5_K: eight sub-blocks of 32 codes as d * sc * q - dmin * m (scale_min_k4); Q5_K's
+// codes take their fifth bit from qh (bit 2j of qh[l] for the low nibbles of pair j, 2j + 1
+// for the high ones), Q4_K's are the nibbles alone.
+template <bool Fifth, class Sink>
+SJKV_AVX2_INLINE void walk_k4_k5(const uint8_t* b, Sink& sink) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const float d = scale_f16(b), dmin = scale_f16(b + 2);
+  const uint8_t* qs = b + (Fifth ? 48 : 16);
+  const __m256i qh = Fifth ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16)) : _mm256_setzero_si256();
+  for (uint32_t j = 0; j < 4; ++j) {
+    uint32_t sc0, m0, sc1, m1;
+    scale_min_k4(2 * j, b + 4, sc0, m0);
+    scale_min_k4(2 * j + 1, b + 4, sc1, m1);
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j));
+    __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    if (Fifth) {
+      lo = _mm256_or_si256(lo, bits_as(qh, static_cast<uint8_t>(1u << (2 * j)), 16));
+      hi = _mm256_or_si256(hi, bits_as(qh, static_cast<uint8_t>(2u << (2 * j)), 16));
+    }
+    codes32_k(lo, d * static_cast<float>(sc0), dmin * static_cast<float>(m0), sink, static_cast<int>(8 * j));
+    codes32_k(hi, d * static_cast<float>(sc1), dmin * static_cast<float>(m1), sink, static_cast<int>(8 * j + 4));
+  }
+}
 template <>
 struct avx2_block<kGgmlQ4_K> {
   static constexpr uint32_t kValues = 256, kBytes = 144;
   template <class Sink>
   SJKV_AVX2_INLINE static void walk(const uint8_t* b, Sink& sink) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const float d = scale_f16(b), dmin = scale_f16(b + 2);
-    for (uint32_t j = 0; j < 4; ++j) {
-      uint32_t sc0, m0, sc1, m1;
-      scale_min_k4(2 * j, b + 4, sc0, m0);
-      scale_min_k4(2 * j + 1, b + 4, sc1, m1);
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * j));
-      codes32_k(_mm256_and_si256(q, m4), d * static_cast<float>(sc0), dmin * static_cast<float>(m0), sink,
-                static_cast<int>(8 * j));
-      codes32_k(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), d * static_cast<float>(sc1),
-                dmin * static_cast<float>(m1), sink, static_cast<int>(8 * j + 4));
-    }
+    walk_k4_k5<false>(b, sink);
   }
 };
 template <>
@@ -233,20 +245,7 @@ struct avx2_block<kGgmlQ5_K> {
   static constexpr uint32_t kValues = 256, kBytes = 176;
   template <class Sink>
   SJKV_AVX2_INLINE static void walk(const uint8_t* b, Sink& sink) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const float d = scale_f16(b), dmin = scale_f16(b + 2);
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
-    for (uint32_t j = 0; j < 4; ++j) {
-      uint32_t sc0, m0, sc1, m1;
-      scale_min_k4(2 * j, b + 4, sc0, m0);
-      scale_min_k4(2 * j + 1, b + 4, sc1, m1);
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 48 + 32 * j));
-      const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), bits_as(qh, static_cast<uint8_t>(1u << (2 * j)), 16));
-      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
-                                         bits_as(qh, static_cast<uint8_t>(2u << (2 * j)), 16));
-      codes32_k(lo, d * static_cast<float>(sc0), dmin * static_cast<float>(m0), sink, static_cast<int>(8 * j));
-      codes32_k(hi, d * static_cast<float>(sc1), dmin * static_cast<float>(m1), sink, static_cast<int>(8 * j + 4));
-    }
+    walk_k4_k5<true>(b, sink);
   }
 };
 template <>

@@ -357,22 +357,8 @@ struct EdgeRegistry {
 
 // Trellis tables an arm seals with instead of the built-in reference ones ("cb=FILE[+FILE]"):
 // raw table pairs (docs/SPEC.md §12.2), one per width.
-struct ArmCodebooks {
-  std::vector<RawCodebook> pairs;
+struct ArmCodebooks : CodebookPairs {
   std::string named;  // cb=reference or cb=SET (a shipped table set), else empty
-  const RawCodebook* of(uint32_t bits) const {
-    for (const RawCodebook& r : pairs)
-      if (r.bits == bits) return &r;
-    return nullptr;
-  }
-  // The K table of the bits_k pair and the V table of the bits_v pair; a width with no file
-  // keeps the reference table (null).
-  TrellisCodebooks tables(uint32_t bits_k, uint32_t bits_v) const {
-    TrellisCodebooks t;
-    if (const RawCodebook* k = of(bits_k)) t.k = k->k.data();
-    if (const RawCodebook* v = of(bits_v)) t.v = v->v.data();
-    return t;
-  }
 };
 
 // Arm options beyond the codec configuration (docs/REPLAY.md "Arms"): the note's tiering, trained

@@ -429,4 +429,17 @@ CodebookContainer read_codebook_any(const std::string& path, CodebookFileKind* k
   return c;
 }
 
+const RawCodebook* CodebookPairs::of(uint32_t bits) const {
+  for (const RawCodebook& r : pairs)
+    if (r.bits == bits) return &r;
+  return nullptr;
+}
+
+TrellisCodebooks CodebookPairs::tables(uint32_t bits_k, uint32_t bits_v) const {
+  TrellisCodebooks t;
+  if (const RawCodebook* k = of(bits_k)) t.k = k->k.data();
+  if (const RawCodebook* v = of(bits_v)) t.v = v->v.data();
+  return t;
+}
+
 }  // namespace sjkv

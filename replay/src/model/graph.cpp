@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>
@@ -827,13 +828,16 @@ void GraphModel::moe_route(float* logits, uint32_t m, std::vector<uint32_t>& sel
   sel.resize(size_t(m) * K);
   wsel.resize(size_t(m) * K);
   std::vector<uint32_t> order(NE);
+  auto argsort = [&order](const float* v) {  // descending, as ggml's CPU argsort
+    std::iota(order.begin(), order.end(), 0u);
+    std::sort(order.begin(), order.end(), [v](uint32_t x, uint32_t y) { return v[x] > v[y]; });
+  };
   for (uint32_t t = 0; t < m; ++t) {
     float* p = logits + size_t(t) * NE;
     if (table_.gating == MoeGating::softmax_top_k) {
-      // gpt-oss: the top K of the logits (the same argsort), then a softmax over those K (max,
-      // e^(x - max) summed in double, times the f32 reciprocal, as ggml_soft_max); no renormalising.
-      for (uint32_t e = 0; e < NE; ++e) order[e] = e;
-      std::sort(order.begin(), order.end(), [p](uint32_t x, uint32_t y) { return p[x] > p[y]; });
+      // gpt-oss: the top K of the logits, then a softmax over those K (max, e^(x - max) summed
+      // in double, times the f32 reciprocal, as ggml_soft_max); no renormalising.
+      argsort(p);
       const float top = p[order[0]];
       double sum = 0.0;
       for (uint32_t r = 0; r < K; ++r) {
@@ -850,8 +854,7 @@ void GraphModel::moe_route(float* logits, uint32_t m, std::vector<uint32_t>& sel
     for (uint32_t e = 0; e < NE; ++e) sum += p[e] = std::exp(p[e] - mx);
     const float inv = static_cast<float>(1.0 / sum);
     for (uint32_t e = 0; e < NE; ++e) p[e] = p[e] * inv;
-    for (uint32_t e = 0; e < NE; ++e) order[e] = e;
-    std::sort(order.begin(), order.end(), [p](uint32_t x, uint32_t y) { return p[x] > p[y]; });
+    argsort(p);  // by probability: rounding can tie logits that differ
     double wsum = 0.0;
     for (uint32_t r = 0; r < K; ++r) wsum += p[order[r]];
     const float ws = std::max(static_cast<float>(wsum), 6.103515625e-5f);
@@ -870,6 +873,15 @@ void GraphModel::moe_experts(const Layer& L, Act act, const float* h, uint32_t m
   std::vector<float> y(size_t(m) * K * E);
   std::vector<float> xin, g, up, o;
   std::vector<size_t> slots;
+  auto glu = [act](float gv, float uv) {  // one gated unit
+    switch (act) {
+      case Act::gelu_fp16: return gelu_fp16(gv) * uv;
+      case Act::gelu_tanh: return gelu_tanh(gv) * uv;
+      case Act::swiglu_oai: return swiglu_oai(gv, uv);
+      case Act::silu: break;
+    }
+    return silu(gv) * uv;
+  };
   for (uint32_t e = 0; e < NE; ++e) {
     slots.clear();
     for (size_t s = 0; s < sel.size(); ++s)
@@ -880,18 +892,9 @@ void GraphModel::moe_experts(const Layer& L, Act act, const float* h, uint32_t m
     for (size_t i = 0; i < n; ++i) std::copy_n(h + (slots[i] / K) * E, E, xin.data() + i * E);
     g.resize(n * F);
     o.resize(n * E);
-    // One gated unit; gpt-oss's experts add their biases to gate and up first (ggml_add_id).
+    // gpt-oss's experts add their biases to gate and up before the unit (ggml_add_id).
     const float* gb = L.gate_exps_b.empty() ? nullptr : L.gate_exps_b.data() + size_t(e) * F;
     const float* ub = L.up_exps_b.empty() ? nullptr : L.up_exps_b.data() + size_t(e) * F;
-    auto glu = [act](float gv, float uv) {
-      switch (act) {
-        case Act::gelu_fp16: return gelu_fp16(gv) * uv;
-        case Act::gelu_tanh: return gelu_tanh(gv) * uv;
-        case Act::swiglu_oai: return swiglu_oai(gv, uv);
-        case Act::silu: break;
-      }
-      return silu(gv) * uv;
-    };
     if (fused) {
       up.resize(n * 2 * F);
       matmul(L.gate_up_exps[e], xin.data(), static_cast<uint32_t>(n), up.data());
@@ -943,7 +946,7 @@ void GraphModel::moe_ffn(const Layer& L, Ubatch& u, Act act) const {
     return;
   }
   std::vector<float> routed(size_t(m) * E);
-  moe_experts(L, Act::silu, u.h.data(), m, sel, wsel, routed.data());
+  moe_experts(L, act, u.h.data(), m, sel, wsel, routed.data());
   // The shared expert, gated by sigmoid(gate_inp_sh . h).
   const uint32_t FS = moe_.ff_shexp;
   std::vector<float> gs(size_t(m) * FS), us(size_t(m) * FS), sh(size_t(m) * E), sg(m);

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "sjkv/trellis.h"
 
 namespace sjkv {
 
@@ -23,6 +24,15 @@ struct RawCodebook {
 
 // Validates size and entries (no NaN or infinity); throws FileError(path, defect).
 RawCodebook read_raw_codebook(const std::string& path);
+
+// Trained tables kept one pair per width: a configuration of widths bits_k/bits_v seals with the
+// K table of the bits_k pair and the V table of the bits_v pair; a width without a pair keeps the
+// format's table (null). The pairs must outlive the returned pointers.
+struct CodebookPairs {
+  std::vector<RawCodebook> pairs;
+  const RawCodebook* of(uint32_t bits) const;
+  TrellisCodebooks tables(uint32_t bits_k, uint32_t bits_v) const;
+};
 
 enum class CodebookAxis : uint32_t { token = 0, channel = 1 };
 const char* axis_name(CodebookAxis a);
