@@ -13,6 +13,7 @@
 #include "gpu_test.h"
 #include "sjkv/cuda/codec_cuda.h"
 #include "sjkv/cuda/train_cuda.h"
+#include "sjkv/philox.h"
 #include "sjkv/lloyd.h"
 #include "sjkv/seal.h"
 #include "sjkv/testgen.h"
@@ -89,23 +90,6 @@ double cpu_pass(const std::vector<float>& y, size_t n, uint32_t len, uint32_t bi
   return e_tot / static_cast<double>(n * len);
 }
 
-// Philox4x32-10 written from the paper (Salmon et al. 2011), independent of cuRAND's headers.
-void philox(uint32_t c[4], uint64_t seed) {
-  uint32_t k[2] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
-  for (int r = 0; r < 10; ++r) {
-    const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c[0];
-    const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c[2];
-    const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c[1] ^ k[0];
-    const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k[1];
-    c[0] = n0;
-    c[1] = static_cast<uint32_t>(p1);
-    c[2] = n2;
-    c[3] = static_cast<uint32_t>(p0);
-    k[0] += 0x9E3779B9u;
-    k[1] += 0xBB67AE85u;
-  }
-}
-
 // Successive curandGenerateUniform calls of the host generator, as SplitDrawer makes them.
 std::vector<float> host_stream(uint64_t seed, const std::vector<size_t>& calls) {
   curandGenerator_t g = nullptr;
@@ -125,17 +109,14 @@ const std::vector<size_t> kCalls = {5, 300001, 7, 1000003, 262147};
 
 }  // namespace
 
-// CPU only: the documented layout of the host stream (curand_host_philox_position) with an
-// independent Philox reproduces curandGenerateUniform bit for bit, across call boundaries.
-TEST(CurandHostLayout, PositionModelReproducesHostGenerator) {
+// CPU only: sjkv/philox.h's stream (the documented layout of the host generator and Philox4x32-10),
+// which SplitDrawer draws in a build without cuRAND, reproduces curandGenerateUniform bit for
+// bit, across call boundaries.
+TEST(CurandHostLayout, SharedStreamReproducesHostGenerator) {
   for (uint64_t seed : {0ull, 7ull, 0x5eedull, 0xDEADBEEFCAFEull}) {
     const std::vector<float> u = host_stream(seed, kCalls);
     for (size_t n = 0; n < u.size(); ++n) {
-      const cuda::PhiloxPosition pos = cuda::curand_host_philox_position(n);
-      uint32_t c[4] = {static_cast<uint32_t>(pos.counter), static_cast<uint32_t>(pos.counter >> 32),
-                       static_cast<uint32_t>(pos.subsequence), static_cast<uint32_t>(pos.subsequence >> 32)};
-      philox(c, seed);
-      const float m = cuda::curand_uniform_from_bits(c[pos.word]);
+      const float m = philox_stream_uniform(seed, n);
       ASSERT_EQ(0, std::memcmp(&m, &u[n], 4)) << "seed " << seed << " element " << n;
     }
   }

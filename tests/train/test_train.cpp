@@ -6,6 +6,7 @@
 
 #include "sjkv/io/encode.h"
 #include "sjkv/layout.h"
+#include "sjkv/philox.h"
 #include "sjkv/testgen.h"
 #include "sjkv/io/file_error.h"
 #include "sjkv/io/codebook.h"
@@ -350,4 +351,21 @@ TEST(Lloyd, ChannelAxisTargetsAndTraining) {
   ASSERT_GE(r.history.size(), 2u);
   for (size_t i = 1; i < r.history.size(); ++i) EXPECT_LE(r.history[i].train_mse, r.history[i - 1].train_mse);
   EXPECT_LT(r.heldout_mse_f16, 0.9 * scalar_mse(set.heldout_v, 3));
+}
+
+// The split is one stream in every build: SplitDrawer (cuRAND's host generator where the toolkit
+// is, sjkv/philox.h's stream elsewhere) draws element after element of sjkv/philox.h's stream,
+// across calls of any size, so a CPU-only build and a CUDA build hold out the same records.
+TEST(Split, DrawsThePhiloxStreamInEveryBuild) {
+  for (uint64_t seed : {1ull, 7ull, 0xDEADBEEFCAFEull}) {
+    SplitDrawer split(seed, 0.3);
+    uint64_t n = 0;
+    for (size_t calls : {5u, 1000u, 7u, 70001u}) {
+      const std::vector<uint8_t> held = split.draw(calls);
+      for (size_t i = 0; i < calls; ++i, ++n)
+        ASSERT_EQ(held[i], static_cast<double>(sjkv::philox_stream_uniform(seed, n)) < 0.3 ? 1 : 0)
+            << "seed " << seed << " element " << n;
+    }
+  }
+  EXPECT_STREQ(SplitDrawer::rng_name(), "curand-host-philox4_32_10");
 }

@@ -9,6 +9,7 @@
 
 #include "sjkv/hadamard.h"
 #include "sjkv/lloyd.h"
+#include "sjkv/philox.h"
 #include "sjkv/record.h"
 #include "sjkv/seal.h"
 #include "sjkv/staging.h"
@@ -22,49 +23,12 @@ namespace sjkv::train {
 
 // ---- split ---------------------------------------------------------------------------------
 
-namespace {
-
-// Philox4x32-10 (Salmon et al. 2011), the generator cuRAND's PHILOX4_32_10 implements.
-struct Philox {
-  uint32_t key[2];
-  uint64_t ctr = 0;
-  uint32_t out[4];
-  int have = 0;
-  explicit Philox(uint64_t seed) : key{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)} {}
-  void round(uint32_t c[4], const uint32_t k[2]) {
-    const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c[0];
-    const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c[2];
-    const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c[1] ^ k[0];
-    const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k[1];
-    c[0] = n0;
-    c[1] = static_cast<uint32_t>(p1);
-    c[2] = n2;
-    c[3] = static_cast<uint32_t>(p0);
-  }
-  uint32_t next() {
-    if (have == 0) {
-      uint32_t c[4] = {static_cast<uint32_t>(ctr), static_cast<uint32_t>(ctr >> 32), 0, 0};
-      uint32_t k[2] = {key[0], key[1]};
-      for (int r = 0; r < 10; ++r) {
-        round(c, k);
-        k[0] += 0x9E3779B9u;
-        k[1] += 0xBB67AE85u;
-      }
-      for (int i = 0; i < 4; ++i) out[i] = c[i];
-      ++ctr;
-      have = 4;
-    }
-    return out[4 - have--];
-  }
-};
-
-}  // namespace
-
 struct SplitDrawer::Impl {
 #if defined(SJKV_TRAIN_HAVE_CURAND)
   curandGenerator_t gen = nullptr;
 #else
-  Philox ph{0};
+  uint64_t seed = 0;
+  uint64_t next = 0;  // the stream's next element
 #endif
 };
 
@@ -75,7 +39,7 @@ SplitDrawer::SplitDrawer(uint64_t seed, double heldout_fraction) : impl_(new Imp
   if (curandSetPseudoRandomGeneratorSeed(impl_->gen, seed) != CURAND_STATUS_SUCCESS)
     throw std::runtime_error("curandSetPseudoRandomGeneratorSeed failed");
 #else
-  impl_->ph = Philox(seed);
+  impl_->seed = seed;
 #endif
 }
 
@@ -85,13 +49,8 @@ SplitDrawer::~SplitDrawer() {
 #endif
 }
 
-const char* SplitDrawer::rng_name() {
-#if defined(SJKV_TRAIN_HAVE_CURAND)
-  return "curand-host-philox4_32_10";
-#else
-  return "sjkv-philox4x32-10";
-#endif
-}
+// The stream's name, the same in both builds: the same floats.
+const char* SplitDrawer::rng_name() { return "curand-host-philox4_32_10"; }
 
 std::vector<uint8_t> SplitDrawer::draw(size_t n) {
   std::vector<uint8_t> out(n);
@@ -101,7 +60,7 @@ std::vector<uint8_t> SplitDrawer::draw(size_t n) {
   if (curandGenerateUniform(impl_->gen, u.data(), n) != CURAND_STATUS_SUCCESS)
     throw std::runtime_error("curandGenerateUniform failed");
 #else
-  for (size_t i = 0; i < n; ++i) u[i] = static_cast<float>(impl_->ph.next()) * 2.3283064e-10f + 1.1641532e-10f;
+  for (size_t i = 0; i < n; ++i) u[i] = philox_stream_uniform(impl_->seed, impl_->next++);
 #endif
   for (size_t i = 0; i < n; ++i) out[i] = static_cast<double>(u[i]) < frac_ ? 1 : 0;
   return out;

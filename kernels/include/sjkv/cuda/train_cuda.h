@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "sjkv/hd.h"
+#include "sjkv/philox.h"
 
 namespace sjkv {
 namespace cuda {
@@ -50,26 +51,8 @@ class LloydPass {
   uint32_t len_ = 0;
 };
 
-// Where element n of the host generator's stream comes from (CURAND_RNG_PSEUDO_PHILOX4_32_10,
-// default ordering, measured against curandGenerateUniform / curandGenerate): the host
-// generator runs 65536 Philox subsequences side by side, each producing 4 values per counter
-// step, so with g = n / 4 the value is output word n % 4 of the subsequence g % 65536 at
-// counter g / 65536. On the device that is curand_init(seed, g % 65536, 4 * (g / 65536)) and
-// curand4(). Successive host calls continue at the next element.
-constexpr uint64_t kCurandPhiloxHostSubsequences = 65536;
-struct PhiloxPosition {
-  uint64_t subsequence, counter;
-  uint32_t word;
-};
-SJKV_HD inline PhiloxPosition curand_host_philox_position(uint64_t n) {
-  const uint64_t g = n / 4;
-  return PhiloxPosition{g % kCurandPhiloxHostSubsequences, g / kCurandPhiloxHostSubsequences,
-                        static_cast<uint32_t>(n % 4)};
-}
-// The uniform conversion of curandGenerateUniform: x * 2^-32 + 2^-33 in binary32, two roundings.
-SJKV_HD inline float curand_uniform_from_bits(uint32_t x) {
-  return op::fadd(op::fmul(static_cast<float>(x), 2.3283064e-10f), 1.1641532e-10f);
-}
+// The host generator's stream (where element n comes from, the uniform conversion) is
+// sjkv/philox.h's.
 
 // Elements [offset, offset + n) of that stream as uniforms, generated on the device with
 // curand_init / curand4 (Philox4_32_10); out is a device array of n floats.

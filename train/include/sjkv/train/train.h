@@ -41,8 +41,9 @@ struct TrainingSet {
 // Draws the train / held-out split of records: one uniform per record, in record order over
 // all inputs; u < heldout_fraction puts the record in the held-out set. With cuRAND
 // (SJKV_TRAIN_HAVE_CURAND) the draw is curandGenerateUniform from a host generator of type
-// CURAND_RNG_PSEUDO_PHILOX4_32_10 seeded with `seed`; without it, a Philox4x32-10 of our own
-// (same algorithm, not guaranteed to be cuRAND's stream) and rng_name() says so.
+// CURAND_RNG_PSEUDO_PHILOX4_32_10 seeded with `seed`; without it, the same stream from
+// sjkv/philox.h (tested equal to cuRAND's, tests/gpu/test_gpu_train.cpp), so both builds split
+// alike and rng_name() is the same.
 class SplitDrawer {
  public:
   SplitDrawer(uint64_t seed, double heldout_fraction);
