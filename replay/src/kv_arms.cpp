@@ -681,7 +681,10 @@ std::unique_ptr<KvArm> build(const std::string& spec, const SealerSource& sealer
     } else {
       for (const std::string& f : a.cb_files()) {
         try {
-          books->pairs.push_back(read_raw_codebook(f));
+          // Any form sjkv-train writes (.sjcb, raw .bin, C header): one reader for all three.
+          const CodebookContainer t = read_codebook_any(f);
+          if (t.axis != CodebookAxis::token) refuse_arm(spec, f + ": a channel-axis table; cb= takes token-axis tables");
+          books->pairs.push_back(t.table);
         } catch (const FileError& e) {
           refuse_arm(spec, e.what());
         }

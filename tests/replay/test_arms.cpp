@@ -966,6 +966,36 @@ TEST(ArmAttention, CodebookFilesSealAndDecodeWithTheirTables) {
     EXPECT_THROW(make_arm(bad), std::invalid_argument) << bad;
 }
 
+// cb= reads every form sjkv-train writes: the .sjcb container and the C header give the raw
+// files' rows; a channel-axis container is refused by name.
+TEST(ArmAttention, CodebookFilesInEveryFormGiveTheSameRows) {
+  const std::string dir = std::string(SJKV_SOURCE_DIR) + "/data/codebooks/gemma3-270m-";
+  const uint32_t N = 600;
+  const Data d = make_data(N, 128, 4, 1, 45);
+  auto rows = [&](const std::string& ext) {
+    const RunResult r = run_arm("sj:3/2t:tail=128:cb=" + dir + "3bit" + ext + "+" + dir + "2bit" + ext, d, N, 64, {});
+    std::vector<float> K(static_cast<size_t>(N) * 128), V(K.size());
+    dynamic_cast<const InspectableKv*>(r.layer.get())->stored_rows(0, 0, N, K.data(), V.data());
+    K.insert(K.end(), V.begin(), V.end());
+    return K;
+  };
+  const std::vector<float> raw = rows(".bin");
+  EXPECT_TRUE(raw == rows(".sjcb"));
+  EXPECT_TRUE(raw == rows(".h"));
+
+  CodebookContainer channel = read_codebook_container(dir + "3bit.sjcb");
+  channel.axis = CodebookAxis::channel;
+  const std::string path = ::testing::TempDir() + "sjkv_channel_3bit.sjcb";
+  write_codebook_container(path, channel);
+  try {
+    make_arm("sj:3/3t:cb=" + path);
+    ADD_FAILURE() << "a channel-axis table was taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("a channel-axis table; cb= takes token-axis tables"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
 // cb=SET and cb=reference (sjkv/io/table_set.h): a shipped set seals with its tables, the same
 // rows as its table files given with cb=; cb=reference is the bare arm; arm_with_tables adds a
 // set only for the model it serves and the width pairs it is the default for (the shipped one
@@ -984,6 +1014,7 @@ TEST(ArmAttention, ShippedTableSetsAreTheirFilesAndResolvePerModel) {
   };
   const std::vector<float> set = rows("sj:3/2t:tail=128:cb=gemma3-270m");
   EXPECT_TRUE(set == rows("sj:3/2t:tail=128:cb=" + files));
+  EXPECT_TRUE(set == rows("sj:3/2t:tail=128:cb=" + dir + "gemma3-270m-3bit.sjcb+" + dir + "gemma3-270m-2bit.sjcb"));
   EXPECT_TRUE(rows("sj:3/2t:tail=128:cb=reference") == rows("sj:3/2t:tail=128"));
   EXPECT_FALSE(set == rows("sj:3/2t:tail=128"));
   EXPECT_THROW(make_arm("sj:4/4t:cb=gemma3-270m"), std::invalid_argument);  // no 4-bit table
