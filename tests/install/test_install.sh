@@ -1,7 +1,7 @@
 #!/bin/sh
 # What an engine developer installs: `cmake --install` of this build into a temporary prefix,
 # then examples/engine built against it with find_package(sjkv) (the engine and the C99 test of
-# sjkv/sjkv.h) and run; pkg-config finds the C library; the tools and tables are in place. Then
+# sjkv/sjkv.h) and run, and a C++ program using every installed library (consumer/); pkg-config finds the C library; the tools and tables are in place. Then
 # cpack's Debian package: its control fields, the example built against its unpacked files, and
 # apt's simulated install of it.
 set -eu
@@ -31,6 +31,14 @@ run_example() {  # $1: prefix the package is in
   cmake -S "$src/examples/engine" -B "$dir/ex" -DCMAKE_PREFIX_PATH="$1" -DCMAKE_BUILD_TYPE=Release > "$dir/ex.log"
   cmake --build "$dir/ex" -j2 >> "$dir/ex.log"
   exlib=$(ls -d "$1"/lib*/ | head -1)
+  # The C99 test of sjkv/sjkv.h, compiled as a C project would, with pkg-config's flags (the
+  # .pc file finds its prefix where it lies: this prefix, or an unpacked package's).
+  export PKG_CONFIG_PATH="$exlib/pkgconfig"
+  inc=$(pkg-config --variable=includedir sjkv)
+  [ "$(cd "$inc" && pwd -P)" = "$(cd "$1/include" && pwd -P)" ] || { echo "pkg-config: includedir $inc, not in $1" >&2; exit 1; }
+  cc -std=c99 -pedantic -Wall -Wextra -Werror $(pkg-config --cflags sjkv) "$src/tests/capi/test_c99.c" \
+     -o "$dir/ex/sjkv-c99" $(pkg-config --libs sjkv) -lm
+  unset PKG_CONFIG_PATH
   LD_LIBRARY_PATH="$exlib" "$dir/ex/sjkv-c99"
   LD_LIBRARY_PATH="$exlib" "$dir/ex/sjkv-engine" | tee "$dir/engine.txt"
   LD_LIBRARY_PATH="$exlib" "$dir/ex/sjkv-engine" sj:4/4:tail=256/512 > "$dir/engine44.txt"
@@ -42,7 +50,18 @@ run_example() {  # $1: prefix the package is in
   awk -v a="$e32" -v b="$e44" -v x="$b32" -v y="$b44" 'BEGIN { exit !(a > b && x < y && x < 5) }' ||
     { echo "unexpected: 3/2t $b32 bits error $e32, 4/4 $b44 bits error $e44" >&2; exit 1; }
 }
+# Every installed C++ library through find_package: sjkv::codec, snapshot, replay, train,
+# cluster and device, their headers and link interfaces (tests/install/consumer).
+run_consumer() {  # $1: prefix the package is in
+  rm -rf "$dir/consumer"
+  cmake -S "$src/tests/install/consumer" -B "$dir/consumer" -DCMAKE_PREFIX_PATH="$1" -DCMAKE_BUILD_TYPE=Release > "$dir/consumer.log"
+  cmake --build "$dir/consumer" -j2 >> "$dir/consumer.log"
+  "$dir/consumer/sjkv-consumer" | tee "$dir/consumer.txt"
+  grep -q "^arm sj:3/2t:staging=q8_0:tail=512/1024" "$dir/consumer.txt"
+  grep -q "^codebook 3-bit" "$dir/consumer.txt"
+}
 run_example "$prefix"
+run_consumer "$prefix"
 
 # The Debian package: made, its fields, its files usable as installed.
 if command -v dpkg-deb > /dev/null && command -v cpack > /dev/null; then
@@ -54,6 +73,7 @@ if command -v dpkg-deb > /dev/null && command -v cpack > /dev/null; then
   dpkg-deb -c "$deb" | grep -q "./usr/lib/.*/cmake/sjkv/sjkvConfig.cmake\|./usr/lib/cmake/sjkv/sjkvConfig.cmake"
   dpkg-deb -x "$deb" "$dir/deb"
   run_example "$dir/deb/usr"
+  run_consumer "$dir/deb/usr"
   # apt resolves its dependencies from this machine's Debian sources (a simulation: nothing installed)
   if command -v apt-get > /dev/null; then
     apt-get install --simulate "$deb" > "$dir/apt.txt" 2>&1 || { cat "$dir/apt.txt" >&2; exit 1; }
