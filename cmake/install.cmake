@@ -18,7 +18,7 @@ foreach(lib IN LISTS SJKV_INSTALL_LIBS)
 endforeach()
 # What the package's config must find for their link interfaces (configure_package_config_file).
 set(SJKV_CONFIG_MPI ${SJKV_WITH_MPI})
-if(TARGET sjkv_kernels OR TARGET CUDA::curand)
+if(TARGET sjkv_kernels OR SJKV_TRAIN_CURAND)
   set(SJKV_CONFIG_CUDA TRUE)
 else()
   set(SJKV_CONFIG_CUDA FALSE)
@@ -60,6 +60,9 @@ set(CPACK_DEBIAN_PACKAGE_MAINTAINER "sjkv developers")
 set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "libhdf5-dev, libzstd-dev, nlohmann-json3-dev")
+if(SJKV_ZSTD_FROM_PKGCONFIG)
+  string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS ", pkgconf | pkg-config")  # the config finds zstd with it
+endif()
 if(SJKV_WITH_MPI)
   string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS ", libopenmpi-dev")  # sjkv::cluster links MPI::MPI_CXX
 endif()

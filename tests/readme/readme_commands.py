@@ -2,14 +2,15 @@
 """Runs README.md's commands, so that none can go stale.
 
 Every ```sh block of README runs, in order, as one bash script (set -euo pipefail), in a fresh
-folder whose build/, data/, tests/, examples/ and scripts/ are the repository's, so the
+folder whose build/ is the build under test and data/, tests/, examples/ and scripts/ the
+repository's, so the
 commands' own outputs land there and nothing in the tree changes. A block is left out only
 when the line before its fence says `<!-- readme-check: not run here; REASON -->`, REASON
 naming what runs it instead (the set-up block: .ci/run runs scripts/run-tests, the test
 readme_demo runs scripts/run-demo). Exit 77 (skipped) when the default model is not
 installed; the examples record with it.
 
-usage: readme_commands.py README REPO WORKDIR
+usage: readme_commands.py README REPO BUILD WORKDIR
 """
 import os
 import re
@@ -20,7 +21,7 @@ import sys
 from pathlib import Path
 
 SKIP = re.compile(r"<!--\s*readme-check:\s*not run here;\s*(.+?)\s*-->")
-LINKED = ("build", "data", "tests", "examples", "scripts")
+LINKED = ("data", "tests", "examples", "scripts")
 
 
 def blocks(text):
@@ -44,9 +45,9 @@ def blocks(text):
 
 
 def main():
-    if len(sys.argv) != 4:
+    if len(sys.argv) != 5:
         sys.exit(__doc__.strip().split("\n")[-1])
-    readme, repo, work = Path(sys.argv[1]), Path(sys.argv[2]).resolve(), Path(sys.argv[3])
+    readme, repo, build, work = Path(sys.argv[1]), Path(sys.argv[2]).resolve(), Path(sys.argv[3]).resolve(), Path(sys.argv[4])
     found = blocks(readme.read_text(encoding="utf-8"))
     run = [b for b in found if b[2] is None]
     skipped = [b for b in found if b[2] is not None]
@@ -65,6 +66,7 @@ def main():
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
+    (work / "build").symlink_to(build)
     for name in LINKED:
         (work / name).symlink_to(repo / name)
     script = ["set -euo pipefail"]

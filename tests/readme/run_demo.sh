@@ -11,7 +11,9 @@ if [ ! -f "$model" ]; then echo "SKIP: no model at $model (scripts/setup install
 cd "$src"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-scripts/run-demo 2>&1 | tee "$out"
+rm -rf results/demo
+scripts/run-demo > "$out" 2>&1 || { cat "$out"; echo "scripts/run-demo failed" >&2; exit 1; }
+cat "$out"
 # The table README describes: every arm of the demo, scored, and the study's findings quoted.
 for arm in f16 q8_0 kvarn:4/4:tail=0 sj:4/4:tail=128 sj:4/4:tail=128:staging=q8_0 sj:4/4:tail=128:staging=f16 sj:3/2t:tail=128; do
   grep -q "^$arm  *256 " "$out" || { echo "run-demo printed no row for $arm" >&2; exit 1; }
