@@ -26,10 +26,14 @@ fi
 PKG_CONFIG_PATH="$lib/pkgconfig" pkg-config --libs sjkv | grep -q -- "-lsjkv"
 "$prefix/bin/sjkv-encode" --help > /dev/null
 
+build_against() {  # $1: a CMake project of the tree, $2: its build folder, $3: the prefix the package is in
+  rm -rf "$2"
+  cmake -S "$src/$1" -B "$2" -DCMAKE_PREFIX_PATH="$3" -DCMAKE_BUILD_TYPE=Release > "$2.log"
+  cmake --build "$2" -j2 >> "$2.log"
+}
+
 run_example() {  # $1: prefix the package is in
-  rm -rf "$dir/ex"
-  cmake -S "$src/examples/engine" -B "$dir/ex" -DCMAKE_PREFIX_PATH="$1" -DCMAKE_BUILD_TYPE=Release > "$dir/ex.log"
-  cmake --build "$dir/ex" -j2 >> "$dir/ex.log"
+  build_against examples/engine "$dir/ex" "$1"
   exlib=$(ls -d "$1"/lib*/ | head -1)
   # The C99 test of sjkv/sjkv.h, compiled as a C project would, with pkg-config's flags (the
   # .pc file finds its prefix where it lies: this prefix, or an unpacked package's).
@@ -53,9 +57,7 @@ run_example() {  # $1: prefix the package is in
 # Every installed C++ library through find_package: sjkv::codec, snapshot, replay, train,
 # cluster and device, their headers and link interfaces (tests/install/consumer).
 run_consumer() {  # $1: prefix the package is in
-  rm -rf "$dir/consumer"
-  cmake -S "$src/tests/install/consumer" -B "$dir/consumer" -DCMAKE_PREFIX_PATH="$1" -DCMAKE_BUILD_TYPE=Release > "$dir/consumer.log"
-  cmake --build "$dir/consumer" -j2 >> "$dir/consumer.log"
+  build_against tests/install/consumer "$dir/consumer" "$1"
   "$dir/consumer/sjkv-consumer" | tee "$dir/consumer.txt"
   grep -q "^arm sj:3/2t:staging=q8_0:tail=512/1024" "$dir/consumer.txt"
   grep -q "^codebook 3-bit" "$dir/consumer.txt"
