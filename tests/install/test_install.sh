@@ -26,9 +26,12 @@ fi
 PKG_CONFIG_PATH="$lib/pkgconfig" pkg-config --libs sjkv | grep -q -- "-lsjkv"
 "$prefix/bin/sjkv-encode" --help > /dev/null
 
-build_against() {  # $1: a CMake project of the tree, $2: its build folder, $3: the prefix the package is in
-  rm -rf "$2"
-  cmake -S "$src/$1" -B "$2" -DCMAKE_PREFIX_PATH="$3" -DCMAKE_BUILD_TYPE=Release > "$2.log"
+# $1: a CMake project of the tree, $2: its build folder, $3: the prefix the package is in. The
+# project is built from a copy of its folder alone, as a user who copies it would build it.
+build_against() {
+  rm -rf "$2" "$2-src"
+  cp -r "$src/$1" "$2-src"
+  cmake -S "$2-src" -B "$2" -DCMAKE_PREFIX_PATH="$3" -DCMAKE_BUILD_TYPE=Release > "$2.log"
   cmake --build "$2" -j2 >> "$2.log"
 }
 
