@@ -10,17 +10,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 # study/train-manifest.toml). A Debian 12 of another point release may hold other bytes at some
 # of those paths; scripts/study then refuses by name (exit 2), and these tests, which cannot
 # rebuild any history there, skip (77) naming the files, as they do without the model. The
-# study's own check decides (file_defects); a manifest it cannot read fails the test.
+# study's own check decides (study_pinned.py); a manifest it cannot read fails the test.
 pinned=0
-"$py" - "$src/scripts/study" "$src/study/manifest.toml" "$src/study/train-manifest.toml" <<'PY' || pinned=$?
-import importlib.machinery, importlib.util, sys
-loader = importlib.machinery.SourceFileLoader("sjkv_study", sys.argv[1])
-study = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-loader.exec_module(study)
-defects = [d for path in sys.argv[2:] for d in study.file_defects(path, study.load_toml(path))[1]]
-if defects:
-    print(f"SKIP: {len(defects)} of the study's pinned system files are not as pinned on this machine "
-          "(another Debian 12 point release?):\n  " + "\n  ".join(defects))
-    sys.exit(77)
-PY
+"$py" "$src/tests/cli/study_pinned.py" "$src/scripts/study" "$src/study/manifest.toml" "$src/study/train-manifest.toml" || pinned=$?
 [ "$pinned" = 0 ] || { [ "$pinned" = 77 ] && exit 77; fail "checking the study's pinned files (exit $pinned)"; }
